@@ -1,0 +1,164 @@
+"""Exceptions of a2e-host, each carrying its wire code.
+
+Layer: core. Imports nothing from the runtime or transports.
+
+The tree::
+
+    A2EError                      code            where it ends up
+    ├── RemoteProtocolError       (the peer sent something wrong → wire ``error``)
+    │   ├── ParseError            parse_error         not JSON, not UTF-8, beyond decoder limits
+    │   ├── InvalidMessage        invalid_message     not an object, no ``type``, binary frame
+    │   ├── UnknownType           unknown_type        a ``type`` this host does not serve
+    │   ├── SchemaViolation       schema_violation    a field of the wrong type (``detail.path``)
+    │   ├── VersionMismatch       version_mismatch    a major version other than 1
+    │   ├── MessageTooLarge       message_too_large   over ``max_message_bytes``
+    │   ├── HandshakeRequired     handshake_required  work before ``handshake/req``
+    │   ├── UnknownSession        unknown_session     a ``session_id`` not this connection's
+    │   ├── CapabilityMissing     capability_missing  capability not granted to the session
+    │   ├── Unauthorized          unauthorized        bad or missing ``auth_token``
+    │   └── Busy                  busy                more than ``max_parallel`` chains in flight
+    ├── ChainError                (a chain failed → ``chain/resp.error``)
+    │   ├── ChainInvalid          chain_invalid / chain_cycle / chain_limit (validation)
+    │   ├── NodeError             chain_node_error    a node failed
+    │   └── ChainLimitExceeded    chain_limit         a ceiling hit at run time (map items, depth)
+    └── LocalProtocolError        runtime_error       we misbehaved (a bug): logged, never detailed
+
+Cancellation is never wrapped or swallowed by anything here. Source: PROTOCOL.md §2, §5.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class A2EError(Exception):
+    """Base of every error a2e-host raises on purpose.
+
+    Attributes:
+        code: the wire error code (PROTOCOL.md §2 / §5).
+        message: one sentence a person (or an LLM) can act on.
+        detail: machine-readable facts, e.g. ``{"path": "$.nodes[3].kind"}``.
+        retryable: whether sending the same thing again may succeed.
+    """
+
+    code = "runtime_error"
+    retryable = False
+
+    def __init__(
+        self, message: str, *, detail: dict[str, Any] | None = None, retryable: bool | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail: dict[str, Any] = detail or {}
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class RemoteProtocolError(A2EError):
+    """The peer sent something this host cannot accept; answered with a wire ``error``."""
+
+    code = "invalid_message"
+
+
+class ParseError(RemoteProtocolError):
+    code = "parse_error"
+
+
+class InvalidMessage(RemoteProtocolError):
+    code = "invalid_message"
+
+
+class UnknownType(RemoteProtocolError):
+    code = "unknown_type"
+
+
+class SchemaViolation(RemoteProtocolError):
+    code = "schema_violation"
+
+
+class VersionMismatch(RemoteProtocolError):
+    code = "version_mismatch"
+
+
+class MessageTooLarge(RemoteProtocolError):
+    code = "message_too_large"
+
+
+class HandshakeRequired(RemoteProtocolError):
+    code = "handshake_required"
+
+
+class UnknownSession(RemoteProtocolError):
+    code = "unknown_session"
+
+
+class CapabilityMissing(RemoteProtocolError):
+    code = "capability_missing"
+
+
+class Unauthorized(RemoteProtocolError):
+    code = "unauthorized"
+
+
+class Busy(RemoteProtocolError):
+    code = "busy"
+    retryable = True
+
+
+class LocalProtocolError(A2EError):
+    """We misbehaved: a bug. Becomes ``runtime_error`` with no detail on the wire."""
+
+    code = "runtime_error"
+
+
+class ChainError(A2EError):
+    """A chain could not run or did not succeed; reported in ``chain/resp.error``.
+
+    Attributes:
+        node_id: the node at fault, ``""`` when the chain as a whole is.
+        details: the ``error.details`` dict of the response.
+    """
+
+    code = "chain_node_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        node_id: str = "",
+        details: dict[str, Any] | None = None,
+        code: str | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message, detail=details, retryable=retryable)
+        self.node_id = node_id
+        if code is not None:
+            self.code = code
+
+    @property
+    def details(self) -> dict[str, Any]:
+        return self.detail
+
+
+class ChainInvalid(ChainError):
+    """Validation refused the chain; ``details["errors"]`` lists every problem (PROTOCOL.md §4)."""
+
+    code = "chain_invalid"
+
+
+class NodeError(ChainError):
+    """A node failed: a tool raised, an expression failed, a process exited non-zero."""
+
+    code = "chain_node_error"
+
+
+class ChainLimitExceeded(ChainError):
+    """A ceiling refused work (PROTOCOL.md §6); ``details`` = ``{ceiling, scope, limit, requested}``."""
+
+    code = "chain_limit"
+
+
+class NodeTimeout(NodeError):
+    """A node's own deadline (tool ``timeout`` or proc ``timeout``) passed."""
+
+    retryable = True

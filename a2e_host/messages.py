@@ -1,0 +1,300 @@
+"""The A2E wire messages as msgspec Structs.
+
+Layer: core (no I/O, no anyio). Every field name, type and default follows the seed
+spec's tables (``shared/seeds/000_…txt``: ChainRequest, ChainEvent, ChainResponse,
+ChainNode) and PROTOCOL.md §2 (the core messages, after the public A2E python SDK).
+Messages are tagged by ``type``; :mod:`a2e_host.codec` decodes them all with one
+decoder. Structs encode every field (defaults included), in declaration order after
+``type``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, ClassVar
+
+import msgspec
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Capability",
+    "ChainCancel",
+    "ChainEvent",
+    "ChainNode",
+    "ChainRequest",
+    "ChainResponse",
+    "ErrorMessage",
+    "HandshakeRequest",
+    "HandshakeResponse",
+    "Message",
+    "Ping",
+    "Pong",
+    "Shutdown",
+    "MESSAGE_TYPES",
+    "new_id",
+    "new_chain_id",
+]
+
+PROTOCOL_VERSION = "1.0"
+"""The version this host emits; any ``1.x`` is accepted on input (PROTOCOL.md §1)."""
+
+
+def new_id() -> str:
+    """A fresh message id: 32 lowercase hex digits of a uuid4 (the A2E SDK's default)."""
+    return uuid.uuid4().hex
+
+
+def new_chain_id() -> str:
+    """A fresh ``chain_id``: 8 hex digits (seed: ``auto hex[:8]``)."""
+    return uuid.uuid4().hex[:8]
+
+
+class Message(msgspec.Struct, kw_only=True, tag_field="type"):
+    """The envelope every message carries (A2E ``A2EMessage``).
+
+    Attributes:
+        id: message id; a uuid4 hex string when not given.
+        version: protocol version, ``"1.0"``. The alias ``a2e`` is accepted on input
+            (see :attr:`a2e`) and never emitted.
+        ts: Unix epoch timestamp, float seconds; now when not given.
+        a2e: input-only alias of ``version``; unset unless the peer sent it.
+    """
+
+    id: str = msgspec.field(default_factory=new_id)
+    version: str = PROTOCOL_VERSION
+    ts: float = msgspec.field(default_factory=time.time)
+    a2e: str | msgspec.UnsetType = msgspec.UNSET
+
+    TYPE: ClassVar[str] = ""
+
+    @property
+    def protocol_version(self) -> str:
+        """The version the peer declared: ``a2e`` when given, else ``version``."""
+        return self.a2e if isinstance(self.a2e, str) else self.version
+
+
+# ── core messages (PROTOCOL.md §2) ──────────────────────────────────────────
+
+
+class HandshakeRequest(Message, tag="handshake/req"):
+    """Agent → host, once per session before any work.
+
+    Attributes:
+        agent_id: free-form agent name.
+        agent_caps: capability names asked for, e.g. ``["chains", "proc"]``.
+        auth_token: required when the host is configured with a token.
+        limits: *extension*: ceilings to lower for this session (PROTOCOL.md §6),
+            e.g. ``{"max_nodes": 100}``; a value above the host's is capped to it.
+    """
+
+    TYPE: ClassVar[str] = "handshake/req"
+    agent_id: str = ""
+    agent_caps: list[str] = []
+    auth_token: str = ""
+    limits: dict[str, int] = {}
+
+
+class Capability(msgspec.Struct, kw_only=True):
+    """One negotiated capability in ``handshake/resp.accepted_caps``.
+
+    ``metadata`` of ``chains`` is ``{"namespace", "priority", "features", "limits"}``.
+    """
+
+    capability: str
+    enabled: bool = True
+    metadata: dict[str, Any] = {}
+
+
+class HandshakeResponse(Message, tag="handshake/resp"):
+    """Host → agent. ``ok`` false carries ``reason``: ``auth_failed``, ``version_mismatch``,
+    ``no_caps`` or ``server_error``. ``max_parallel``: chains in flight per session."""
+
+    TYPE: ClassVar[str] = "handshake/resp"
+    req_id: str = ""
+    session_id: str = msgspec.field(default_factory=new_id)
+    accepted_caps: list[Capability] = []
+    max_parallel: int = 4
+    ok: bool = True
+    reason: str = ""
+
+
+class Ping(Message, tag="ping"):
+    """Agent → host liveness check; answered by :class:`Pong`."""
+
+    TYPE: ClassVar[str] = "ping"
+
+
+class Pong(Message, tag="pong"):
+    """Host → agent. ``uptime_seconds``: float seconds since the host started."""
+
+    TYPE: ClassVar[str] = "pong"
+    req_id: str = ""
+    uptime_seconds: float = 0.0
+
+
+class Shutdown(Message, tag="shutdown"):
+    """Agent → host: stop taking work, let chains in flight finish within ``timeout``
+    (int seconds, default 10), then close."""
+
+    TYPE: ClassVar[str] = "shutdown"
+    timeout: int = 10
+
+
+class ErrorMessage(Message, tag="error"):
+    """Host → agent: a message could not be accepted (PROTOCOL.md §2).
+
+    Attributes:
+        req_id: id of the offending message, ``""`` when it had no readable id.
+        code: a PROTOCOL.md §2 error code, e.g. ``schema_violation``.
+        message: one sentence a person can act on.
+        detail: facts, e.g. ``{"path": "$.nodes[3].input_map"}``.
+        retryable: whether resending unchanged may succeed.
+        capability_name: the capability concerned, ``""`` for core errors.
+    """
+
+    TYPE: ClassVar[str] = "error"
+    req_id: str = ""
+    code: str
+    message: str = ""
+    detail: dict[str, Any] = {}
+    retryable: bool = False
+    capability_name: str = ""
+
+
+# ── chains (seed 000) ───────────────────────────────────────────────────────
+
+
+class ChainNode(msgspec.Struct, kw_only=True):
+    """One node of a chain (seed table ``ChainNode``).
+
+    An empty string in an optional field means the field is absent (PROTOCOL.md §4).
+
+    Attributes:
+        node_id: unique within the chain.
+        kind: ``tool``, ``skill``, ``proc``, ``branch`` or ``map``.
+        name: the tool or skill to invoke.
+        input: static input values.
+        input_map: input field → JMESPath expression over the chain context (§3).
+        condition: JMESPath truthiness expression (branch).
+        true_node / false_node: branch targets.
+        items_path: JMESPath to the list a map iterates.
+        map_node: the template node a map runs once per item.
+        next_node: the default successor.
+        on_error: ``abort`` (default), ``skip`` or a handler's node_id.
+    """
+
+    node_id: str
+    kind: str
+    name: str = ""
+    input: dict[str, Any] = {}
+    input_map: dict[str, str] = {}
+    condition: str = ""
+    true_node: str = ""
+    false_node: str = ""
+    items_path: str = ""
+    map_node: str = ""
+    next_node: str = ""
+    on_error: str = "abort"
+
+
+class ChainRequest(Message, tag="chain/req"):
+    """Agent → host: execute a chain (seed table ``chain/req``).
+
+    Attributes:
+        session_id: from ``handshake/resp``.
+        chain_id: chain identifier; 8 hex digits when absent or empty.
+        nodes: the DAG's nodes.
+        entry_node: node_id of the first node; must be a root (PROTOCOL.md §4).
+        initial_input: the context's ``input``.
+        correlation_id: ties the chain to an agent turn.
+        streaming: send ``chain/event`` frames; false sends only ``chain/resp``.
+        timeout: chain wall-clock limit in int seconds (> 0, capped by ``max_timeout``).
+    """
+
+    TYPE: ClassVar[str] = "chain/req"
+    session_id: str = ""
+    chain_id: str = ""
+    nodes: list[ChainNode] = []
+    entry_node: str = ""
+    initial_input: dict[str, Any] = {}
+    correlation_id: str = ""
+    streaming: bool = True
+    timeout: int = 300
+
+    def __post_init__(self) -> None:
+        if not self.chain_id:
+            self.chain_id = new_chain_id()
+
+
+class ChainEvent(Message, tag="chain/event"):
+    """Host → agent progress of one node (seed table ``chain/event``; extends A2EEvent).
+
+    Attributes:
+        kind / data: A2EEvent's fields, always ``"status"`` and ``{}``.
+        req_id: the ``chain/req`` id.
+        seq: 1, 2, 3 … per request, gapless (PROTOCOL.md §5).
+        node_id: the node; map items as ``<template>[<index>]``, skill inner nodes as
+            ``<outer>/<inner>``.
+        phase: ``start``, ``done``, ``skip`` or ``error``.
+        output: the node output when ``phase`` is ``done``.
+        error: the error message when ``phase`` is ``error``.
+    """
+
+    TYPE: ClassVar[str] = "chain/event"
+    kind: str = "status"
+    req_id: str = ""
+    data: dict[str, Any] = {}
+    seq: int = 0
+    node_id: str = ""
+    phase: str = "start"
+    output: Any = None
+    error: str = ""
+
+
+class ChainResponse(Message, tag="chain/resp"):
+    """Host → agent: the final result, sent once per ``chain/req`` (seed table ``chain/resp``).
+
+    Attributes:
+        outputs: node_id → output of every ``done`` node.
+        final_output: output of the last terminal node, in declaration order, that is done.
+        duration_ms: int milliseconds from receipt to response.
+        nodes_run: declared nodes that started (a map counts once).
+        error: ``{"code", "message", "node_id", "retryable", "details"}`` or null.
+    """
+
+    TYPE: ClassVar[str] = "chain/resp"
+    req_id: str = ""
+    chain_id: str = ""
+    success: bool = False
+    outputs: dict[str, Any] = {}
+    final_output: Any = None
+    duration_ms: int = 0
+    nodes_run: int = 0
+    error: dict[str, Any] | None = None
+
+
+class ChainCancel(Message, tag="chain/cancel"):
+    """*Extension* (PROTOCOL.md §5): cancel the running chain whose request id is ``req_id``."""
+
+    TYPE: ClassVar[str] = "chain/cancel"
+    session_id: str = ""
+    req_id: str = ""
+
+
+MESSAGE_TYPES: dict[str, type[Message]] = {
+    cls.TYPE: cls
+    for cls in (
+        HandshakeRequest,
+        HandshakeResponse,
+        Ping,
+        Pong,
+        Shutdown,
+        ErrorMessage,
+        ChainRequest,
+        ChainEvent,
+        ChainResponse,
+        ChainCancel,
+    )
+}
+"""Every message type this host knows, by its ``type`` tag."""

@@ -1,0 +1,57 @@
+"""What an executor of a node kind sees: the contract between the scheduler and the
+``tool`` / ``skill`` / ``proc`` executors.
+
+Layer: core (no anyio). An executor is ``async def run(node, args, ctx) -> output``; it
+raises :class:`~a2e_host.exceptions.NodeError` (or any exception, which the scheduler turns
+into the node's error) and must let cancellation propagate. Source: PROTOCOL.md §5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .messages import ChainNode
+
+__all__ = ["NodeContext", "Executor", "SubchainRunner"]
+
+SubchainRunner = Callable[[str, list[ChainNode], str, dict[str, Any]], Awaitable[Any]]
+"""``run_subchain(skill_name, nodes, entry_node, initial_input) -> final_output``: runs a
+declared sub-chain inside the current one (inner events stream as ``<outer>/<inner>``).
+Raises :class:`~a2e_host.exceptions.ChainError` when the sub-chain fails or is invalid, and
+:class:`~a2e_host.exceptions.ChainLimitExceeded` past ``max_depth``."""
+
+
+@dataclass(slots=True)
+class NodeContext:
+    """Per-call facts for an executor.
+
+    Attributes:
+        node_id: the node's id as events show it (``t[3]`` for a map item,
+            ``outer/inner`` inside a skill).
+        chain_id / req_id: the running chain and its request id.
+        depth: skill nesting depth, 0 for the top-level chain.
+        granted: capabilities granted to the session (``{"chains", "proc", …}``).
+        max_output_bytes: the effective output ceiling, bytes.
+        run_subchain: see :data:`SubchainRunner`.
+        log: a structlog logger bound with the chain's ids.
+    """
+
+    node_id: str
+    chain_id: str
+    req_id: str
+    depth: int = 0
+    granted: frozenset[str] = frozenset()
+    max_output_bytes: int = 8 * 1024 * 1024
+    run_subchain: SubchainRunner | None = None
+    log: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Executor(Protocol):
+    """Runs one node of an executable kind (``tool``, ``skill``, ``proc``)."""
+
+    async def __call__(self, node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
+        """Run ``node`` with its resolved input ``args``; return its JSON-able output."""
+        ...

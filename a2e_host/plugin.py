@@ -1,0 +1,118 @@
+"""The plugin API: how a capability plugs into the host.
+
+Layer: core contract (no anyio imports). First-party plugins (``a2e_chains``) use exactly
+this API and register through the entry-point group ``a2e_host.plugins``, as a third
+party would::
+
+    [project.entry-points."a2e_host.plugins"]
+    chains = "a2e_chains:ChainPlugin"
+
+The host instantiates each plugin class with the :class:`~a2e_host.config.HostConfig`,
+orders them by ``priority`` (lower first), routes each message whose ``type`` matches the
+plugin's ``namespace`` (``chain/*``) to :meth:`Plugin.handle`, and lists the plugin's
+capability in ``handshake/resp.accepted_caps`` when the agent asks for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, Protocol
+
+from .config import HostConfig
+from .exceptions import UnknownType
+from .limits import SessionLimits
+from .messages import Message
+
+__all__ = ["Plugin", "PluginContext", "Outbox", "SessionInfo"]
+
+
+class Outbox(Protocol):
+    """The outgoing side of one connection. Frames leave in the order they were put.
+
+    ``send_nowait`` never blocks and never drops; producers that can produce without
+    bound (chains) call ``await wait_writable()`` at safe points so a slow reader applies
+    backpressure (it returns at once while the queue is under its high-water mark).
+    """
+
+    def send_nowait(self, message: Message) -> None: ...
+
+    async def wait_writable(self) -> None: ...
+
+
+class SessionInfo(Protocol):
+    """A handshaken session as plugins see it (PROTOCOL.md §2)."""
+
+    session_id: str
+    agent_id: str
+    granted: frozenset[str]
+    limits: SessionLimits
+
+
+class PluginContext(Protocol):
+    """One connection's view given to a plugin for one message.
+
+    Attributes:
+        session: the session the message belongs to (already checked by the host).
+        outbox: where replies and events go.
+        log: structlog logger bound with ``conn_id`` and ``session_id``.
+        closing: true once ``shutdown`` (or a signal) asked the connection to stop taking
+            work; plugins refuse new work then.
+    """
+
+    session: SessionInfo
+    outbox: Outbox
+    log: Any
+    closing: bool
+
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "") -> None:
+        """Run ``fn(*args)`` in the connection's task group (it is cancelled when the
+        connection closes, and awaited — within the grace period — on shutdown)."""
+        ...
+
+
+class Plugin:
+    """Base class of capability plugins.
+
+    Class attributes:
+        capability: the A2E capability name served, e.g. ``"chains"``.
+        namespace: message types routed here, ``"chain/*"`` style.
+        priority: lower loads (and routes) first; ChainPlugin is 10 (seed).
+        features: *extensions* spoken, published in the handshake metadata.
+    """
+
+    capability: ClassVar[str] = ""
+    namespace: ClassVar[str] = ""
+    priority: ClassVar[int] = 100
+    features: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, config: HostConfig) -> None:
+        self.config = config
+
+    def handles(self, message_type: str) -> bool:
+        """Whether ``message_type`` is in this plugin's namespace."""
+        ns = self.namespace
+        if ns.endswith("*"):
+            return message_type.startswith(ns[:-1])
+        return message_type == ns
+
+    def metadata(self, session: SessionInfo) -> dict[str, Any]:
+        """The ``accepted_caps[].metadata`` for this capability and session."""
+        return {
+            "namespace": self.namespace,
+            "priority": self.priority,
+            "features": list(self.features),
+        }
+
+    async def handle(self, message: Message, ctx: PluginContext) -> None:
+        """Handle one message of this namespace. Must not block the reader for long:
+        long work goes to ``ctx.start_soon``. Exceptions become wire ``error``s (the
+        host's single mapping place)."""
+        raise UnknownType(f"plugin {self.capability!r} does not handle {message.TYPE!r}")
+
+    async def session_closed(self, session: SessionInfo) -> None:
+        """The session's connection is gone: cancel its work (default: nothing)."""
+        return None
+
+    async def aclose(self) -> None:
+        """The host is stopping: release resources (default: nothing)."""
+        return None
