@@ -77,7 +77,7 @@ class Message(msgspec.Struct, kw_only=True, tag_field="type"):
 # ── core messages (PROTOCOL.md §2) ──────────────────────────────────────────
 
 
-class HandshakeRequest(Message, tag="handshake/req"):
+class HandshakeRequest(Message, tag="handshake/req", kw_only=True):
     """Agent → host, once per session before any work.
 
     Attributes:
@@ -106,7 +106,7 @@ class Capability(msgspec.Struct, kw_only=True):
     metadata: dict[str, Any] = {}
 
 
-class HandshakeResponse(Message, tag="handshake/resp"):
+class HandshakeResponse(Message, tag="handshake/resp", kw_only=True):
     """Host → agent. ``ok`` false carries ``reason``: ``auth_failed``, ``version_mismatch``,
     ``no_caps`` or ``server_error``. ``max_parallel``: chains in flight per session."""
 
@@ -119,13 +119,13 @@ class HandshakeResponse(Message, tag="handshake/resp"):
     reason: str = ""
 
 
-class Ping(Message, tag="ping"):
+class Ping(Message, tag="ping", kw_only=True):
     """Agent → host liveness check; answered by :class:`Pong`."""
 
     TYPE: ClassVar[str] = "ping"
 
 
-class Pong(Message, tag="pong"):
+class Pong(Message, tag="pong", kw_only=True):
     """Host → agent. ``uptime_seconds``: float seconds since the host started."""
 
     TYPE: ClassVar[str] = "pong"
@@ -133,7 +133,7 @@ class Pong(Message, tag="pong"):
     uptime_seconds: float = 0.0
 
 
-class Shutdown(Message, tag="shutdown"):
+class Shutdown(Message, tag="shutdown", kw_only=True):
     """Agent → host: stop taking work, let chains in flight finish within ``timeout``
     (int seconds, default 10), then close."""
 
@@ -141,7 +141,7 @@ class Shutdown(Message, tag="shutdown"):
     timeout: int = 10
 
 
-class ErrorMessage(Message, tag="error"):
+class ErrorMessage(Message, tag="error", kw_only=True):
     """Host → agent: a message could not be accepted (PROTOCOL.md §2).
 
     Attributes:
@@ -198,7 +198,7 @@ class ChainNode(msgspec.Struct, kw_only=True):
     on_error: str = "abort"
 
 
-class ChainRequest(Message, tag="chain/req"):
+class ChainRequest(Message, tag="chain/req", kw_only=True):
     """Agent → host: execute a chain (seed table ``chain/req``).
 
     Attributes:
@@ -227,7 +227,7 @@ class ChainRequest(Message, tag="chain/req"):
             self.chain_id = new_chain_id()
 
 
-class ChainEvent(Message, tag="chain/event"):
+class ChainEvent(Message, tag="chain/event", kw_only=True):
     """Host → agent progress of one node (seed table ``chain/event``; extends A2EEvent).
 
     Attributes:
@@ -252,7 +252,7 @@ class ChainEvent(Message, tag="chain/event"):
     error: str = ""
 
 
-class ChainResponse(Message, tag="chain/resp"):
+class ChainResponse(Message, tag="chain/resp", kw_only=True):
     """Host → agent: the final result, sent once per ``chain/req`` (seed table ``chain/resp``).
 
     Attributes:
@@ -274,7 +274,7 @@ class ChainResponse(Message, tag="chain/resp"):
     error: dict[str, Any] | None = None
 
 
-class ChainCancel(Message, tag="chain/cancel"):
+class ChainCancel(Message, tag="chain/cancel", kw_only=True):
     """*Extension* (PROTOCOL.md §5): cancel the running chain whose request id is ``req_id``."""
 
     TYPE: ClassVar[str] = "chain/cancel"
