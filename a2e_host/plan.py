@@ -1,0 +1,176 @@
+"""The readiness state machine of one chain run.
+
+Layer: core (no I/O, no anyio, no clock). The runtime tells :class:`PlanState` what
+happened ("node 3 is done and took its true side", "node 5 failed") and it answers which
+nodes are now ready and which are skipped. Source: PROTOCOL.md §4 (readiness) and §5
+(errors).
+
+Theory of operation. Every node has a counter of distinct predecessors
+(``PlanNode.pred_count``). When a node finishes, each of its out-edges either *fires* or
+not, according to how it finished:
+
+=============================  =====================================================
+finished as                    edges that fire
+=============================  =====================================================
+done                           ``next_node``, data edges, the taken branch side
+failed under ``on_error: skip`` ``next_node``, data edges (no branch side was taken)
+failed under a handler          the ``on_error`` edge to the handler only
+skipped, or failed and aborted  none
+=============================  =====================================================
+
+Each target's counter drops by one per finished predecessor. At zero the target is
+*decided*: a node with incoming control edges runs if at least one of them fired; a
+node with only data edges runs if at least one of those fired; otherwise it is skipped,
+which finishes it at once and propagates in turn. Total work is O(nodes + edges); nothing
+polls.
+"""
+
+from __future__ import annotations
+
+from .validation import ChainPlan, EdgeKind
+
+__all__ = ["PlanState", "NodeStatus"]
+
+_NEXT, _TRUE, _FALSE, _HANDLER, _DATA = (
+    int(EdgeKind.NEXT),
+    int(EdgeKind.TRUE),
+    int(EdgeKind.FALSE),
+    int(EdgeKind.HANDLER),
+    int(EdgeKind.DATA),
+)
+_CONTROL = _NEXT | _TRUE | _FALSE | _HANDLER
+
+
+class NodeStatus:
+    """Node states (plain ints for speed). Terminal ones match the context's ``status``."""
+
+    PENDING = 0
+    READY = 1
+    RUNNING = 2
+    DONE = 3
+    ERROR = 4
+    SKIP = 5
+
+    NAMES = ("pending", "ready", "running", "done", "error", "skip")
+
+
+class PlanState:
+    """Readiness counters for one run of a :class:`~a2e_host.validation.ChainPlan`.
+
+    Map templates are outside this machine: they run per item inside their map node.
+
+    Attributes:
+        status: per node index, a :class:`NodeStatus` value.
+        activator: per node index, the index of the single node whose ``next_node`` /
+            ``true_node`` / ``false_node`` activated it, or -1 (none, or several) —
+            the source of the context's ``output`` (PROTOCOL.md §3).
+        handled_by: per handler index, the failed node that fired it (last one wins).
+        open: declared non-template nodes not yet finished or skipped.
+    """
+
+    __slots__ = ("plan", "status", "activator", "handled_by", "open", "_pending", "_fired")
+
+    def __init__(self, plan: ChainPlan) -> None:
+        self.plan = plan
+        nodes = plan.nodes
+        self._pending = [n.pred_count for n in nodes]
+        # bit 1: a control edge fired; bit 2: a data edge fired; bit 4: >1 activators
+        self._fired = bytearray(len(nodes))
+        self.status = [NodeStatus.PENDING] * len(nodes)
+        self.activator = [-1] * len(nodes)
+        self.handled_by: dict[int, int] = {}
+        self.open = sum(1 for n in nodes if n.template_of is None)
+
+    def start(self) -> list[int]:
+        """The roots, in declaration order, marked ready."""
+        for i in self.plan.roots:
+            self.status[i] = NodeStatus.READY
+        return list(self.plan.roots)
+
+    def node_started(self, index: int) -> None:
+        """Record that a ready node began running."""
+        self.status[index] = NodeStatus.RUNNING
+
+    def node_done(self, index: int, taken: int | None = None) -> tuple[list[int], list[int]]:
+        """A node finished successfully.
+
+        Args:
+            index: the node.
+            taken: for a branch, the index of the side it took (None when the side's
+                field was empty).
+
+        Returns:
+            ``(ready, skipped)``: node indices now ready to run, and those now skipped
+            (in the order they were decided).
+        """
+        self.status[index] = NodeStatus.DONE
+        node = self.plan.nodes[index]
+        if node.kind == "branch":
+            took_true = taken is not None and taken == node.true_index
+            took_false = taken is not None and taken == node.false_index
+            mask = _NEXT | _DATA | (_TRUE if took_true else 0) | (_FALSE if took_false else 0)
+        else:
+            mask = _NEXT | _DATA
+        return self._finish(index, mask)
+
+    def node_failed(self, index: int) -> tuple[list[int], list[int]]:
+        """A node failed and its ``on_error`` is ``skip`` or a handler (an ``abort``
+        ends the chain and is not reported here).
+
+        Returns:
+            ``(ready, skipped)`` as for :meth:`node_done`.
+        """
+        self.status[index] = NodeStatus.ERROR
+        node = self.plan.nodes[index]
+        if node.on_error == "handler":
+            assert node.handler_index is not None
+            self.handled_by[node.handler_index] = index
+            return self._finish(index, _HANDLER)
+        return self._finish(index, _NEXT | _DATA)
+
+    def _finish(self, index: int, mask: int) -> tuple[list[int], list[int]]:
+        ready: list[int] = []
+        skipped: list[int] = []
+        self.open -= 1
+        nodes = self.plan.nodes
+        pending = self._pending
+        fired = self._fired
+        status = self.status
+        work = [(index, mask)]
+        while work:
+            src, src_mask = work.pop()
+            for dst, kinds in nodes[src].out_edges:
+                hit = kinds & src_mask
+                if hit & _CONTROL:
+                    bits = fired[dst]
+                    if hit & (_NEXT | _TRUE | _FALSE):
+                        if bits & 1 and self.activator[dst] != src:
+                            fired[dst] = bits | 1 | 4
+                        else:
+                            fired[dst] = bits | 1
+                            self.activator[dst] = src
+                    else:
+                        fired[dst] = bits | 1
+                if hit & _DATA:
+                    fired[dst] |= 2
+                pending[dst] -= 1
+                if pending[dst]:
+                    continue
+                bits = fired[dst]
+                if bits & 4:
+                    self.activator[dst] = -1
+                runs = bits & 1 if nodes[dst].has_control_preds else bits & 2
+                if runs:
+                    status[dst] = NodeStatus.READY
+                    ready.append(dst)
+                else:
+                    status[dst] = NodeStatus.SKIP
+                    self.open -= 1
+                    skipped.append(dst)
+                    work.append((dst, 0))
+        return ready, skipped
+
+    @property
+    def finished(self) -> bool:
+        """Whether every declared non-template node has finished or been skipped."""
+        return self.open == 0

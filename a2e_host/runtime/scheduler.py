@@ -1,0 +1,759 @@
+"""Run a validated :class:`~a2e_host.validation.ChainPlan` with anyio, streaming events.
+
+Layer: runtime. Drives the pure :class:`~a2e_host.plan.PlanState`; sends ``chain/event``
+frames and one ``chain/resp`` through an ``emit`` callable. Source: PROTOCOL.md §3–§5, §8.
+
+Theory of operation.
+
+* **Workers, not a task per node.** A chain has a pool of worker tasks (at most
+  ``max_concurrency``) that take ready nodes from one deque. A worker that finishes a
+  node pushes the nodes it made ready and keeps going; an idle worker is woken, and a
+  new worker is spawned only when every existing one is busy. A chain of fast nodes
+  thus runs on one task (anyio task-group children cost ~60 µs each), while a chain of
+  slow nodes spreads over the pool. A map node runs its items on its own pool of at
+  most ``max_map_concurrency`` item workers, so a 100,000-item map never holds more
+  than that many tasks.
+* **Exactly one terminal event.** Every started node (and map item) gets ``start`` then
+  exactly one ``done`` or ``error``; the :class:`_Events` writer stamps ``seq`` 1, 2, 3 …
+  at the moment the event is handed to ``emit``, so the wire order is the ``seq`` order.
+* **Ending.** A chain ends when the plan is finished, a node fails under ``abort``, the
+  deadline passes, or it is cancelled. Then the workers are cancelled; nodes still
+  running after a short grace (a tool ignoring cancellation, a thread that will not
+  stop) get their ``error`` event from here, the run is *closed* — any late result is
+  discarded, never applied — and the ``chain/resp`` is sent at once. A stubborn task can
+  outlive the response, never delay it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import jmespath.exceptions
+import structlog
+
+from ..codec import encode_value, has_non_finite
+from ..exceptions import ChainError, ChainLimitExceeded, NodeError
+from ..expressions import is_truthy
+from ..limits import Limits
+from ..messages import ChainEvent, ChainNode, ChainRequest, ChainResponse, Message
+from ..nodes import Executor, NodeContext
+from ..plan import NodeStatus, PlanState
+from ..validation import ChainPlan, PlanNode
+
+__all__ = ["ChainRunner", "Emit", "RunResult"]
+
+Emit = Callable[[Message], None]
+"""Hands one message to the connection's outbox; never blocks, never drops."""
+
+_GRACE = 0.25  # seconds running nodes get to wind down after a cancel before we move on
+_YIELD_EVERY = 64  # nodes a worker runs before it yields to the event loop
+_log = structlog.get_logger("a2e_host.scheduler")
+
+
+class _Events:
+    """The per-request event writer: stamps ``seq`` and hands events to ``emit``.
+
+    Shared by a chain and the sub-chains its skills run, so ``seq`` stays one gapless
+    sequence per request.
+    """
+
+    __slots__ = ("emit", "req_id", "seq", "streaming", "closed")
+
+    def __init__(self, emit: Emit, req_id: str, streaming: bool) -> None:
+        self.emit = emit
+        self.req_id = req_id
+        self.seq = 0
+        self.streaming = streaming
+        self.closed = False
+
+    def send(self, node_id: str, phase: str, output: Any = None, error: str = "") -> None:
+        if self.closed or not self.streaming:
+            return
+        self.seq += 1
+        self.emit(
+            ChainEvent(
+                req_id=self.req_id,
+                seq=self.seq,
+                node_id=node_id,
+                phase=phase,
+                output=output,
+                error=error,
+            )
+        )
+
+
+class _ContextView(dict):  # type: ignore[type-arg]
+    """A node's expression context: a few own keys over the chain's shared context.
+
+    The shared context (``input`` and one ``{"output", "status"}`` per finished node)
+    grows as nodes finish; each node sees it plus its own ``output`` / ``item`` /
+    ``index`` / ``error`` without copying it (PROTOCOL.md §3).
+    """
+
+    __slots__ = ("_base",)
+
+    def __init__(self, base: dict[str, Any], own: dict[str, Any]) -> None:
+        super().__init__(own)
+        self._base = base
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        return self._base.get(key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        return self._base[key]
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or key in self._base
+
+    def _merged(self) -> dict[str, Any]:
+        merged = dict(self._base)
+        merged.update(dict.items(self))
+        return merged
+
+    def keys(self) -> Any:
+        return self._merged().keys()
+
+    def values(self) -> Any:
+        return self._merged().values()
+
+    def items(self) -> Any:
+        return self._merged().items()
+
+    def __iter__(self) -> Any:
+        return iter(self._merged())
+
+    def __len__(self) -> int:
+        return len(self._merged())
+
+
+class RunResult:
+    """What a finished run produced (the sub-chain API returns it; the top level turns it
+    into a ``chain/resp``)."""
+
+    __slots__ = ("success", "outputs", "final_output", "nodes_run", "error")
+
+    def __init__(
+        self,
+        success: bool,
+        outputs: dict[str, Any],
+        final_output: Any,
+        nodes_run: int,
+        error: dict[str, Any] | None,
+    ) -> None:
+        self.success = success
+        self.outputs = outputs
+        self.final_output = final_output
+        self.nodes_run = nodes_run
+        self.error = error
+
+
+class _Failure:
+    __slots__ = ("node_index", "code", "message", "details", "retryable")
+
+    def __init__(
+        self, node_index: int, code: str, message: str, details: dict[str, Any], retryable: bool
+    ) -> None:
+        self.node_index = node_index
+        self.code = code
+        self.message = message
+        self.details = details
+        self.retryable = retryable
+
+
+class ChainRunner:
+    """Runs one plan once. Not reusable.
+
+    Args:
+        plan: the validated plan.
+        executors: executors by node kind (``tool``, ``skill``, ``proc``).
+        limits: the session's effective ceilings.
+        emit: where events (and, at top level, the response) go.
+        wait_writable: awaited before a node starts, so a slow reader applies
+            backpressure; None when the sink is unbounded.
+        granted: capabilities of the session (passed to executors).
+        initial_input: the context's ``input`` (defaults to the request's).
+        events: a parent's event writer (sub-chains); None creates one.
+        prefix: node id prefix for events (``"outer/"`` inside a skill).
+        depth: skill nesting depth (0 at top level).
+        subchain_planner: turns ``(skill_name, nodes, entry_node)`` into a plan for
+            ``run_subchain``; None disables sub-chains.
+        log: a structlog logger bound with the request's ids.
+    """
+
+    def __init__(
+        self,
+        plan: ChainPlan,
+        *,
+        executors: dict[str, Executor],
+        limits: Limits,
+        emit: Emit,
+        wait_writable: Callable[[], Any] | None = None,
+        granted: frozenset[str] = frozenset(),
+        initial_input: dict[str, Any] | None = None,
+        events: _Events | None = None,
+        prefix: str = "",
+        depth: int = 0,
+        subchain_planner: Callable[[str, list[ChainNode], str], ChainPlan] | None = None,
+        log: Any = None,
+    ) -> None:
+        request: ChainRequest = plan.request
+        self.plan = plan
+        self.executors = executors
+        self.limits = limits
+        self.granted = granted
+        self.prefix = prefix
+        self.depth = depth
+        self.subchain_planner = subchain_planner
+        self.log = log if log is not None else _log
+        self._emit = emit
+        self._wait_writable = wait_writable
+        self._events = events or _Events(emit, request.id, request.streaming)
+        self._state = PlanState(plan)
+        self._context: dict[str, Any] = {
+            "input": request.initial_input if initial_input is None else initial_input
+        }
+        self._outputs: dict[str, Any] = {}
+        self._ready: deque[int] = deque()
+        self._idle: list[anyio.Event] = []
+        self._workers = 0
+        self._busy = 0
+        self._nodes_run = 0
+        self._failures: list[_Failure] = []
+        self._abort: _Failure | None = None
+        self._end_reason = ""  # "", "done", "abort", "timeout", "cancelled"
+        self._stop = anyio.Event()
+        self._drive_done = anyio.Event()
+        self._work_scope = anyio.CancelScope()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._running: dict[str, bool] = {}  # display id → terminal event sent?
+        self._closed = False
+
+    # ── public ──────────────────────────────────────────────────────────────
+
+    def cancel(self) -> None:
+        """Ask the run to end with ``cancelled`` (``chain/cancel``)."""
+        if not self._end_reason:
+            self._end_reason = "cancelled"
+        self._stop.set()
+
+    async def run_to_response(self, started: float) -> ChainResponse:
+        """Run the chain and send its ``chain/resp`` through ``emit``.
+
+        Args:
+            started: ``time.monotonic()`` when the request arrived (for ``duration_ms``).
+
+        Returns:
+            The response that was sent. Cancellation of the calling task still sends a
+            ``cancelled`` response before it propagates.
+        """
+        try:
+            result = await self.run(self.plan.timeout)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                result = await self._wind_down("cancelled")
+                self._send_response(result, started)
+            raise
+        return self._send_response(result, started)
+
+    async def run(self, timeout: float | None) -> RunResult:
+        """Run the chain to its end (or ``timeout`` seconds) and return the result."""
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(self._drive)
+            with anyio.move_on_after(timeout):
+                await self._stop.wait()
+            if not self._end_reason:
+                self._end_reason = "timeout"
+            result = await self._wind_down(self._end_reason)
+            outer.cancel_scope.cancel()
+        return result
+
+    # ── driving ─────────────────────────────────────────────────────────────
+
+    async def _drive(self) -> None:
+        try:
+            with self._work_scope:
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    roots = self._state.start()
+                    if not roots:
+                        self._finish_if_done()
+                    self._ready.extend(roots)
+                    for _ in range(min(len(roots), self.limits.max_concurrency)):
+                        self._workers += 1
+                        tg.start_soon(self._worker)
+        finally:
+            self._drive_done.set()
+
+    def _push_ready(self, ready: list[int]) -> None:
+        self._ready.extend(ready)
+        wanted = len(ready)
+        while wanted and self._idle:
+            self._idle.pop().set()
+            wanted -= 1
+        # the current worker takes one; spawn only while every worker is busy
+        spare = self._workers - self._busy
+        while wanted > spare and self._workers < self.limits.max_concurrency:
+            assert self._tg is not None
+            self._workers += 1
+            self._tg.start_soon(self._worker)
+            wanted -= 1
+
+    async def _worker(self) -> None:
+        ready = self._ready
+        ran = 0
+        while True:
+            if not ready:
+                if self._end_reason:
+                    return
+                wake = anyio.Event()
+                self._idle.append(wake)
+                await wake.wait()
+                continue
+            index = ready.popleft()
+            self._busy += 1
+            try:
+                await self._run_node(index)
+            finally:
+                self._busy -= 1
+            ran += 1
+            if ran % _YIELD_EVERY == 0:
+                await anyio.lowlevel.checkpoint()
+
+    def _finish_if_done(self) -> None:
+        if self._state.finished and not self._end_reason:
+            self._end_reason = "done"
+            self._stop.set()
+            for wake in self._idle:
+                wake.set()
+            self._idle.clear()
+
+    # ── one node ────────────────────────────────────────────────────────────
+
+    async def _run_node(self, index: int) -> None:
+        if self._end_reason:
+            return
+        if self._wait_writable is not None:
+            await self._wait_writable()
+            if self._end_reason:
+                return
+        pnode = self.plan.nodes[index]
+        node_id = pnode.node_id
+        shown = self.prefix + node_id
+        state = self._state
+        state.node_started(index)
+        self._nodes_run += 1
+        self._running[shown] = False
+        self._events.send(shown, "start")
+        taken: int | None = None
+        try:
+            context = self._node_context(index, pnode)
+            kind = pnode.kind
+            if kind == "branch":
+                output, taken = self._run_branch(pnode, context)
+            elif kind == "map":
+                output = await self._run_map(pnode, context)
+            else:
+                args = self._resolve_input(pnode, context, shown)
+                output = await self._execute(pnode, args, shown)
+            output = self._check_output(output, shown)
+        except anyio.get_cancelled_exc_class():
+            self._terminal_error(shown, self._cancel_message())
+            raise
+        except Exception as exc:  # noqa: BLE001 — every node failure becomes data
+            failure = self._failure_of(index, exc, shown)
+            if self._closed:
+                return
+            self._running[shown] = True
+            self._events.send(shown, "error", error=failure.message)
+            self._node_failed(index, pnode, failure)
+            return
+        if self._closed:
+            return
+        self._running[shown] = True
+        self._outputs[node_id] = output
+        self._context[node_id] = {"output": output, "status": "done"}
+        self._events.send(shown, "done", output=output)
+        ready, skipped = state.node_done(index, taken)
+        self._after(ready, skipped)
+
+    def _node_failed(self, index: int, pnode: PlanNode, failure: _Failure) -> None:
+        self._context[pnode.node_id] = {"output": None, "status": "error"}
+        if pnode.on_error == "abort":
+            self._abort = failure
+            self._end_reason = "abort"
+            self._stop.set()
+            return
+        self._failures.append(failure)
+        ready, skipped = self._state.node_failed(index)
+        self._after(ready, skipped)
+
+    def _after(self, ready: list[int], skipped: list[int]) -> None:
+        for s in skipped:
+            sid = self.plan.nodes[s].node_id
+            self._context[sid] = {"output": None, "status": "skip"}
+            self._events.send(self.prefix + sid, "skip")
+        if ready:
+            self._push_ready(ready)
+        self._finish_if_done()
+
+    def _node_context(self, index: int, pnode: PlanNode) -> _ContextView:
+        state = self._state
+        act = state.activator[index]
+        own: dict[str, Any] = {
+            "output": self._outputs.get(self.plan.nodes[act].node_id) if act >= 0 else None
+        }
+        failed = state.handled_by.get(index)
+        if failed is not None:
+            f = next((f for f in reversed(self._failures) if f.node_index == failed), None)
+            if f is not None:
+                own["error"] = {
+                    "node_id": self.plan.nodes[failed].node_id,
+                    "code": f.code,
+                    "message": f.message,
+                    **({"index": f.details["index"]} if "index" in f.details else {}),
+                }
+        return _ContextView(self._context, own)
+
+    def _evaluate(self, pnode: PlanNode, field: str, expr: Any, context: Any, shown: str) -> Any:
+        try:
+            return expr.search(context)
+        except (jmespath.exceptions.JMESPathError, TypeError, ValueError, KeyError) as exc:
+            raise NodeError(
+                f"node {shown!r} field {field!r}: expression {expr.text!r} failed: {exc}",
+                node_id=pnode.node_id,
+                details={"field": field, "expression": expr.text},
+            ) from None
+
+    def _resolve_input(self, pnode: PlanNode, context: Any, shown: str) -> dict[str, Any]:
+        static = pnode.node.input
+        if not pnode.input_map:
+            return dict(static)
+        args = dict(static)
+        for key, expr in pnode.input_map:
+            args[key] = self._evaluate(pnode, f"input_map.{key}", expr, context, shown)
+        return args
+
+    async def _execute(self, pnode: PlanNode, args: dict[str, Any], shown: str) -> Any:
+        executor = self.executors.get(pnode.kind)
+        if executor is None:
+            raise NodeError(f"node {shown!r}: no executor for kind {pnode.kind!r} on this host")
+        ctx = NodeContext(
+            node_id=shown,
+            chain_id=self.plan.request.chain_id,
+            req_id=self.plan.request.id,
+            depth=self.depth,
+            granted=self.granted,
+            max_output_bytes=self.limits.max_output_bytes,
+            run_subchain=self._make_subchain_runner(shown),
+            log=self.log,
+        )
+        return await executor(pnode.node, args, ctx)
+
+    def _run_branch(self, pnode: PlanNode, context: Any) -> tuple[dict[str, Any], int | None]:
+        assert pnode.condition is not None
+        value = self._evaluate(
+            pnode, "condition", pnode.condition, context, self.prefix + pnode.node_id
+        )
+        cond = is_truthy(value)
+        taken = pnode.true_index if cond else pnode.false_index
+        taken_id = self.plan.nodes[taken].node_id if taken is not None else ""
+        return {"condition": cond, "taken": taken_id}, taken
+
+    def _check_output(self, output: Any, shown: str) -> Any:
+        try:
+            data = encode_value(output)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise NodeError(f"node {shown!r} returned output that is not JSON: {exc}") from None
+        cap = self.limits.max_output_bytes
+        if len(data) > cap:
+            raise ChainLimitExceeded(
+                f"node {shown!r} output is {len(data)} bytes, over max_output_bytes {cap}",
+                details={
+                    "ceiling": "max_output_bytes",
+                    "scope": "session",
+                    "limit": cap,
+                    "requested": len(data),
+                },
+            )
+        if b"null" in data and has_non_finite(output):
+            raise NodeError(
+                f"node {shown!r} returned a non-finite number (NaN or Infinity), "
+                "which JSON cannot carry"
+            )
+        return output
+
+    # ── map ─────────────────────────────────────────────────────────────────
+
+    async def _run_map(self, pnode: PlanNode, context: Any) -> list[Any]:
+        shown = self.prefix + pnode.node_id
+        assert pnode.items_path is not None and pnode.template_index is not None
+        items = self._evaluate(pnode, "items_path", pnode.items_path, context, shown)
+        if not isinstance(items, list):
+            raise NodeError(
+                f"map node {shown!r}: items_path {pnode.items_path.text!r} gave "
+                f"{_json_type(items)}, not a list",
+                node_id=pnode.node_id,
+                details={"field": "items_path", "got": _json_type(items)},
+            )
+        n = len(items)
+        if n > self.limits.max_map_items:
+            raise ChainLimitExceeded(
+                f"map node {shown!r} has {n} items, over max_map_items "
+                f"{self.limits.max_map_items}",
+                node_id=pnode.node_id,
+                details={
+                    "ceiling": "max_map_items",
+                    "scope": "session",
+                    "limit": self.limits.max_map_items,
+                    "requested": n,
+                },
+            )
+        if n == 0:
+            return []
+        template = self.plan.nodes[pnode.template_index]
+        results: list[Any] = [None] * n
+        next_item = 0
+        failure: list[tuple[int, BaseException]] = []
+
+        async def item_worker(scope: anyio.CancelScope) -> None:
+            nonlocal next_item
+            ran = 0
+            while next_item < n and not failure:
+                i = next_item
+                next_item += 1
+                ok, value = await self._run_item(template, items[i], i, context)
+                if ok:
+                    results[i] = value
+                elif template.on_error == "skip":
+                    results[i] = None
+                else:
+                    failure.append((i, value))
+                    scope.cancel()
+                    return
+                ran += 1
+                if ran % _YIELD_EVERY == 0:
+                    await anyio.lowlevel.checkpoint()
+
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                for _ in range(min(n, self.limits.max_map_concurrency)):
+                    tg.start_soon(item_worker, scope)
+        if failure:
+            i, exc = failure[0]
+            message = exc.message if isinstance(exc, ChainError) else f"{type(exc).__name__}: {exc}"
+            raise NodeError(
+                f"map node {shown!r} failed at item {i}: {message}",
+                node_id=pnode.node_id,
+                details={"index": i},
+            )
+        return results
+
+    async def _run_item(
+        self, template: PlanNode, item: Any, index: int, map_context: Any
+    ) -> tuple[bool, Any]:
+        shown = f"{self.prefix}{template.node_id}[{index}]"
+        self._running[shown] = False
+        self._events.send(shown, "start")
+        try:
+            own = {"item": item, "_item": item, "index": index, "output": None}
+            context = _ContextView(self._context, own)
+            args = self._resolve_input(template, context, shown)
+            output = self._check_output(await self._execute(template, args, shown), shown)
+        except anyio.get_cancelled_exc_class():
+            if self._end_reason:
+                self._terminal_error(shown, self._cancel_message())
+            else:
+                self._terminal_error(shown, "cancelled: another item of the map failed")
+            raise
+        except Exception as exc:  # noqa: BLE001
+            msg = exc.message if isinstance(exc, ChainError) else f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, ChainError):
+                self.log.warning("tool raised", node_id=shown, exc_info=exc)
+            self._running[shown] = True
+            self._events.send(shown, "error", error=msg)
+            return False, exc
+        self._running[shown] = True
+        self._events.send(shown, "done", output=output)
+        return True, output
+
+    # ── sub-chains (skills) ─────────────────────────────────────────────────
+
+    def _make_subchain_runner(self, shown: str) -> Any:
+        planner = self.subchain_planner
+        if planner is None:
+            return None
+
+        async def run_subchain(
+            skill_name: str, nodes: list[ChainNode], entry_node: str, initial_input: dict[str, Any]
+        ) -> Any:
+            depth = self.depth + 1
+            if depth > self.limits.max_depth:
+                raise ChainLimitExceeded(
+                    f"skill {skill_name!r} in node {shown!r} would nest {depth} deep, "
+                    f"over max_depth {self.limits.max_depth}",
+                    details={
+                        "ceiling": "max_depth",
+                        "scope": "session",
+                        "limit": self.limits.max_depth,
+                        "requested": depth,
+                    },
+                )
+            plan = planner(skill_name, nodes, entry_node)
+            child = ChainRunner(
+                plan,
+                executors=self.executors,
+                limits=self.limits,
+                emit=self._emit,
+                wait_writable=self._wait_writable,
+                granted=self.granted,
+                initial_input=initial_input,
+                events=self._events,
+                prefix=f"{shown}/",
+                depth=depth,
+                subchain_planner=planner,
+                log=self.log,
+            )
+            result = await child.run(None)
+            if not result.success:
+                err = result.error or {}
+                raise ChainError(
+                    f"skill {skill_name!r} failed: {err.get('message', 'unknown error')}",
+                    code=err.get("code", "chain_node_error"),
+                    details=err.get("details") or {},
+                )
+            return result.final_output
+
+        return run_subchain
+
+    # ── ending ──────────────────────────────────────────────────────────────
+
+    def _cancel_message(self) -> str:
+        reason = self._end_reason
+        if reason == "timeout":
+            return f"cancelled: the chain timed out after {self.plan.timeout:g} s"
+        if reason == "abort" and self._abort is not None:
+            failed = self.plan.nodes[self._abort.node_index].node_id
+            return f"cancelled: node {failed!r} failed and the chain was aborted"
+        return "cancelled: the chain was cancelled"
+
+    def _terminal_error(self, shown: str, message: str) -> None:
+        if self._running.get(shown) is False and not self._closed:
+            self._running[shown] = True
+            self._events.send(shown, "error", error=message)
+
+    async def _wind_down(self, reason: str) -> RunResult:
+        if not self._end_reason:
+            self._end_reason = reason
+        if reason != "done":
+            self._work_scope.cancel()
+            with anyio.move_on_after(_GRACE):
+                await self._drive_done.wait()
+            # nodes that would not stop: their error event now, their result never
+            message = self._cancel_message()
+            for shown, ended in list(self._running.items()):
+                if not ended:
+                    self._terminal_error(shown, message)
+        self._closed = True
+        return self._result()
+
+    def _result(self) -> RunResult:
+        reason = self._end_reason
+        error: dict[str, Any] | None = None
+        if reason == "abort" and self._abort is not None:
+            error = self._error_dict(self._abort)
+        elif reason == "timeout":
+            error = {
+                "code": "timeout",
+                "message": f"the chain did not finish within its timeout of "
+                f"{self.plan.timeout:g} s",
+                "node_id": "",
+                "retryable": True,
+                "details": {"timeout": self.plan.timeout},
+            }
+        elif reason == "cancelled":
+            error = {
+                "code": "cancelled",
+                "message": "the chain was cancelled before it finished",
+                "node_id": "",
+                "retryable": False,
+                "details": {},
+            }
+        else:
+            unhandled = [f for f in self._failures if not self._is_handled(f)]
+            if unhandled:
+                error = self._error_dict(unhandled[0])
+        state = self._state
+        final = None
+        for t in reversed(self.plan.terminals):
+            if state.status[t] == NodeStatus.DONE:
+                final = self._outputs.get(self.plan.nodes[t].node_id)
+                break
+        return RunResult(error is None, self._outputs, final, self._nodes_run, error)
+
+    def _is_handled(self, failure: _Failure) -> bool:
+        pnode = self.plan.nodes[failure.node_index]
+        if pnode.on_error == "skip":
+            return True
+        if pnode.on_error == "handler" and pnode.handler_index is not None:
+            return self._state.status[pnode.handler_index] == NodeStatus.DONE
+        return False
+
+    def _error_dict(self, failure: _Failure) -> dict[str, Any]:
+        node_id = self.plan.nodes[failure.node_index].node_id
+        message = failure.message
+        if repr(self.prefix + node_id) not in message:
+            message = f"node {self.prefix + node_id!r} failed: {message}"
+        return {
+            "code": failure.code,
+            "message": message,
+            "node_id": node_id,
+            "retryable": failure.retryable,
+            "details": failure.details,
+        }
+
+    def _failure_of(self, index: int, exc: BaseException, shown: str) -> _Failure:
+        if isinstance(exc, ChainError):
+            code = exc.code if exc.code in ("chain_limit",) else "chain_node_error"
+            return _Failure(index, code, exc.message, dict(exc.details), exc.retryable)
+        self.log.warning("node raised", node_id=shown, exc_info=exc)
+        return _Failure(index, "chain_node_error", f"{type(exc).__name__}: {exc}", {}, False)
+
+    def _send_response(self, result: RunResult, started: float) -> ChainResponse:
+        request = self.plan.request
+        response = ChainResponse(
+            req_id=request.id,
+            chain_id=request.chain_id,
+            success=result.success,
+            outputs=result.outputs,
+            final_output=result.final_output,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            nodes_run=result.nodes_run,
+            error=result.error,
+        )
+        self._events.closed = True
+        self._emit(response)
+        return response
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
