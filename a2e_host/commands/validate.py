@@ -1,0 +1,154 @@
+"""``a2e-host validate CHAIN.json [--json]``: check a chain file without running it.
+
+Layer: command (reads one file, prints to stdout/stderr). The chain is validated exactly
+as a ``chain/req`` would be (PROTOCOL.md §4, §6), against the tools, skills and proc
+policy of the configuration, with every capability granted.
+
+Exit codes: 0 valid, 1 invalid (every problem printed), 2 unreadable file, bad JSON or
+bad configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..codec import decode_message
+from ..config import HostConfig, load_config
+from ..exceptions import ChainInvalid, RemoteProtocolError
+from ..limits import SessionLimits
+from ..messages import ChainRequest
+from ..validation import Catalog, ChainPlan, validate_chain
+
+__all__ = ["validate_main", "GRANTED"]
+
+GRANTED = frozenset({"chains", "tools", "skill", "proc"})
+"""Capabilities assumed granted when validating a file (no session is involved)."""
+
+EXIT_VALID, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
+
+
+def validate_main(
+    chain: Path, *, json_out: bool, config_path: Path | None, overrides: dict[str, Any]
+) -> int:
+    """Validate the chain file ``chain`` and print the diagnostics.
+
+    Args:
+        chain: a JSON file holding a ``chain/req`` body (``type``, ``id``, ``ts`` and
+            ``session_id`` may be left out).
+        json_out: print one JSON object ``{"valid", "code", "message", "errors", …}``
+            instead of one human-readable line per problem.
+        config_path: the TOML configuration, None for defaults and ``A2E_*`` variables.
+        overrides: CLI values for the configuration (``tools``, ``allow_proc``, …).
+
+    Returns:
+        The exit code: 0 valid, 1 invalid (a wrongly typed field counts as invalid, shown as
+        ``schema_violation``), 2 unreadable file, bad JSON or bad configuration.
+    """
+    try:
+        request = _read_request(chain)
+    except _Unreadable as exc:
+        return _fail(exc.code, str(exc), json_out)
+    except RemoteProtocolError as exc:  # readable JSON, but not a chain/req shape
+        problem = {
+            "code": exc.code, "node_id": "", "field": exc.detail.get("path", "$"),
+            "message": exc.message, "hint": "fix the field's type as the chain/req table says",
+        }
+        return _report_invalid(exc.code, exc.message, [problem], json_out)
+    try:
+        config = load_config(config_path, overrides=overrides)
+        catalog = _catalog(config)
+    except ValueError as exc:  # a bad file or value, an unknown tool pack, a broken skill
+        return _fail("config_error", str(exc), json_out)
+    try:
+        plan = validate_chain(
+            request, catalog, SessionLimits(config.limits), granted=GRANTED
+        )
+    except ChainInvalid as exc:
+        return _report_invalid(exc.code, exc.message, exc.details["errors"], json_out)
+    _report_valid(chain, plan, json_out)
+    return EXIT_VALID
+
+
+class _Unreadable(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _read_request(path: Path) -> ChainRequest:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise _Unreadable("unreadable", f"cannot read {str(path)!r}: {exc.strerror}") from None
+    try:
+        body = msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise _Unreadable("parse_error", f"{str(path)!r} is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise _Unreadable("invalid_message", f"{str(path)!r} must hold a JSON object "
+                          "(a chain/req body)")
+    body.setdefault("type", "chain/req")
+    if body["type"] != "chain/req":
+        raise _Unreadable("invalid_message", f"{str(path)!r} holds a {body['type']!r} message; "
+                          "validate takes a chain/req body")
+    msg = decode_message(msgspec.json.encode(body))
+    if not isinstance(msg, ChainRequest):  # pragma: no cover - the type tag decides
+        raise _Unreadable("invalid_message", f"{str(path)!r} does not hold a chain/req body")
+    return msg
+
+
+def _catalog(config: HostConfig) -> Catalog:
+    """The configuration's tools, skills and proc policy (:class:`~a2e_host.toolbox.Toolbox`)."""
+    from ..toolbox import Toolbox
+
+    catalog: Catalog = Toolbox.from_config(config)
+    return catalog
+
+
+def _fail(code: str, message: str, json_out: bool) -> int:
+    if json_out:
+        print(json.dumps({"valid": False, "code": code, "message": message, "errors": []},
+                         ensure_ascii=False))
+    else:
+        print(f"error: {message}", file=sys.stderr)
+    return EXIT_UNREADABLE
+
+
+def _report_invalid(code: str, message: str, errors: list[dict[str, Any]], json_out: bool) -> int:
+    if json_out:
+        print(json.dumps({"valid": False, "code": code, "message": message, "errors": errors},
+                         ensure_ascii=False))
+        return EXIT_INVALID
+    for problem in errors:
+        print(_line(problem))
+    count = len(errors)
+    print(f"invalid ({code}): {count} problem{'s' if count != 1 else ''}")
+    return EXIT_INVALID
+
+
+def _line(problem: dict[str, Any]) -> str:
+    node_id, field = problem.get("node_id", ""), problem.get("field", "")
+    where = f"node {node_id!r} field {field!r}" if node_id else f"field {field!r}"
+    hint = problem.get("hint")
+    fix = f" (fix: {hint})" if hint else ""
+    return f"{where}: {problem['message']}{fix}"
+
+
+def _report_valid(path: Path, plan: ChainPlan, json_out: bool) -> None:
+    ids = [node.node_id for node in plan.nodes]
+    roots = [ids[i] for i in plan.roots]
+    terminals = [ids[i] for i in plan.terminals]
+    if json_out:
+        print(json.dumps({
+            "valid": True, "chain_id": plan.request.chain_id, "nodes": len(ids),
+            "entry_node": ids[plan.entry], "roots": roots, "terminals": terminals,
+            "timeout": plan.timeout, "errors": [],
+        }, ensure_ascii=False))
+        return
+    print(f"valid: {path.name}: {len(ids)} node{'s' if len(ids) != 1 else ''}, "
+          f"roots {', '.join(roots)}; terminals {', '.join(terminals)}")

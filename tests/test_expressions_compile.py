@@ -1,0 +1,162 @@
+"""Expressions: root-field extraction, ``$.`` roots, syntax errors, the dotted fast path
+(PROTOCOL.md §3, §4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jmespath
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from a2e_host.expressions import Expression, ExpressionError, compile_expression, is_truthy
+
+
+@pytest.mark.parametrize(
+    ("text", "roots"),
+    [
+        ("read.output", {"read"}),
+        ("length(read.output)", {"read"}),
+        ("{a: n1.output, b: n2.output}", {"n1", "n2"}),
+        ("input.files[?size > `10`].name", {"input"}),
+        ("items[*].x", {"items"}),
+        ("a | b.c", {"a"}),
+        ("$.n1.output", {"n1"}),
+        ("[a.output, b]", {"a", "b"}),
+        ("a.output || b.output", {"a", "b"}),
+        ("!a.output && b.x == c.y", {"a", "b", "c"}),
+        ("sort_by(a.output, &b)", {"a"}),
+        ("a.{x: y, z: w}", {"a"}),
+        ("a[0].b", {"a"}),
+        ("a[]", {"a"}),
+        ("*.x", set()),
+        ("[?x].y", set()),
+        ("@.a.b", {"a"}),
+        ("@ | a.b", {"a"}),
+        ("a.b.c.d", {"a"}),
+        ("`[1, 2, 3]`", set()),
+        ("$", set()),
+        ("item", {"item"}),
+        ("length(output.items) > `0`", {"output"}),
+    ],
+)
+def test_roots_are_the_fields_read_from_the_context_root(text: str, roots: set[str]) -> None:
+    assert compile_expression(text).roots == frozenset(roots)
+
+
+def test_leading_dollar_dot_means_the_root() -> None:
+    context = {"input": {"x": 7}, "n1": {"output": [1, 2]}}
+    assert compile_expression("$.input.x").search(context) == 7
+    assert compile_expression("$.n1.output[1]").search(context) == 2
+    assert compile_expression("  $.input.x").search(context) == 7
+
+
+def test_bare_dollar_is_the_whole_context() -> None:
+    context = {"input": {"x": 7}}
+    assert compile_expression("$").search(context) == context
+
+
+def test_text_keeps_the_expression_as_written() -> None:
+    assert compile_expression("$.input.x").text == "$.input.x"
+
+
+def test_compiled_expressions_are_cached_by_text() -> None:
+    texts = [f"n{i}.output" for i in range(300)]  # more than jmespath's own 128
+    first = [compile_expression(t) for t in texts]
+    again = [compile_expression(t) for t in texts]
+    assert all(a is b for a, b in zip(first, again, strict=True))
+
+
+def test_bare_number_is_a_syntax_error_with_its_column() -> None:
+    with pytest.raises(ExpressionError) as info:
+        compile_expression("input.count > 0")
+    assert info.value.column == 15  # 1-based: the "0"
+    assert "backticks" in info.value.message
+
+
+def test_column_counts_the_leading_dollar_dot() -> None:
+    with pytest.raises(ExpressionError) as info:
+        compile_expression("$.input.count > 0")
+    assert info.value.column == 17
+
+
+@pytest.mark.parametrize(
+    ("text", "column", "words"),
+    [
+        ("a.", 3, "ends too early"),
+        ("a ~ b", 3, "~"),
+        ("length($.a)", 8, "'$'"),
+        ("lenght(a)", 1, "unknown function lenght()"),
+        ("x.y | nosuch (a)", 7, "unknown function nosuch()"),
+    ],
+)
+def test_syntax_errors_name_the_column(text: str, column: int, words: str) -> None:
+    with pytest.raises(ExpressionError) as info:
+        compile_expression(text)
+    assert info.value.column == column
+    assert words in info.value.message
+
+
+@pytest.mark.parametrize("text", ["", "   ", "$."])
+def test_empty_expression_is_an_error_without_a_column(text: str) -> None:
+    with pytest.raises(ExpressionError) as info:
+        compile_expression(text)
+    assert info.value.column is None
+
+
+@pytest.mark.parametrize(
+    ("value", "truthy"),
+    [
+        (False, False), (None, False), ("", False), ([], False), ({}, False),
+        (0, True), (0.0, True), ("0", True), ([0], True), ({"a": None}, True), (True, True),
+    ],
+)
+def test_truthiness_follows_jmespath(value: Any, truthy: bool) -> None:
+    assert is_truthy(value) is truthy
+    # the same answer as jmespath's own `||` (which returns the right side when left is false)
+    assert (jmespath.search("a || `\"other\"`", {"a": value}) != "other") is truthy
+
+
+@pytest.mark.parametrize("text", ["n12.output", "input.files", "item", "a.b.c.d"])
+def test_plain_dotted_paths_take_the_fast_path(text: str) -> None:
+    assert compile_expression(text).path == tuple(text.split("."))
+
+
+@pytest.mark.parametrize("text", ["a[0]", "length(a)", "a.\"b\"", "a || b", "@"])
+def test_other_expressions_use_the_interpreter(text: str) -> None:
+    assert compile_expression(text).path is None
+
+
+def test_search_errors_propagate_to_the_caller() -> None:
+    with pytest.raises(jmespath.exceptions.JMESPathTypeError):
+        compile_expression("length(read.output)").search({"read": {"output": 5}})
+
+
+_KEYS = st.sampled_from(["a", "b", "c", "output", "input", "_x", "item"])
+_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(
+    max_size=3
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    context=st.dictionaries(_KEYS, _VALUES, max_size=5),
+    path=st.lists(_KEYS, min_size=1, max_size=5),
+)
+def test_dotted_fast_path_agrees_with_jmespath(context: dict[str, Any], path: list[str]) -> None:
+    text = ".".join(path)
+    expr = compile_expression(text)
+    assert expr.path is not None
+    assert expr.search(context) == jmespath.search(text, context)
+    assert compile_expression("$." + text).search(context) == jmespath.search(text, context)
+
+
+def test_expression_repr_names_the_text() -> None:
+    assert repr(compile_expression("read.output")) == "Expression('read.output')"
+    assert isinstance(compile_expression("read.output"), Expression)
