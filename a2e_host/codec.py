@@ -1,13 +1,14 @@
 """Encode and decode A2E messages: bytes ↔ Structs.
 
-Layer: core (no I/O). One reusable msgspec decoder handles every message type, tagged
-by ``type`` (PROTOCOL.md §1). The fast path is a single typed decode; only a message
-that fails it is looked at again to say precisely what is wrong.
+Layer: core (no I/O, no anyio, no clock). One reusable msgspec decoder handles every
+message type, tagged by ``type`` (PROTOCOL.md §1). The fast path is one typed decode;
+only a message that fails it is decoded again, untyped, to say precisely what is wrong
+(and to apply "the last duplicate key wins" to the ``type`` tag too, PROTOCOL.md §8).
 
 Errors: :func:`decode_message` raises only :class:`~a2e_host.exceptions.RemoteProtocolError`
 subclasses (``parse_error``, ``invalid_message``, ``unknown_type``, ``schema_violation``,
-``version_mismatch``), whatever the bytes; each carries ``req_id`` (the offending
-message's ``id`` when readable, else ``""``).
+``version_mismatch``), whatever the bytes; each carries ``req_id``: the offending
+message's ``id`` when it was readable as a string, else ``""``.
 """
 
 from __future__ import annotations
@@ -38,100 +39,206 @@ __all__ = [
 ]
 
 SUPPORTED_VERSIONS = "1.x"
-"""The versions this host speaks, as named in ``version_mismatch`` errors."""
+"""The versions this host speaks, as named in ``version_mismatch`` errors (PROTOCOL.md §1)."""
 
 _AnyMessage = Union[tuple(MESSAGE_TYPES.values())]  # type: ignore[valid-type]  # noqa: UP007
 _decoder: msgspec.json.Decoder[Message] = msgspec.json.Decoder(_AnyMessage)
 _any_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
-_PATH = re.compile(r" - at `(\$[^`]*)`$")
+_DECODE_FAILURES = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeError)
+_AT_PATH = re.compile(r" - at `(\$[^`]*)`$")
+_MISSING = re.compile(r"^Object missing required field `([^`]*)`$")
 _LS, _PS = "\u2028".encode(), "\u2029".encode()
 
 
-def decode_message(data: bytes | str) -> Message:
-    """Decode one JSON message into its Struct.
+class _IdOnly(msgspec.Struct):
+    """Reads just the envelope ``id`` of a message that decoded but must be refused."""
+
+    id: str = ""
+
+
+_id_decoder = msgspec.json.Decoder(_IdOnly)
+
+
+def decode_message(data: bytes | bytearray | memoryview | str) -> Message:
+    """Decode one JSON message into its Struct (PROTOCOL.md §1, §2, §8).
 
     Args:
-        data: exactly one JSON object, UTF-8 bytes (or an already decoded ``str``).
+        data: exactly one JSON object: UTF-8 bytes (one NDJSON line without its ``\\n``,
+            or one WebSocket frame), or an already decoded ``str``.
 
     Returns:
-        The message Struct for its ``type`` (unknown fields ignored; ``a2e`` read as an
-        alias of ``version``).
+        The Struct of its ``type`` (see :data:`~a2e_host.messages.MESSAGE_TYPES`): unknown
+        fields ignored, absent fields at their defaults, ``a2e`` read as an alias of
+        ``version`` (and then unset), the last of duplicate keys winning.
 
     Raises:
-        ParseError: not JSON, not UTF-8, or beyond the decoder's limits (an integer of
-            thousands of digits, a non-finite number, nesting too deep) — PROTOCOL.md §8.
-        InvalidMessage: not an object, or no string ``type``.
-        UnknownType: a ``type`` this host does not know.
-        SchemaViolation: a field of the wrong type; ``detail["path"]`` names it.
-        VersionMismatch: a version other than ``1.x``.
+        ParseError: ``parse_error``: not JSON, not UTF-8 (a lone surrogate escape
+            included), or valid JSON beyond the decoder's limits: an integer of more
+            than ~4,300 digits, a float beyond ±1.8e308, nesting too deep.
+        InvalidMessage: ``invalid_message``: not a JSON object, or no string ``type``.
+        UnknownType: ``unknown_type``: a ``type`` not in ``MESSAGE_TYPES``.
+        SchemaViolation: ``schema_violation``: a field of the wrong type or a missing
+            required one; ``detail["path"]`` names it, e.g. ``$.nodes[2].kind``.
+        VersionMismatch: ``version_mismatch``: a ``version`` (or ``a2e``) whose major
+            version is not 1.
+
+        Every error has ``req_id`` (the message's ``id`` when readable, else ``""``) and
+        no other exception escapes, whatever the bytes.
     """
     try:
         msg = _decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-        raise _diagnose(data, exc) from None
-    version = msg.protocol_version
-    if version != PROTOCOL_VERSION and not version.startswith("1."):
-        err = VersionMismatch(
-            f"protocol version {version!r} is not supported; this host speaks {SUPPORTED_VERSIONS}",
-            detail={"supported": [SUPPORTED_VERSIONS], "got": version},
-        )
-        err.req_id = msg.id  # type: ignore[attr-defined]
-        raise err
+    except _DECODE_FAILURES as exc:
+        return _decode_slowly(data, exc)
+    if msg.a2e is not msgspec.UNSET or not _speaks(msg.version):
+        err = _adopt_version(msg)
+        if err is not None:
+            raise _with_id(err, _read_id(data))
     return msg
 
 
-def _diagnose(data: bytes | str, exc: BaseException) -> RemoteProtocolError:
-    """Turn a failed typed decode into the one error code that says what is wrong."""
-    err: RemoteProtocolError
+def _read_id(data: bytes | bytearray | memoryview | str) -> str:
+    """The ``id`` of a message that decoded, or ``""`` when it sent none."""
+    try:
+        return _id_decoder.decode(data).id
+    except _DECODE_FAILURES:  # pragma: no cover - the message just decoded
+        return ""
+
+
+def _speaks(version: str) -> bool:
+    """Whether this host speaks ``version``: major version 1 (``"1.0"``, ``"1.7"``…)."""
+    return version == PROTOCOL_VERSION or version.partition(".")[0] == "1"
+
+
+def _version_error(version: str) -> VersionMismatch:
+    return VersionMismatch(
+        f"protocol version {version!r} is not supported; send version "
+        f"{PROTOCOL_VERSION!r} (this host speaks {SUPPORTED_VERSIONS})",
+        detail={"supported": [SUPPORTED_VERSIONS], "got": version},
+    )
+
+
+def _adopt_version(msg: Message) -> VersionMismatch | None:
+    """Check ``version`` and its alias ``a2e``; move ``a2e`` into ``version``."""
+    if msg.a2e is not msgspec.UNSET:
+        for version in (msg.a2e, msg.version):
+            if not _speaks(version):
+                return _version_error(version)
+        msg.version = msg.a2e
+        msg.a2e = msgspec.UNSET
+        return None
+    return None if _speaks(msg.version) else _version_error(msg.version)
+
+
+def _decode_slowly(data: bytes | bytearray | memoryview | str, exc: BaseException) -> Message:
+    """After a failed typed decode: decode untyped, then either raise the one error
+    that says what is wrong, or return the message (duplicate ``type`` keys)."""
     try:
         obj = _any_decoder.decode(data)
     except RecursionError:
-        return _with_id(ParseError("message is nested too deeply to decode"), None)
+        raise _with_id(
+            ParseError("message is nested too deeply to decode; flatten its structure"), None
+        ) from None
+    except UnicodeError:
+        raise _with_id(
+            ParseError("message text is not valid Unicode (it has a lone surrogate); "
+                       "send UTF-8 JSON"),
+            None,
+        ) from None
     except msgspec.ValidationError as e:  # valid JSON beyond the decoder's limits
-        return _with_id(ParseError(f"message is not acceptable JSON: {_strip(e)}"), None)
+        # The typed decoder names struct fields (``$.output``), the untyped one only
+        # ``$[...]``: prefer the former when it saw the same problem.
+        typed = isinstance(exc, msgspec.ValidationError) and "out of range" in str(exc)
+        path = _path_of(exc if typed else e)
+        err = ParseError(
+            f"message has a number beyond what this host decodes ({_reason(e).lower()} "
+            f"at {path}); send such numbers as strings",
+            detail={"path": path},
+        )
+        raise _with_id(err, None) from None
     except msgspec.DecodeError as e:
-        return _with_id(ParseError(f"message is not valid JSON (UTF-8): {_strip(e)}"), None)
+        err = ParseError(
+            f"message is not valid UTF-8 JSON ({_reason(e)}); send one complete JSON object "
+            "with no unpaired \\ud800-\\udfff escapes"
+        )
+        raise _with_id(err, None) from None
+    result = _classify(obj, exc)
+    if isinstance(result, Message):
+        return result
+    raise result from None
+
+
+def _classify(obj: Any, exc: BaseException) -> Message | RemoteProtocolError:
+    """The error for a JSON value the typed decoder refused, or the message a retry decoded."""
     if not isinstance(obj, dict):
-        kind = _json_kind(obj)
-        return _with_id(InvalidMessage(f"a message must be a JSON object, got {kind}"), None)
+        return _with_id(
+            InvalidMessage(f"a message must be a JSON object, got {_json_kind(obj)}"), None
+        )
     req_id = obj.get("id")
     mtype = obj.get("type")
     if mtype is None:
-        err = InvalidMessage("message has no 'type' field; add e.g. \"type\": \"chain/req\"")
+        err: RemoteProtocolError = InvalidMessage(
+            "message has no 'type' field; add one, e.g. \"type\": \"chain/req\""
+        )
         return _with_id(err, req_id)
     if not isinstance(mtype, str):
-        err = InvalidMessage(f"message 'type' must be a string, got {_json_kind(mtype)}")
+        err = InvalidMessage(
+            f"message 'type' must be a string such as \"chain/req\", got {_json_kind(mtype)}"
+        )
         return _with_id(err, req_id)
     if mtype not in MESSAGE_TYPES:
-        known = ", ".join(sorted(MESSAGE_TYPES))
+        known = sorted(MESSAGE_TYPES)
         err = UnknownType(
-            f"unknown message type {mtype!r}; this host knows: {known}",
-            detail={"type": mtype, "known": sorted(MESSAGE_TYPES)},
+            f"unknown message type {mtype!r}; this host knows {', '.join(known)}",
+            detail={"type": mtype, "known": known},
         )
         return _with_id(err, req_id)
-    version = obj.get("a2e", obj.get("version", PROTOCOL_VERSION))
-    if isinstance(version, str) and version != PROTOCOL_VERSION and not version.startswith("1."):
-        err = VersionMismatch(
-            f"protocol version {version!r} is not supported; this host speaks {SUPPORTED_VERSIONS}",
-            detail={"supported": [SUPPORTED_VERSIONS], "got": version},
-        )
-        return _with_id(err, req_id)
-    text = _strip(exc)
-    match = _PATH.search(str(exc))
-    path = match.group(1) if match else "$"
+    for key in ("a2e", "version"):
+        version = obj.get(key)
+        if isinstance(version, str) and not _speaks(version):
+            return _with_id(_version_error(version), req_id)
+    if isinstance(exc, msgspec.ValidationError):
+        # The typed decoder may have refused only a repeated ``type`` key (the last one
+        # wins, PROTOCOL.md §8): retry once on the de-duplicated object.
+        try:
+            msg = _decoder.decode(_encoder.encode(obj))
+        except msgspec.ValidationError as e:
+            exc = e
+        except (msgspec.DecodeError, RecursionError, ValueError, TypeError):
+            pass
+        else:
+            mismatch = _adopt_version(msg)
+            return msg if mismatch is None else _with_id(mismatch, req_id)
     if isinstance(exc, RecursionError):
-        return _with_id(ParseError("message is nested too deeply to decode"), req_id)
-    if "out of range" in text:
-        err = ParseError(f"{text} at {path}: a number beyond what this host decodes")
-        err.detail = {"path": path}
-        return _with_id(err, req_id)
-    err = SchemaViolation(f"{mtype}: {text} at {path}", detail={"path": path, "type": mtype})
-    return _with_id(err, req_id)
+        return _with_id(
+            ParseError("message is nested too deeply to decode; flatten its structure"), req_id
+        )
+    return _with_id(_schema_violation(mtype, exc), req_id)
 
 
-def _strip(exc: BaseException) -> str:
-    return _PATH.sub("", str(exc))
+def _schema_violation(mtype: str, exc: BaseException) -> SchemaViolation:
+    reason = _reason(exc)
+    path = _path_of(exc)
+    missing = _MISSING.match(reason)
+    if missing:
+        path = f"{path}.{missing.group(1)}"
+        text = f"{mtype} is missing the required field {path}; add it"
+    else:
+        where = path
+        if path.endswith("[...]"):  # a value inside a dict: name the dict
+            path = path[: -len("[...]")]
+            where = f"a value of {path}"
+        text = f"{mtype} has an invalid field: {where}: {reason[:1].lower()}{reason[1:]}"
+    return SchemaViolation(text, detail={"path": path, "type": mtype})
+
+
+def _path_of(exc: BaseException) -> str:
+    match = _AT_PATH.search(str(exc))
+    return match.group(1) if match else "$"
+
+
+def _reason(exc: BaseException) -> str:
+    return _AT_PATH.sub("", str(exc))
 
 
 def _with_id(err: RemoteProtocolError, req_id: object) -> RemoteProtocolError:
@@ -150,37 +257,65 @@ def _json_kind(value: object) -> str:
         return "an array"
     if value is None:
         return "null"
-    return type(value).__name__
+    return "an object"
 
 
 def encode_message(msg: Message) -> bytes:
-    """Encode a message as compact one-line UTF-8 JSON (no trailing newline).
+    """Encode a message as compact, one-line UTF-8 JSON, with no trailing newline.
 
-    U+2028 and U+2029 are escaped (PROTOCOL.md §8); a non-finite float encodes as
-    ``null`` (node outputs are checked for them before they get here).
+    Every field is written, defaults included, ``type`` first (PROTOCOL.md §1).
+    U+2028 and U+2029 are written as ``\\u2028`` / ``\\u2029`` and a non-finite float as
+    ``null``, so the output never holds bare NaN or Infinity (PROTOCOL.md §8; node
+    outputs are checked with :func:`has_non_finite` before they get here).
+
+    Raises:
+        TypeError: a field holds a value msgspec cannot encode (not JSON-like).
+        ValueError: an integer of more than 4,300 digits (Python's conversion limit; the
+            decoder refuses those too, so decoded values always re-encode).
     """
     data = _encoder.encode(msg)
-    if _LS in data or _PS in data:
+    return _escape_separators(data)
+
+
+def _escape_separators(data: bytes) -> bytes:
+    """Write U+2028 / U+2029 as JSON escapes (``isascii`` first: it is far cheaper)."""
+    if not data.isascii() and (_LS in data or _PS in data):
         data = data.replace(_LS, b"\\u2028").replace(_PS, b"\\u2029")
     return data
 
 
 def encode_line(msg: Message) -> bytes:
-    """:func:`encode_message` plus the ``\\n`` that ends an NDJSON line."""
+    """:func:`encode_message` plus the ``\\n`` that ends an NDJSON line (PROTOCOL.md §1).
+
+    Raises:
+        TypeError, ValueError: as :func:`encode_message`.
+    """
     return encode_message(msg) + b"\n"
 
 
 def encode_value(value: Any) -> bytes:
-    """Encode any JSON value compactly (used to measure outputs against ``max_output_bytes``).
+    """Encode any JSON value exactly as it would appear inside a message.
+
+    Used to measure a node's output against ``max_output_bytes`` (PROTOCOL.md §6): the
+    byte count equals the value's share of the encoded ``chain/event``.
 
     Raises:
         TypeError: the value is not JSON-encodable.
+        ValueError: an integer of more than 4,300 digits.
     """
-    return _encoder.encode(value)
+    data = _encoder.encode(value)
+    return _escape_separators(data)
 
 
 def has_non_finite(value: Any) -> bool:
-    """Whether a JSON-like value contains NaN or ±Infinity anywhere (PROTOCOL.md §8)."""
+    """Whether a JSON-like value holds NaN or ±Infinity anywhere (PROTOCOL.md §8).
+
+    Args:
+        value: nested dicts, lists and tuples of scalars (a node's output).
+
+    Returns:
+        True when some float inside is not finite (such an output fails its node).
+    """
     stack = [value]
     while stack:
         v = stack.pop()

@@ -55,9 +55,14 @@ class A2EError(Exception):
 
 
 class RemoteProtocolError(A2EError):
-    """The peer sent something this host cannot accept; answered with a wire ``error``."""
+    """The peer sent something this host cannot accept; answered with a wire ``error``.
+
+    Attributes:
+        req_id: the offending message's ``id`` when it was readable, else ``""``.
+    """
 
     code = "invalid_message"
+    req_id: str = ""
 
 
 class ParseError(RemoteProtocolError):

@@ -10,8 +10,8 @@ decoder. Structs encode every field (defaults included), in declaration order af
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from typing import Any, ClassVar
 
 import msgspec
@@ -40,25 +40,36 @@ PROTOCOL_VERSION = "1.0"
 """The version this host emits; any ``1.x`` is accepted on input (PROTOCOL.md §1)."""
 
 
+_UUID4_CLEAR = 0xFFFFFFFFFFFF0FFF3FFFFFFFFFFFFFFF  # version nibble and variant bits
+_UUID4_SET = 0x00000000000040008000000000000000  # version 4, RFC 4122 variant
+
+
 def new_id() -> str:
-    """A fresh message id: 32 lowercase hex digits of a uuid4 (the A2E SDK's default)."""
-    return uuid.uuid4().hex
+    """A fresh message id: a random uuid4 as 32 lowercase hex digits (``uuid4().hex``).
+
+    Same value space as the A2E SDK's ``uuid.uuid4().hex`` default, built without the
+    ``uuid.UUID`` object, which costs more than the rest of a ``ChainEvent`` together.
+    """
+    return "%032x" % (int.from_bytes(os.urandom(16)) & _UUID4_CLEAR | _UUID4_SET)
 
 
 def new_chain_id() -> str:
-    """A fresh ``chain_id``: 8 hex digits (seed: ``auto hex[:8]``)."""
-    return uuid.uuid4().hex[:8]
+    """A fresh ``chain_id``: 8 lowercase hex digits (seed table ``chain/req``: ``auto hex[:8]``)."""
+    return os.urandom(4).hex()
 
 
 class Message(msgspec.Struct, kw_only=True, tag_field="type"):
-    """The envelope every message carries (A2E ``A2EMessage``).
+    """The envelope every message carries (A2E ``A2EMessage``; the first four rows of
+    every seed message table, PROTOCOL.md §1–§2).
 
     Attributes:
-        id: message id; a uuid4 hex string when not given.
-        version: protocol version, ``"1.0"``. The alias ``a2e`` is accepted on input
-            (see :attr:`a2e`) and never emitted.
+        type: the tag (``chain/req`` …), written first; not an attribute, see ``TYPE``.
+        id: message id; a fresh uuid4 hex string when not given.
+        version: protocol version, ``"1.0"``; any ``1.x`` is accepted on input.
         ts: Unix epoch timestamp, float seconds; now when not given.
-        a2e: input-only alias of ``version``; unset unless the peer sent it.
+        a2e: input-only alias of ``version`` (PROTOCOL.md §2). :func:`a2e_host.codec.
+            decode_message` checks it, copies it into ``version`` and unsets it, so it is
+            never emitted; leave it unset when building messages.
     """
 
     id: str = msgspec.field(default_factory=new_id)
@@ -78,7 +89,7 @@ class Message(msgspec.Struct, kw_only=True, tag_field="type"):
 
 
 class HandshakeRequest(Message, tag="handshake/req", kw_only=True):
-    """Agent → host, once per session before any work.
+    """Agent → host, once per session before any work (PROTOCOL.md §2 table).
 
     Attributes:
         agent_id: free-form agent name.
@@ -107,8 +118,17 @@ class Capability(msgspec.Struct, kw_only=True):
 
 
 class HandshakeResponse(Message, tag="handshake/resp", kw_only=True):
-    """Host → agent. ``ok`` false carries ``reason``: ``auth_failed``, ``version_mismatch``,
-    ``no_caps`` or ``server_error``. ``max_parallel``: chains in flight per session."""
+    """Host → agent: the answer to ``handshake/req`` (PROTOCOL.md §2 table).
+
+    Attributes:
+        req_id: the ``handshake/req`` id.
+        session_id: new and unguessable (a fresh uuid4 hex when not given).
+        accepted_caps: the capabilities asked for **and** served.
+        max_parallel: chains in flight per session (default 4).
+        ok: false when refused, with ``reason``.
+        reason: ``auth_failed``, ``version_mismatch``, ``no_caps`` or ``server_error``
+            when ``ok`` is false, else ``""``.
+    """
 
     TYPE: ClassVar[str] = "handshake/resp"
     req_id: str = ""
@@ -120,13 +140,15 @@ class HandshakeResponse(Message, tag="handshake/resp", kw_only=True):
 
 
 class Ping(Message, tag="ping", kw_only=True):
-    """Agent → host liveness check; answered by :class:`Pong`."""
+    """Agent → host liveness check, no fields beyond the envelope; answered by
+    :class:`Pong` (PROTOCOL.md §2 table)."""
 
     TYPE: ClassVar[str] = "ping"
 
 
 class Pong(Message, tag="pong", kw_only=True):
-    """Host → agent. ``uptime_seconds``: float seconds since the host started."""
+    """Host → agent answer to :class:`Ping` (PROTOCOL.md §2 table): ``req_id`` is the
+    ping's id, ``uptime_seconds`` float seconds since the host started."""
 
     TYPE: ClassVar[str] = "pong"
     req_id: str = ""
@@ -134,15 +156,15 @@ class Pong(Message, tag="pong", kw_only=True):
 
 
 class Shutdown(Message, tag="shutdown", kw_only=True):
-    """Agent → host: stop taking work, let chains in flight finish within ``timeout``
-    (int seconds, default 10), then close."""
+    """Agent → host (PROTOCOL.md §2 table): stop taking work, let chains in flight finish
+    within ``timeout`` (int seconds, default 10), then close."""
 
     TYPE: ClassVar[str] = "shutdown"
     timeout: int = 10
 
 
 class ErrorMessage(Message, tag="error", kw_only=True):
-    """Host → agent: a message could not be accepted (PROTOCOL.md §2).
+    """Host → agent: a message could not be accepted (PROTOCOL.md §2 table).
 
     Attributes:
         req_id: id of the offending message, ``""`` when it had no readable id.
@@ -203,8 +225,9 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
 
     Attributes:
         session_id: from ``handshake/resp``.
-        chain_id: chain identifier; 8 hex digits when absent or empty.
-        nodes: the DAG's nodes.
+        chain_id: chain identifier; 8 fresh hex digits when absent or empty.
+        nodes: the DAG's nodes (the seed's ``list[dict]``, typed as :class:`ChainNode` so
+            a malformed node is a ``schema_violation`` naming its path).
         entry_node: node_id of the first node; must be a root (PROTOCOL.md §4).
         initial_input: the context's ``input``.
         correlation_id: ties the chain to an agent turn.
@@ -214,7 +237,7 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
 
     TYPE: ClassVar[str] = "chain/req"
     session_id: str = ""
-    chain_id: str = ""
+    chain_id: str = msgspec.field(default_factory=new_chain_id)
     nodes: list[ChainNode] = []
     entry_node: str = ""
     initial_input: dict[str, Any] = {}
@@ -223,15 +246,17 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
     timeout: int = 300
 
     def __post_init__(self) -> None:
+        """An empty ``chain_id`` means absent (PROTOCOL.md §4): give it a fresh one."""
         if not self.chain_id:
             self.chain_id = new_chain_id()
 
 
 class ChainEvent(Message, tag="chain/event", kw_only=True):
-    """Host → agent progress of one node (seed table ``chain/event``; extends A2EEvent).
+    """Host → agent progress of one node (seed table ``chain/event``; extends A2EEvent,
+    whose field order it keeps: ``kind, req_id, data, seq`` then the seed's own).
 
     Attributes:
-        kind / data: A2EEvent's fields, always ``"status"`` and ``{}``.
+        kind / data: A2EEvent's fields, always ``"status"`` and ``{}`` (PROTOCOL.md §5).
         req_id: the ``chain/req`` id.
         seq: 1, 2, 3 … per request, gapless (PROTOCOL.md §5).
         node_id: the node; map items as ``<template>[<index>]``, skill inner nodes as
@@ -275,7 +300,9 @@ class ChainResponse(Message, tag="chain/resp", kw_only=True):
 
 
 class ChainCancel(Message, tag="chain/cancel", kw_only=True):
-    """*Extension* (PROTOCOL.md §5): cancel the running chain whose request id is ``req_id``."""
+    """*Extension* ``chain/cancel``, agent → host (PROTOCOL.md §5): cancel the running chain
+    whose ``chain/req`` id is ``req_id``; it ends with a ``chain/resp`` whose error code is
+    ``cancelled``. ``session_id`` is the sender's session, as in ``chain/req``."""
 
     TYPE: ClassVar[str] = "chain/cancel"
     session_id: str = ""
