@@ -1,0 +1,94 @@
+"""ChainProgress: the state behind ``a2e-host run``'s live table and plain lines."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from a2e_host.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
+from a2e_host.progress import ChainProgress, format_duration
+
+REQUEST = ChainRequest(
+    chain_id="demo",
+    entry_node="list",
+    initial_input={"names": ["a", "b", "c"]},
+    nodes=[
+        ChainNode(node_id="list", kind="tool", name="echo", input_map={"names": "input.names"},
+                  next_node="each"),
+        ChainNode(node_id="each", kind="map", items_path="list.output.names", map_node="shout"),
+        ChainNode(node_id="shout", kind="tool", name="upper", input_map={"text": "item"}),
+    ],
+)
+
+
+def event(seq: int, node_id: str, phase: str, output: object = None, error: str = "") -> ChainEvent:
+    return ChainEvent(req_id="r", seq=seq, node_id=node_id, phase=phase, output=output,
+                      error=error)
+
+
+def test_map_total_is_computed_from_items_path_when_the_map_starts() -> None:
+    progress = ChainProgress(REQUEST, now=0.0)
+    progress.feed(event(1, "list", "start"), 0.0)
+    progress.feed(event(2, "list", "done", {"names": ["a", "b", "c"]}), 0.5)
+    progress.feed(event(3, "each", "start"), 0.5)
+    each = progress.nodes["each"]
+    assert each.items_total == 3
+    progress.feed(event(4, "shout[0]", "start"), 0.6)
+    progress.feed(event(5, "shout[0]", "done", {"text": "A"}), 0.7)
+    progress.feed(event(6, "shout[2]", "start"), 0.7)
+    progress.feed(event(7, "shout[2]", "error", error="boom"), 0.8)
+    assert (each.items_started, each.items_done, each.items_failed) == (2, 1, 1)
+    assert "shout" not in progress.nodes  # a template shows through its map
+    assert progress.nodes["list"].duration(9.0) == 0.5
+    assert each.duration(1.0) == 0.5  # still running: measured to now
+
+
+def test_map_total_unknown_when_items_path_cannot_be_evaluated_yet() -> None:
+    progress = ChainProgress(REQUEST, now=0.0)
+    progress.feed(event(1, "each", "start"), 0.0)  # list's output never seen
+    assert progress.nodes["each"].items_total is None
+    progress.feed(event(2, "each", "done", [{"text": "A"}, {"text": "B"}]), 1.0)
+    assert progress.nodes["each"].items_total == 2
+
+
+def test_plain_lines_name_phase_node_kind_and_error() -> None:
+    progress = ChainProgress(REQUEST, now=0.0)
+    start = event(1, "list", "start")
+    progress.feed(start, 0.0)
+    assert progress.plain_line(start, 0.0) == "[  1] start list (tool echo)"
+    failed = event(2, "list", "error", error="echo exploded")
+    progress.feed(failed, 0.25)
+    assert progress.plain_line(failed, 0.25) == "[  2] error list  250 ms  error: echo exploded"
+
+
+def test_rendered_table_shows_statuses_and_the_items_bar() -> None:
+    progress = ChainProgress(REQUEST, now=0.0)
+    for seq, (node_id, phase, output) in enumerate(
+        [("list", "start", None), ("list", "done", {"names": ["a", "b"]}), ("each", "start", None),
+         ("shout[0]", "start", None), ("shout[0]", "done", {"text": "A"})],
+        start=1,
+    ):
+        progress.feed(event(seq, node_id, phase, output), float(seq))
+    console = Console(width=100, record=True, color_system=None)
+    console.print(progress.render(6.0))
+    text = console.export_text()
+    assert "✓ done" in text and "▶ running" in text
+    assert "1/2" in text
+    progress.finish(ChainResponse(req_id="r", chain_id="demo", success=True, nodes_run=2,
+                                  duration_ms=42), 7.0)
+    assert progress.summary() == "chain demo succeeded: 2 nodes in 42 ms"
+
+
+def test_failure_summary_names_code_and_node() -> None:
+    progress = ChainProgress(REQUEST, now=0.0)
+    progress.finish(ChainResponse(req_id="r", chain_id="demo", success=False, error={
+        "code": "chain_node_error", "message": "upper: 'text' is required", "node_id": "each",
+    }), 1.0)
+    assert progress.summary() == (
+        "chain demo failed (chain_node_error) at node 'each': upper: 'text' is required"
+    )
+
+
+def test_durations_read_in_sensible_units() -> None:
+    assert [format_duration(s) for s in (None, 0.004, 2.5, 125.0)] == [
+        "", "4 ms", "2.50 s", "2 min 05.0 s",
+    ]
