@@ -1,0 +1,104 @@
+"""The toolbox: everything executable a host configuration exposes, in one object.
+
+Layer: runtime edge. The chain plugin holds one :class:`Toolbox`; validation reads it as
+its :class:`~a2e_host.validation.Catalog` (tool and skill names, proc policy) and the
+scheduler calls its :attr:`Toolbox.executors` for ``tool``, ``skill`` and ``proc`` nodes
+(:class:`~a2e_host.nodes.Executor`). Source: PROTOCOL.md §4 (catalog checks), §5 (running).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import HostConfig
+from .exceptions import NodeError
+from .messages import ChainNode
+from .nodes import Executor, NodeContext
+from .proc import ProcPolicy, run_proc
+from .skills import SkillRegistry, load_skills
+from .tools import ToolRegistry, load_tools
+
+__all__ = ["Toolbox"]
+
+
+class Toolbox:
+    """Tools, skills and the proc policy of one configuration.
+
+    Args:
+        tools: the enabled tools.
+        skills: the loaded skills.
+        proc: the proc policy.
+
+    Attributes:
+        executors: ``{"tool": …, "skill": …, "proc": …}``, each an
+            :class:`~a2e_host.nodes.Executor`.
+    """
+
+    def __init__(
+        self,
+        tools: ToolRegistry | None = None,
+        skills: SkillRegistry | None = None,
+        proc: ProcPolicy | None = None,
+    ) -> None:
+        self.tools = tools if tools is not None else ToolRegistry()
+        self.skills = skills if skills is not None else SkillRegistry()
+        self.proc = proc if proc is not None else ProcPolicy()
+        self.executors: dict[str, Executor] = {
+            "tool": self.run_tool,
+            "skill": self.skills.run_skill,
+            "proc": self.run_proc,
+        }
+
+    @classmethod
+    def from_config(cls, config: HostConfig) -> Toolbox:
+        """Build the toolbox of ``config``: tool packs, proc policy, then skills (validated
+        against the tools and policy).
+
+        Raises:
+            ValueError: an unknown tool pack or an ``allow_proc`` entry not found.
+            SkillLoadError: (a ValueError) a broken skill file, naming it.
+        """
+        box = cls(load_tools(config), None, ProcPolicy.from_config(config))
+        box.skills = load_skills(config, box)
+        box.executors["skill"] = box.skills.run_skill
+        return box
+
+    # ── the validation Catalog ──
+
+    def tool_names(self) -> list[str]:
+        """Names of the enabled tools, sorted."""
+        return self.tools.names()
+
+    def skill_names(self) -> list[str]:
+        """Names of the loaded skills, sorted."""
+        return self.skills.names()
+
+    def check_proc(self, node: ChainNode) -> str | None:
+        """A static refusal for a proc node (see :meth:`ProcPolicy.static_check`), or None."""
+        return self.proc.static_check(node)
+
+    def suggest_tool(self, name: str) -> list[str]:
+        """Tool names close to ``name``."""
+        return self.tools.suggest(name)
+
+    def suggest_skill(self, name: str) -> list[str]:
+        """Skill names close to ``name``."""
+        return self.skills.suggest(name)
+
+    # ── executors ──
+
+    async def run_tool(self, node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
+        """The ``tool`` executor: ``tools.get(node.name).invoke(args)``.
+
+        Raises:
+            NodeError: the tool is not registered (validation should have refused it), or
+                the tool failed (see :meth:`~a2e_host.tools.Tool.invoke`).
+        """
+        tool = self.tools.get(node.name)
+        if tool is None:
+            raise NodeError(f"unknown tool {node.name!r} in node {ctx.node_id!r}")
+        return await tool.invoke(args)
+
+    async def run_proc(self, node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
+        """The ``proc`` executor (see :func:`a2e_host.proc.run_proc`)."""
+        return await run_proc(args, self.proc, node_id=ctx.node_id)

@@ -1,0 +1,187 @@
+"""run_proc: argv only, allowlist, caps without deadlock, and killing the whole group."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from a2e_host.config import HostConfig
+from a2e_host.exceptions import NodeError, NodeTimeout
+from a2e_host.messages import ChainNode
+from a2e_host.proc import ProcPolicy, run_proc
+
+PY = sys.executable
+MiB = 1024 * 1024
+
+
+def policy(tmp_path: Path, **options: object) -> ProcPolicy:
+    config = HostConfig(allow_proc=("sh", PY), root=str(tmp_path))
+    return ProcPolicy.from_config(config, **options)  # type: ignore[arg-type]
+
+
+def group_is_gone(pgid: int) -> bool:
+    """True once no process of group ``pgid`` exists (bounded retry: reaping is async)."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+async def read_pid_from_fifo(fifo: Path) -> int:
+    """The pid the child writes into ``fifo`` (blocks until it does; bounded)."""
+    with anyio.fail_after(10):
+        text = await anyio.to_thread.run_sync(fifo.read_text, abandon_on_cancel=True)
+    return int(text)
+
+
+LOUD = (
+    "import sys; sys.stdout.buffer.write(b'o' * 5_000_000); "
+    "sys.stderr.buffer.write(b'e' * 1_000_000)"
+)
+
+
+def test_large_outputs_on_both_streams_do_not_deadlock(tmp_path: Path) -> None:
+    pol = policy(tmp_path, max_stdout_bytes=8 * MiB)
+    out = anyio.run(run_proc, {"argv": [PY, "-c", LOUD], "timeout": 60}, pol)
+    assert (len(out["stdout"]), len(out["stderr"])) == (5_000_000, 1_000_000)
+    assert out["exit_code"] == 0 and out["truncated"] is False
+
+
+def test_output_over_the_cap_is_truncated_to_exactly_the_cap(tmp_path: Path) -> None:
+    out = anyio.run(run_proc, {"argv": [PY, "-c", LOUD], "timeout": 60}, policy(tmp_path))
+    assert out["truncated"] is True
+    assert len(out["stdout"]) == MiB
+    assert len(out["stderr"]) == 1_000_000
+
+
+def test_timeout_kills_the_group_grandchildren_included(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    args = {"argv": ["sh", "-c", f"echo $$ > {pidfile}; sleep 60 & sleep 60"], "timeout": 1}
+    started = time.monotonic()
+    with pytest.raises(NodeTimeout, match=r"timed out after 1 s"):
+        anyio.run(run_proc, args, policy(tmp_path))
+    assert time.monotonic() - started < 2.0
+    assert group_is_gone(int(pidfile.read_text()))
+
+
+def test_cancelling_the_caller_kills_the_group(tmp_path: Path) -> None:
+    fifo = tmp_path / "pid.fifo"
+    os.mkfifo(fifo)
+    args = {"argv": ["sh", "-c", f"sleep 60 & echo $$ > {fifo}; sleep 60"]}
+    outcome: list[str] = []
+
+    async def main() -> int:
+        async with anyio.create_task_group() as tg:
+
+            async def runner() -> None:
+                try:
+                    await run_proc(args, policy(tmp_path))
+                except anyio.get_cancelled_exc_class():
+                    outcome.append("cancelled")
+                    raise
+
+            tg.start_soon(runner)
+            pgid = await read_pid_from_fifo(fifo)
+            tg.cancel_scope.cancel()
+        return pgid
+
+    pgid = anyio.run(main)
+    assert outcome == ["cancelled"]
+    assert group_is_gone(pgid)
+
+
+def test_invalid_utf8_becomes_replacement_characters(tmp_path: Path) -> None:
+    script = (
+        "import sys; sys.stdout.buffer.write(b'a\\xff\\xfeb'); sys.stderr.buffer.write(b'\\xc3')"
+    )
+    out = anyio.run(run_proc, {"argv": [PY, "-c", script]}, policy(tmp_path))
+    assert out["stdout"] == "a\ufffd\ufffdb"
+    assert out["stderr"] == "\ufffd"
+
+
+def test_non_zero_exit_fails_with_code_and_stderr_tail(tmp_path: Path) -> None:
+    args = {"argv": ["sh", "-c", "echo 'no such input' >&2; exit 3"]}
+    with pytest.raises(NodeError) as info:
+        anyio.run(run_proc, args, policy(tmp_path))
+    assert "exited with code 3" in info.value.message
+    assert "no such input" in info.value.message
+    assert info.value.details["exit_code"] == 3
+
+
+def test_check_false_returns_the_exit_code(tmp_path: Path) -> None:
+    out = anyio.run(
+        run_proc, {"cmd": ["sh", "-c", "echo hi; exit 3"], "check": False}, policy(tmp_path)
+    )
+    assert (out["exit_code"], out["stdout"], out["stderr"]) == (3, "hi\n", "")
+    assert isinstance(out["duration_ms"], int)
+
+
+def test_stdin_env_and_cwd_reach_the_child(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    args = {
+        "argv": ["sh", "-c", 'cat; pwd; echo "$GREETING"; echo "${SECRET_TOKEN:-unset}"'],
+        "stdin": "from stdin\n",
+        "cwd": "work",
+        "env": {"GREETING": "hello"},
+    }
+    os.environ["SECRET_TOKEN"] = "leak"
+    try:
+        out = anyio.run(run_proc, args, policy(tmp_path))
+    finally:
+        del os.environ["SECRET_TOKEN"]
+    assert out["stdout"] == f"from stdin\n{(tmp_path / 'work').resolve()}\nhello\nunset\n"
+
+
+def test_stdin_is_dev_null_by_default(tmp_path: Path) -> None:
+    out = anyio.run(run_proc, {"argv": ["sh", "-c", "cat; echo done"]}, policy(tmp_path))
+    assert out["stdout"] == "done\n"
+
+
+def test_cwd_outside_the_root_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(NodeError, match="'..' components are not allowed"):
+        anyio.run(run_proc, {"argv": ["sh", "-c", "pwd"], "cwd": "../"}, policy(tmp_path))
+    with pytest.raises(NodeError, match="must be inside the root"):
+        anyio.run(run_proc, {"argv": ["sh", "-c", "pwd"], "cwd": "/"}, policy(tmp_path))
+
+
+def test_executable_not_allowed_is_refused_at_run_time(tmp_path: Path) -> None:
+    with pytest.raises(NodeError, match=r"executable 'ls' is not allowed for proc nodes"):
+        anyio.run(run_proc, {"argv": ["ls"]}, policy(tmp_path))
+
+
+def test_shell_string_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(NodeError, match="not a shell command line"):
+        anyio.run(run_proc, {"argv": "sh -c 'echo hi'"}, policy(tmp_path))
+
+
+def test_no_allowlist_means_proc_is_disabled() -> None:
+    refusal = ProcPolicy.from_config(HostConfig()).check_argv0("sh")
+    assert refusal is not None and "proc nodes are disabled on this host" in refusal
+
+
+def test_static_check_of_a_node(tmp_path: Path) -> None:
+    pol = policy(tmp_path)
+    ok = ChainNode(node_id="p", kind="proc", input={"argv": ["sh", "-c", "true"]})
+    bad = ChainNode(node_id="p", kind="proc", input={"argv": ["rm", "-rf", "/"]})
+    dynamic = ChainNode(node_id="p", kind="proc", input_map={"argv": "input.cmd"})
+    assert pol.static_check(ok) is None
+    assert pol.static_check(dynamic) is None
+    refusal = pol.static_check(bad)
+    assert refusal is not None and refusal.startswith(
+        "proc node 'p': executable 'rm' is not allowed"
+    )
+
+
+def test_unknown_allow_proc_entry_is_a_configuration_error() -> None:
+    with pytest.raises(ValueError, match="allow_proc entry 'no-such-exe-xyz' is not an executable"):
+        ProcPolicy.from_config(HostConfig(allow_proc=("no-such-exe-xyz",)))

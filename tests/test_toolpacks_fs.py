@@ -1,0 +1,111 @@
+"""The fs pack: confinement to the root, UTF-8 text, sorted relative outputs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from a2e_host.config import HostConfig
+from a2e_host.exceptions import NodeError
+from a2e_host.tools import ToolRegistry, load_tools
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "root"
+    (r / "sub").mkdir(parents=True)
+    (r / "a.txt").write_text("hello\nworld\n", encoding="utf-8")
+    (r / "sub" / "b.txt").write_text("b", encoding="utf-8")
+    (r / "sub" / "c.md").write_text("c", encoding="utf-8")
+    (tmp_path / "secret.txt").write_text("top secret", encoding="utf-8")
+    return r
+
+
+@pytest.fixture
+def fs(root: Path) -> ToolRegistry:
+    return load_tools(HostConfig(tools=("fs",), root=str(root)))
+
+
+def call(fs: ToolRegistry, name: str, args: dict[str, Any]) -> Any:
+    tool = fs.get(name)
+    assert tool is not None
+    return anyio.run(tool.invoke, args)
+
+
+def test_read_file_returns_path_text_and_bytes(fs: ToolRegistry) -> None:
+    assert call(fs, "read_file", {"path": "a.txt"}) == {
+        "path": "a.txt",
+        "text": "hello\nworld\n",
+        "bytes": 12,
+    }
+
+
+def test_dotdot_is_refused_naming_the_rule(fs: ToolRegistry) -> None:
+    with pytest.raises(NodeError, match=r"'\.\.' components are not allowed"):
+        call(fs, "read_file", {"path": "../../etc/passwd"})
+
+
+def test_absolute_path_outside_the_root_is_refused(fs: ToolRegistry, root: Path) -> None:
+    with pytest.raises(NodeError, match="absolute paths must be inside the root"):
+        call(fs, "read_file", {"path": str(root.parent / "secret.txt")})
+
+
+def test_absolute_path_inside_the_root_is_accepted(fs: ToolRegistry, root: Path) -> None:
+    assert call(fs, "read_file", {"path": str(root / "sub" / "b.txt")})["path"] == "sub/b.txt"
+
+
+def test_symlink_escaping_the_root_is_refused(fs: ToolRegistry, root: Path) -> None:
+    os.symlink(root.parent / "secret.txt", root / "link.txt")
+    with pytest.raises(NodeError, match="resolves outside the root"):
+        call(fs, "read_file", {"path": "link.txt"})
+
+
+def test_binary_file_is_refused_as_not_utf8(fs: ToolRegistry, root: Path) -> None:
+    (root / "bin.dat").write_bytes(b"ok\xff\xfe")
+    with pytest.raises(NodeError, match=r"not UTF-8 text \(invalid byte at offset 2\)"):
+        call(fs, "read_file", {"path": "bin.dat"})
+
+
+def test_read_cap_is_enforced(fs: ToolRegistry) -> None:
+    with pytest.raises(NodeError, match="12 bytes, over the 5-byte read cap"):
+        call(fs, "read_file", {"path": "a.txt", "max_bytes": 5})
+
+
+def test_glob_paths_are_sorted_and_relative(fs: ToolRegistry) -> None:
+    assert call(fs, "glob", {"pattern": "**/*.txt"}) == {
+        "paths": ["a.txt", "sub/b.txt"],
+        "count": 2,
+        "truncated": False,
+    }
+
+
+def test_glob_pattern_with_dotdot_is_refused(fs: ToolRegistry) -> None:
+    with pytest.raises(NodeError, match="must be relative, without '..'"):
+        call(fs, "glob", {"pattern": "../*.txt"})
+
+
+def test_write_then_read_and_stat(fs: ToolRegistry, root: Path) -> None:
+    assert call(fs, "write_file", {"path": "new/n.txt", "text": "é", "make_dirs": True}) == {
+        "path": "new/n.txt",
+        "bytes": 2,
+    }
+    assert (root / "new" / "n.txt").read_text(encoding="utf-8") == "é"
+    st = call(fs, "stat", {"path": "new/n.txt"})
+    assert (st["exists"], st["type"], st["size"]) == (True, "file", 2)
+    assert call(fs, "stat", {"path": "nope"})["exists"] is False
+
+
+def test_write_outside_the_root_is_refused(fs: ToolRegistry, root: Path) -> None:
+    with pytest.raises(NodeError, match="refused"):
+        call(fs, "write_file", {"path": "../evil.txt", "text": "x"})
+    assert not (root.parent / "evil.txt").exists()
+
+
+def test_list_dir_lists_sorted_entries(fs: ToolRegistry) -> None:
+    out = call(fs, "list_dir", {"path": "."})
+    assert [(e["name"], e["type"]) for e in out["entries"]] == [("a.txt", "file"), ("sub", "dir")]
+    assert out["truncated"] is False
