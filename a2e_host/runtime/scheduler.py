@@ -253,27 +253,43 @@ class ChainRunner:
             started: ``time.monotonic()`` when the request arrived (for ``duration_ms``).
 
         Returns:
-            The response that was sent. Cancellation of the calling task still sends a
-            ``cancelled`` response before it propagates.
+            The response that was sent. It is sent the moment the run ends — before
+            tasks that ignore cancellation have stopped — and also when the calling task
+            is cancelled (as ``cancelled``), before the cancellation propagates.
         """
-        try:
-            result = await self.run(self.plan.timeout)
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                result = await self._wind_down("cancelled")
-                self._send_response(result, started)
-            raise
-        return self._send_response(result, started)
+        sent: list[ChainResponse] = []
+        await self.run(self.plan.timeout, lambda result: sent.append(
+            self._send_response(result, started)
+        ))
+        return sent[0]
 
-    async def run(self, timeout: float | None) -> RunResult:
-        """Run the chain to its end (or ``timeout`` seconds) and return the result."""
+    async def run(
+        self, timeout: float | None, on_end: Callable[[RunResult], None] | None = None
+    ) -> RunResult:
+        """Run the chain to its end (or ``timeout`` seconds) and return the result.
+
+        Args:
+            timeout: seconds; None for no deadline of its own (a sub-chain runs under
+                its parent's).
+            on_end: called with the result as soon as the run has ended, before waiting
+                for tasks that ignore cancellation (the response must not wait for them).
+        """
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._drive)
-            with anyio.move_on_after(timeout):
-                await self._stop.wait()
+            try:
+                with anyio.move_on_after(timeout):
+                    await self._stop.wait()
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    result = await self._wind_down("cancelled")
+                    if on_end is not None:
+                        on_end(result)
+                raise
             if not self._end_reason:
                 self._end_reason = "timeout"
             result = await self._wind_down(self._end_reason)
+            if on_end is not None:
+                on_end(result)
             outer.cancel_scope.cancel()
         return result
 
