@@ -74,7 +74,8 @@ class PlanState:
         self.plan = plan
         nodes = plan.nodes
         self._pending = [n.pred_count for n in nodes]
-        # bit 1: a control edge fired; bit 2: a data edge fired; bit 4: >1 activators
+        # bit 1: a control edge fired; bit 2: a data edge fired; bit 4: more than one
+        # activating edge (next/true/false) fired; bit 8: an activating edge fired
         self._fired = bytearray(len(nodes))
         self.status = [NodeStatus.PENDING] * len(nodes)
         self.activator = [-1] * len(nodes)
@@ -142,15 +143,14 @@ class PlanState:
             for dst, kinds in nodes[src].out_edges:
                 hit = kinds & src_mask
                 if hit & _CONTROL:
-                    bits = fired[dst]
+                    bits = fired[dst] | 1
                     if hit & (_NEXT | _TRUE | _FALSE):
-                        if bits & 1 and self.activator[dst] != src:
-                            fired[dst] = bits | 1 | 4
+                        if bits & 8 and self.activator[dst] != src:
+                            bits |= 4
                         else:
-                            fired[dst] = bits | 1
+                            bits |= 8
                             self.activator[dst] = src
-                    else:
-                        fired[dst] = bits | 1
+                    fired[dst] = bits
                 if hit & _DATA:
                     fired[dst] |= 2
                 pending[dst] -= 1

@@ -387,13 +387,16 @@ class ChainRunner:
             raise
         except Exception as exc:  # noqa: BLE001 — every node failure becomes data
             failure = self._failure_of(index, exc, shown)
-            if self._closed:
+            if self._end_reason and self._end_reason != "done":
+                self._terminal_error(shown, failure.message)
                 return
             self._running[shown] = True
             self._events.send(shown, "error", error=failure.message)
             self._node_failed(index, pnode, failure)
             return
-        if self._closed:
+        if self._end_reason and self._end_reason != "done":
+            # the chain ended while this node ran: its result is never applied
+            self._terminal_error(shown, self._cancel_message())
             return
         self._running[shown] = True
         self._outputs[node_id] = output
@@ -544,7 +547,7 @@ class ChainRunner:
         async def item_worker(scope: anyio.CancelScope) -> None:
             nonlocal next_item
             ran = 0
-            while next_item < n and not failure:
+            while next_item < n and not failure and not self._end_reason:
                 i = next_item
                 next_item += 1
                 ok, value = await self._run_item(template, items[i], i, context)
@@ -595,9 +598,11 @@ class ChainRunner:
             msg = exc.message if isinstance(exc, ChainError) else f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, ChainError):
                 self.log.warning("tool raised", node_id=shown, exc_info=exc)
-            self._running[shown] = True
-            self._events.send(shown, "error", error=msg)
+            self._terminal_error(shown, msg)
             return False, exc
+        if self._end_reason and self._end_reason != "done":
+            self._terminal_error(shown, self._cancel_message())
+            return False, NodeError(self._cancel_message())
         self._running[shown] = True
         self._events.send(shown, "done", output=output)
         return True, output
