@@ -6,13 +6,21 @@ Layer: core (reads files only in :func:`load_config`).
 
 from __future__ import annotations
 
+import os
+import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
-from .limits import Limits
+from .limits import CEILINGS, Limits, limits_from_mapping
 
-__all__ = ["HostConfig"]
+__all__ = ["HostConfig", "load_config", "ENV_PREFIX"]
+
+ENV_PREFIX = "A2E_"
+"""Environment variables ``A2E_<FIELD>`` (upper case) set :class:`HostConfig` fields and
+ceilings, e.g. ``A2E_PORT=9000``, ``A2E_MAX_NODES=100``, ``A2E_TOOLS=fs,text``."""
 
 
 class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,3 +67,225 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     def root_path(self) -> Path:
         """The confinement root as an absolute, resolved path."""
         return Path(self.root or ".").resolve()
+
+
+# ── loading: file < environment < CLI ───────────────────────────────────────
+
+_LOG_FORMATS = ("auto", "console", "json")
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+_LIST_FIELDS = ("tools", "skills_dirs", "allow_proc", "proc_env_allow", "allowed_origins")
+_PATH_FIELDS = ("root", "skills_dirs")
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> HostConfig:
+    """Build the host's configuration from defaults, a TOML file, ``A2E_*`` variables and
+    CLI overrides; a later source wins per key (CLI > environment > file > defaults).
+
+    The file's top-level keys are :class:`HostConfig` field names and its ``[limits]``
+    table holds ceilings (PROTOCOL.md §6); relative ``root`` / ``skills_dirs`` in the file
+    are taken from the file's directory. Environment variables are ``A2E_`` plus a field
+    or ceiling name in upper case; list fields are comma-separated (``A2E_TOOLS=fs,text``)
+    and ``A2E_KEEPALIVE_INTERVAL=none`` disables keepalive. ``A2E_CONFIG`` names the file
+    when ``path`` is None. Unknown ``A2E_*`` variables are ignored. Overrides are field
+    names (as the CLI passes them), ceilings allowed at top level or in ``limits``.
+
+    Args:
+        path: the TOML file, or None for none (then ``A2E_CONFIG``, if set).
+        overrides: CLI values, e.g. ``{"port": 0, "tools": ("conformance",)}``.
+        environ: the environment to read; None reads :data:`os.environ`.
+
+    Returns:
+        The frozen :class:`HostConfig`.
+
+    Raises:
+        ValueError: a missing or malformed file, an unknown key, or a bad value; the
+            message names the key and where it came from.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    if path is None and env.get(f"{ENV_PREFIX}CONFIG"):
+        path = env[f"{ENV_PREFIX}CONFIG"]
+    if path is not None:
+        _merge(values, limits, _read_file(Path(path)))
+    _merge(values, limits, _read_environ(env))
+    if overrides:
+        source = "the command line"
+        flat = dict(overrides)
+        nested = flat.pop("limits", None)
+        if nested is not None:
+            if not isinstance(nested, Mapping):
+                raise ValueError(f"'limits' from {source} must be a table of ceilings")
+            flat.update(nested)
+        _merge(values, limits, [(k, v, source) for k, v in flat.items()])
+    return HostConfig(limits=limits_from_mapping(limits), **values)
+
+
+_Item = tuple[str, Any, str]  # (key, raw value, source)
+
+
+def _read_file(path: Path) -> list[_Item]:
+    source = f"config file {str(path)!r}"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{source} does not exist; pass an existing --config path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{source} cannot be read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{source} is not valid TOML: {exc}") from None
+    items: list[_Item] = []
+    for key, value in data.items():
+        if key == "limits":
+            if not isinstance(value, dict):
+                raise ValueError(f"'limits' in {source} must be a [limits] table of ceilings")
+            items.extend((name, v, f"[limits] of {source}") for name, v in value.items())
+            continue
+        if key in _PATH_FIELDS:
+            value = _relative_to(path.parent, key, value)
+        items.append((key, value, source))
+    return items
+
+
+def _relative_to(base: Path, key: str, value: Any) -> Any:
+    if isinstance(value, str):
+        return str(base / value)
+    if isinstance(value, list):
+        return [str(base / v) if isinstance(v, str) else v for v in value]
+    return value
+
+
+def _read_environ(env: Mapping[str, str]) -> list[_Item]:
+    known = set(_FIELDS) | set(CEILINGS)
+    items: list[_Item] = []
+    for name, raw in env.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        key = name[len(ENV_PREFIX) :].lower()
+        if key in known:
+            items.append((key, raw, f"environment variable {name}"))
+    return items
+
+
+def _merge(values: dict[str, Any], limits: dict[str, Any], items: list[_Item]) -> None:
+    for key, raw, source in items:
+        if key in CEILINGS:
+            limits[key] = _ceiling(key, raw, source)
+        elif key in _FIELDS:
+            values[key] = _FIELDS[key](key, raw, source)
+        else:
+            known = ", ".join(sorted([*_FIELDS, *CEILINGS]))
+            raise ValueError(f"unknown setting {key!r} in {source}; known settings: {known}")
+
+
+def _bad(key: str, source: str, expected: str, raw: Any) -> ValueError:
+    return ValueError(f"{key} from {source} must be {expected}, got {raw!r}")
+
+
+def _integer(key: str, raw: Any, source: str, expected: str) -> int:
+    if isinstance(raw, bool):
+        raise _bad(key, source, expected, raw)
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return int(raw.strip().replace("_", ""))
+        except ValueError:
+            pass
+    raise _bad(key, source, expected, raw)
+
+
+def _ceiling(key: str, raw: Any, source: str) -> int:
+    value = _integer(key, raw, source, "a positive integer")
+    if value <= 0:
+        raise _bad(key, source, "a positive integer", raw)
+    return value
+
+
+def _string(key: str, raw: Any, source: str) -> str:
+    if not isinstance(raw, str):
+        raise _bad(key, source, "a string", raw)
+    return raw
+
+
+def _optional_path(key: str, raw: Any, source: str) -> str | None:
+    if raw is None or raw == "":
+        return None
+    return _string(key, raw, source)
+
+
+def _string_list(key: str, raw: Any, source: str) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
+    if isinstance(raw, list | tuple) and all(isinstance(v, str) for v in raw):
+        return tuple(str(v) for v in raw)
+    raise _bad(key, source, "a list of strings (comma-separated in the environment)", raw)
+
+
+def _port(key: str, raw: Any, source: str) -> int:
+    value = _integer(key, raw, source, "an integer port 0-65535")
+    if not 0 <= value <= 65535:
+        raise _bad(key, source, "an integer port 0-65535 (0 picks a free port)", raw)
+    return value
+
+
+def _seconds(key: str, raw: Any, source: str) -> float:
+    if isinstance(raw, bool):
+        raise _bad(key, source, "a number of seconds >= 0", raw)
+    try:
+        value = float(raw) if isinstance(raw, int | float | str) else -1.0
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise _bad(key, source, "a number of seconds >= 0", raw)
+    return value
+
+
+def _optional_seconds(key: str, raw: Any, source: str) -> float | None:
+    if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "off")):
+        return None
+    value = _seconds(key, raw, source)
+    if value == 0:
+        raise _bad(key, source, "a number of seconds > 0, or none to disable", raw)
+    return value
+
+
+def _positive_int(key: str, raw: Any, source: str) -> int:
+    value = _integer(key, raw, source, "a positive integer")
+    if value <= 0:
+        raise _bad(key, source, "a positive integer", raw)
+    return value
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, Any, str], str]:
+    def convert(key: str, raw: Any, source: str) -> str:
+        value = raw.strip().lower() if isinstance(raw, str) else raw
+        if value not in options:
+            raise _bad(key, source, "one of " + ", ".join(options), raw)
+        return str(value)
+
+    return convert
+
+
+_FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
+    "tools": _string_list,
+    "skills_dirs": _string_list,
+    "allow_proc": _string_list,
+    "proc_env_allow": _string_list,
+    "root": _optional_path,
+    "host": _string,
+    "port": _port,
+    "auth_token": _string,
+    "allowed_origins": _string_list,
+    "keepalive_interval": _optional_seconds,
+    "shutdown_grace": _seconds,
+    "outbox_high_water": _positive_int,
+    "log_format": _choice(_LOG_FORMATS),
+    "log_level": _choice(_LOG_LEVELS),
+}
+"""HostConfig field → converter ``(key, raw, source) -> value`` (raises ValueError)."""

@@ -1,0 +1,146 @@
+"""``a2e-host serve`` (WebSocket) and ``a2e-host stdio``: run a host until told to stop.
+
+Layer: command. Builds the configuration (:func:`~a2e_host.config.load_config`), sets up
+logging on stderr, and runs the transport under anyio's asyncio backend. SIGINT/SIGTERM
+stop the host gracefully: stop accepting, let chains finish within
+``config.shutdown_grace`` seconds, cancel the rest (their responses are still sent),
+close (WebSocket: 1001). A second signal cancels at once.
+
+Exit codes: 0 after an orderly stop (including stdin EOF and a closed stdout on stdio),
+1 when the server cannot start (e.g. the port is in use), 2 for a bad configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..config import HostConfig, load_config
+from ..host import Host
+from ..logs import configure_logging
+from ..plugin import Plugin
+
+Plugins = Iterable[Plugin | type[Plugin]] | None
+
+__all__ = ["serve_main", "stdio_main"]
+
+
+def _setup(config_path: str | Path | None, overrides: dict[str, Any]) -> HostConfig:
+    try:
+        config = load_config(config_path, overrides=overrides)
+    except ValueError as exc:
+        print(f"a2e-host: configuration error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    configure_logging(config.log_format, config.log_level)
+    return config
+
+
+async def _stop_on_signals(host: Host) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        received = 0
+        async for signum in signals:
+            received += 1
+            grace = host.config.shutdown_grace if received == 1 else 0.0
+            host.log.info("signal received; stopping", signal=signal.Signals(signum).name,
+                          grace=grace)
+            host.shutdown(grace)
+
+
+def serve_main(
+    config_path: str | Path | None, overrides: dict[str, Any], *, plugins: Plugins = None
+) -> None:
+    """Serve A2E over WebSocket until SIGINT/SIGTERM.
+
+    Prints exactly one line to stderr once listening, which tests and benchmarks read:
+    ``a2e-host listening on ws://HOST:PORT`` (with the real port when ``--port 0``).
+
+    Args:
+        config_path: a TOML file, or None.
+        overrides: CLI values by :class:`~a2e_host.config.HostConfig` field name.
+        plugins: plugins to use instead of the entry points (tests).
+
+    Raises:
+        SystemExit: 2 on a configuration error, 1 when the address cannot be bound.
+    """
+    config = _setup(config_path, overrides)
+    try:
+        anyio.run(_serve, config, plugins, backend="asyncio")
+    except OSError as exc:
+        print(f"a2e-host: cannot listen on {config.host}:{config.port}: {exc}",
+              file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    _exit_despite_stuck_threads(0)
+
+
+def _exit_despite_stuck_threads(code: int) -> None:
+    """Exit now if a worker thread is still busy (a blocking tool that ignored
+    cancellation): the interpreter would otherwise wait for it at exit."""
+    stuck = [t for t in threading.enumerate()
+             if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    if stuck:
+        print(f"a2e-host: exiting with {len(stuck)} worker thread(s) still busy",
+              file=sys.stderr, flush=True)
+        os._exit(code)
+
+
+async def _serve(config: HostConfig, plugins: Plugins) -> None:
+    from ..transports.websocket import serve_websocket
+
+    host = Host(config, plugins)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signals, host)
+            async with anyio.create_task_group() as server:
+                bound_host, port = await server.start(serve_websocket, host)
+                shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+                print(f"a2e-host listening on ws://{shown}:{port}", file=sys.stderr, flush=True)
+            # serve_websocket returned: shutdown was asked and every connection closed
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await host.aclose()
+
+
+def stdio_main(
+    config_path: str | Path | None, overrides: dict[str, Any], *, plugins: Plugins = None
+) -> None:
+    """Speak A2E as NDJSON on stdin/stdout until stdin ends, ``shutdown``, a signal, or
+    stdout closes. Logs, ``print()`` and child processes' output go to stderr.
+
+    Args:
+        config_path: a TOML file, or None.
+        overrides: CLI values by :class:`~a2e_host.config.HostConfig` field name.
+        plugins: plugins to use instead of the entry points (tests).
+
+    Raises:
+        SystemExit: 2 on a configuration error.
+    """
+    from ..transports.stdio import protect_stdout
+
+    out_fd = protect_stdout()  # before anything can print
+    config = _setup(config_path, overrides)
+    anyio.run(_stdio, config, out_fd, plugins, backend="asyncio")
+    _exit_despite_stuck_threads(0)
+
+
+async def _stdio(config: HostConfig, out_fd: int, plugins: Plugins) -> None:
+    from ..transports.stdio import open_stdio_transport
+
+    host = Host(config, plugins)
+    try:
+        async with open_stdio_transport(
+            config.limits.max_message_bytes, out_fd=out_fd
+        ) as transport, anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signals, host)
+            await host.serve_connection(transport, conn_id="stdio")
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await host.aclose()

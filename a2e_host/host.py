@@ -1,0 +1,210 @@
+"""The host: plugins, configuration, connections, and the one place exceptions become
+wire ``error`` messages.
+
+Layer: runtime. A :class:`Host` loads its plugins from the entry-point group
+``a2e_host.plugins`` (first-party ``chains`` included, exactly as a third party
+registers), orders them by ``priority``, and serves any number of connections, each
+through :class:`~a2e_host.runtime.connection.HostConnection` whatever the transport.
+
+Served capabilities (``handshake/resp.accepted_caps``, PROTOCOL.md §2): each loaded
+plugin's ``capability``; when ``chains`` is served, also the node kinds it runs:
+``tools`` and ``skill`` always, ``proc`` only when ``config.allow_proc`` is non-empty.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from importlib.metadata import entry_points
+from typing import Any
+
+import anyio
+
+from .config import HostConfig
+from .exceptions import RemoteProtocolError
+from .logs import get_logger
+from .messages import ErrorMessage
+from .plugin import Plugin, SessionInfo
+from .runtime.connection import HostConnection
+from .session import MetadataFn
+from .transports import CloseCode, Transport
+
+__all__ = ["Host", "load_plugins", "PLUGIN_GROUP", "NODE_KIND_CAPABILITIES"]
+
+PLUGIN_GROUP = "a2e_host.plugins"
+"""The entry-point group plugins register in (``name = "module:PluginClass"``)."""
+
+NODE_KIND_CAPABILITIES = ("tools", "proc", "skill")
+"""Capabilities the ``chains`` plugin serves as node kinds (PROTOCOL.md §2, §8)."""
+
+
+def load_plugins(config: HostConfig, *, log: Any = None) -> list[Plugin]:
+    """Instantiate every plugin registered in :data:`PLUGIN_GROUP`, by ``priority``.
+
+    A plugin that fails to import or construct is logged (with its traceback) and left
+    out; the host still starts, and a handshake asking for its capability is refused
+    with ``no_caps``.
+
+    Args:
+        config: passed to each plugin's constructor.
+        log: a structlog logger; the host's when None.
+    """
+    log = log or get_logger()
+    plugins: list[Plugin] = []
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            cls = ep.load()
+            plugins.append(cls(config))
+        except Exception as exc:
+            log.error("plugin failed to load; its capability is not served",
+                      entry_point=f"{ep.name} = {ep.value}", exc_info=exc)
+    return sorted(plugins, key=lambda p: p.priority)
+
+
+class Host:
+    """An A2E host: serves connections with its plugins.
+
+    Args:
+        config: the configuration (see :func:`~a2e_host.config.load_config`).
+        plugins: plugin instances or classes (instantiated with ``config``) to use
+            instead of the entry points, e.g. in tests; None loads the entry points.
+    """
+
+    def __init__(
+        self, config: HostConfig, plugins: Iterable[Plugin | type[Plugin]] | None = None
+    ) -> None:
+        self.config = config
+        self.log = get_logger()
+        if plugins is None:
+            loaded = load_plugins(config, log=self.log)
+        else:
+            loaded = [p(config) if isinstance(p, type) else p for p in plugins]
+        self.plugins: list[Plugin] = sorted(loaded, key=lambda p: p.priority)
+        self.started = time.monotonic()
+        self.connections: set[HostConnection] = set()
+        self._shutdown = anyio.Event()
+        self._grace: float | None = None
+
+    @property
+    def uptime_seconds(self) -> float:
+        """Float seconds since the host was created (``pong.uptime_seconds``)."""
+        return time.monotonic() - self.started
+
+    def plugin_for(self, message_type: str) -> Plugin | None:
+        """The first plugin, by priority, whose namespace holds ``message_type``."""
+        for plugin in self.plugins:
+            if plugin.handles(message_type):
+                return plugin
+        return None
+
+    def served_capabilities(self) -> Mapping[str, MetadataFn | None]:
+        """Capability name → metadata function (None: empty metadata), as served."""
+        served: dict[str, MetadataFn | None] = {}
+        for plugin in self.plugins:
+            if plugin.capability and plugin.capability not in served:
+                served[plugin.capability] = plugin.metadata
+        if "chains" in served:
+            for cap in NODE_KIND_CAPABILITIES:
+                if cap == "proc" and not self.config.allow_proc:
+                    continue
+                served.setdefault(cap, None)
+        return served
+
+    # ── the one place exceptions become wire errors ───────────────────────
+
+    def error_message(
+        self,
+        exc: BaseException,
+        *,
+        req_id: str,
+        message_type: str = "",
+        capability_name: str = "",
+        log: Any = None,
+    ) -> ErrorMessage:
+        """The wire ``error`` for an exception raised while handling a message.
+
+        A :class:`~a2e_host.exceptions.RemoteProtocolError` keeps its code, message,
+        detail and retryable flag (its own ``req_id`` / ``capability_name`` attributes
+        win when set). Anything else is a bug: logged with its traceback and sent as
+        ``runtime_error`` with no detail (PROTOCOL.md §2).
+
+        Args:
+            exc: what was raised.
+            req_id: the offending message's id (``""`` if unreadable).
+            message_type: its ``type``, for the runtime_error sentence.
+            capability_name: the capability of the plugin that handled it, if any.
+            log: the connection's logger.
+        """
+        log = log or self.log
+        if isinstance(exc, RemoteProtocolError):
+            own_id = getattr(exc, "req_id", None)
+            log.debug("message refused", code=exc.code, req_id=own_id or req_id,
+                      error=exc.message)
+            return ErrorMessage(
+                req_id=own_id if isinstance(own_id, str) and own_id else req_id,
+                code=exc.code,
+                message=exc.message,
+                detail=exc.detail,
+                retryable=exc.retryable,
+                capability_name=getattr(exc, "capability_name", "") or capability_name,
+            )
+        what = repr(message_type) if message_type else "a message"
+        log.error("internal error while handling a message", req_id=req_id,
+                  message_type=message_type, exc_info=exc)
+        return ErrorMessage(
+            req_id=req_id,
+            code="runtime_error",
+            message=f"internal error while handling {what}; see the host log",
+            capability_name=capability_name,
+        )
+
+    # ── connections ───────────────────────────────────────────────────────
+
+    async def serve_connection(self, transport: Transport, *, conn_id: str = "") -> None:
+        """Serve one connection until it ends. Never raises for a connection's own
+        failure (it is logged); other connections are unaffected."""
+        conn = HostConnection(self, transport, conn_id)
+        self.connections.add(conn)
+        try:
+            if self._grace is not None:
+                conn.request_stop(self._grace, code=CloseCode.GOING_AWAY, reason="host stopping")
+            await conn.run()
+        except Exception as exc:
+            conn.log.error("connection failed", exc_info=exc)
+        finally:
+            self.connections.discard(conn)
+
+    async def session_closed(self, session: SessionInfo, log: Any = None) -> None:
+        """Tell every plugin a session's connection is gone (errors are logged)."""
+        for plugin in self.plugins:
+            try:
+                await plugin.session_closed(session)
+            except Exception as exc:
+                (log or self.log).error("plugin failed in session_closed",
+                                        plugin=plugin.capability, exc_info=exc)
+
+    def shutdown(self, grace: float) -> None:
+        """Stop: every connection stops taking work, finishes within ``grace`` seconds,
+        cancels the rest and closes with 1001. Call again with a smaller grace (e.g. 0 on a
+        second signal) to hurry it."""
+        self._grace = grace if self._grace is None else min(self._grace, grace)
+        self.log.info("host shutting down", grace=grace, connections=len(self.connections))
+        for conn in list(self.connections):
+            conn.request_stop(grace, code=CloseCode.GOING_AWAY, reason="host shutting down")
+        self._shutdown.set()
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutdown.is_set()
+
+    async def wait_shutdown(self) -> None:
+        """Return once :meth:`shutdown` has been called."""
+        await self._shutdown.wait()
+
+    async def aclose(self) -> None:
+        """Release every plugin's resources (errors are logged)."""
+        for plugin in reversed(self.plugins):
+            try:
+                await plugin.aclose()
+            except Exception as exc:
+                self.log.error("plugin failed to close", plugin=plugin.capability, exc_info=exc)

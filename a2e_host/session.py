@@ -1,0 +1,281 @@
+"""The session side of one connection, as a pure state machine (PROTOCOL.md §2).
+
+Layer: core (no anyio, no sockets, no clock). The runtime feeds it the connection's
+messages; it answers with responses or raises the
+:class:`~a2e_host.exceptions.RemoteProtocolError` the host puts on the wire.
+
+Theory of operation. A connection holds at most one session. Its state moves along::
+
+    AWAITING_HANDSHAKE ──handshake ok──▶ OPEN ──stop()──▶ CLOSING ──close()──▶ CLOSED
+           │  ▲                                                         ▲
+           │  └── handshake refused (no_caps) ─┘                        │
+           └── handshake refused (auth_failed) → the runtime closes ────┘
+
+What each state does with a message (``core`` = ``ping`` and ``shutdown``, answered in
+every state but CLOSED; ``work`` = anything routed to a plugin):
+
+=====================  =========================  ============================  ==========
+state                  handshake/req              work                          core
+=====================  =========================  ============================  ==========
+AWAITING_HANDSHAKE     negotiate                  ``handshake_required``        answered
+OPEN                   ``invalid_message``        checked, then routed          answered
+CLOSING                ``invalid_message``        checked, then routed [1]_     answered
+CLOSED                 dropped                    dropped                       dropped
+=====================  =========================  ============================  ==========
+
+.. [1] the plugin sees ``ctx.closing`` and refuses new work (``chain/cancel`` still works).
+
+Decisions where PROTOCOL.md §2 is silent:
+
+- A second ``handshake/req`` after a successful one gets ``error`` ``invalid_message``
+  ("already handshaken"); the first session stays. After a *refused* one (``no_caps``)
+  the agent may try again.
+- An empty ``session_id`` on work after the handshake means this connection's session
+  (clients built on typed models send every field, unused ones as ``""``, §4); any
+  other value that is not this connection's gets ``unknown_session``.
+- ``accepted_caps`` lists, in the order asked and without duplicates, each capability
+  both asked and served. ``max_parallel`` is the session's effective ceiling.
+- Bad ``handshake/req.limits`` (an unknown ceiling, a value that is not a positive
+  integer) is ``error`` ``schema_violation`` with ``detail.path`` ``$.limits.<name>``;
+  no session is created.
+"""
+
+from __future__ import annotations
+
+import enum
+import hmac
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .config import HostConfig
+from .exceptions import (
+    CapabilityMissing,
+    HandshakeRequired,
+    InvalidMessage,
+    SchemaViolation,
+    UnknownSession,
+)
+from .limits import CEILINGS, SessionLimits
+from .messages import Capability, HandshakeRequest, HandshakeResponse, Message
+
+__all__ = [
+    "Session",
+    "SessionState",
+    "ConnectionSession",
+    "HandshakeOutcome",
+    "MetadataFn",
+]
+
+MetadataFn = Callable[["Session"], dict[str, Any]]
+"""``metadata(session) -> accepted_caps[].metadata`` for one served capability."""
+
+
+class SessionState(enum.Enum):
+    """Where a connection's session is; see the module docstring's table."""
+
+    AWAITING_HANDSHAKE = "awaiting_handshake"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True, eq=False)
+class Session:
+    """A handshaken session (implements :class:`~a2e_host.plugin.SessionInfo`).
+
+    Attributes:
+        session_id: unguessable: 32 hex digits from :mod:`secrets`.
+        agent_id: as the agent gave it in ``handshake/req``.
+        granted: the capability names in ``accepted_caps``.
+        limits: the host's ceilings lowered by ``handshake/req.limits`` (PROTOCOL.md §6).
+    """
+
+    session_id: str
+    agent_id: str
+    granted: frozenset[str]
+    limits: SessionLimits
+
+
+@dataclass(frozen=True, slots=True)
+class HandshakeOutcome:
+    """What to do after a ``handshake/req``.
+
+    Attributes:
+        response: the ``handshake/resp`` to send.
+        session: the new session, None when refused.
+        close: true when the connection must close after sending it (``auth_failed``).
+    """
+
+    response: HandshakeResponse
+    session: Session | None
+    close: bool = False
+
+
+class ConnectionSession:
+    """The session state machine of one connection.
+
+    Args:
+        config: the host configuration (ceilings, ``auth_token``).
+        served: capability name → its metadata function (None: empty metadata), in the
+            order the host serves them.
+        bearer_token: a token the transport already received (WebSocket
+            ``Authorization: Bearer``); it satisfies auth like ``handshake/req.auth_token``.
+    """
+
+    def __init__(
+        self,
+        config: HostConfig,
+        served: Mapping[str, MetadataFn | None],
+        *,
+        bearer_token: str = "",
+    ) -> None:
+        self.config = config
+        self.served = dict(served)
+        self.bearer_token = bearer_token
+        self.state = SessionState.AWAITING_HANDSHAKE
+        self.session: Session | None = None
+
+    # ── handshake ──────────────────────────────────────────────────────────
+
+    def receive_handshake(self, request: HandshakeRequest) -> HandshakeOutcome:
+        """Negotiate a session (PROTOCOL.md §2).
+
+        Args:
+            request: the agent's ``handshake/req``.
+
+        Returns:
+            The outcome: ``ok`` true with a new session, or ``ok`` false with ``reason``
+            ``auth_failed`` (close the connection after sending) or ``no_caps``.
+
+        Raises:
+            InvalidMessage: this connection already has a session, or is closing.
+            SchemaViolation: ``limits`` names an unknown ceiling or a non-positive value
+                (``detail.path`` = ``$.limits.<name>``).
+            Exception: whatever a metadata function raises (the caller answers
+                ``server_error``); the state is unchanged then.
+        """
+        if self.session is not None or self.state is not SessionState.AWAITING_HANDSHAKE:
+            what = f"session {self.session.session_id!r}" if self.session else "no session"
+            raise InvalidMessage(
+                f"this connection is already handshaken or closing ({what}); send work with "
+                "its session_id, or open a new connection for a new session"
+            )
+        if not self._authorized(request.auth_token):
+            reason = "auth_failed"
+            return HandshakeOutcome(self._refusal(request, reason), None, close=True)
+        limits = self._session_limits(request.limits)
+        asked = list(dict.fromkeys(request.agent_caps))
+        granted = [cap for cap in asked if cap in self.served]
+        if not granted:
+            return HandshakeOutcome(self._refusal(request, "no_caps"), None)
+        session = Session(
+            session_id=secrets.token_hex(16),
+            agent_id=request.agent_id,
+            granted=frozenset(granted),
+            limits=limits,
+        )
+        accepted = []
+        for cap in granted:
+            metadata_fn = self.served[cap]
+            metadata = metadata_fn(session) if metadata_fn is not None else {}
+            accepted.append(Capability(capability=cap, enabled=True, metadata=metadata))
+        response = HandshakeResponse(
+            req_id=request.id,
+            session_id=session.session_id,
+            accepted_caps=accepted,
+            max_parallel=limits.effective.max_parallel,
+            ok=True,
+        )
+        self.session = session
+        self.state = SessionState.OPEN
+        return HandshakeOutcome(response, session)
+
+    def _authorized(self, auth_token: str) -> bool:
+        expected = self.config.auth_token
+        if not expected:
+            return True
+        want = expected.encode()
+        given = (auth_token.encode(), self.bearer_token.encode())
+        return any(token and hmac.compare_digest(token, want) for token in given)
+
+    def _session_limits(self, asked: dict[str, int]) -> SessionLimits:
+        for name, value in asked.items():
+            try:
+                self.config.limits.lowered({name: value})
+            except ValueError as exc:
+                known = ", ".join(CEILINGS)
+                hint = "" if name in CEILINGS else f" (known ceilings: {known})"
+                raise SchemaViolation(
+                    f"handshake/req: {exc}{hint}",
+                    detail={"path": f"$.limits.{name}", "type": "handshake/req"},
+                ) from None
+        return SessionLimits(self.config.limits, asked)
+
+    def _refusal(self, request: HandshakeRequest, reason: str) -> HandshakeResponse:
+        return HandshakeResponse(
+            req_id=request.id,
+            session_id="",
+            accepted_caps=[],
+            max_parallel=self.config.limits.max_parallel,
+            ok=False,
+            reason=reason,
+        )
+
+    # ── work ───────────────────────────────────────────────────────────────
+
+    def check_work(self, message: Message, capability: str) -> Session:
+        """The session a work message belongs to, checked (PROTOCOL.md §2).
+
+        Args:
+            message: a message routed to a plugin; its ``session_id`` (if it has one)
+                must be this connection's, or ``""``.
+            capability: the capability of the plugin that serves ``message``.
+
+        Returns:
+            This connection's session.
+
+        Raises:
+            HandshakeRequired: no successful handshake yet.
+            UnknownSession: ``session_id`` is neither ``""`` nor this connection's.
+            CapabilityMissing: the session was not granted ``capability``
+                (``capability_name`` attribute set).
+        """
+        mtype = message.TYPE
+        if self.session is None:
+            raise HandshakeRequired(
+                f"send handshake/req (with agent_caps naming {capability!r}) before {mtype!r}"
+            )
+        session_id = getattr(message, "session_id", "")
+        if session_id and session_id != self.session.session_id:
+            raise UnknownSession(
+                f"session_id {session_id!r} is not this connection's session; use the "
+                "session_id from this connection's handshake/resp",
+                detail={"session_id": session_id},
+            )
+        if capability not in self.session.granted:
+            err = CapabilityMissing(
+                f"{mtype!r} needs capability {capability!r}, which this session was not "
+                f"granted; list {capability!r} in handshake/req.agent_caps",
+                detail={"capability": capability},
+            )
+            err.capability_name = capability  # type: ignore[attr-defined]
+            raise err
+        return self.session
+
+    # ── lifecycle ──────────────────────────────────────────────────────────
+
+    def stop(self) -> None:
+        """Stop taking work (``shutdown``, a signal, end of input): OPEN → CLOSING."""
+        if self.state is not SessionState.CLOSED:
+            self.state = SessionState.CLOSING
+
+    def close(self) -> None:
+        """The connection is gone: → CLOSED."""
+        self.state = SessionState.CLOSED
+
+    @property
+    def closing(self) -> bool:
+        """Whether new work should be refused (CLOSING or CLOSED)."""
+        return self.state in (SessionState.CLOSING, SessionState.CLOSED)

@@ -1,0 +1,87 @@
+"""Transports: bytes ↔ frames for one connection (PROTOCOL.md §1).
+
+Layer: transports. No protocol knowledge: a transport delivers whole incoming frames and
+writes whole outgoing ones; the runtime (:mod:`a2e_host.runtime.connection`) decodes,
+dispatches and maps errors. Each transport module offers an ``open_*`` async context
+manager (or a server) that yields objects implementing :class:`Transport`:
+
+- :mod:`.memory`: in-process, for ``a2e-host run``, tests and benchmarks;
+- :mod:`.stdio`: NDJSON on stdin/stdout;
+- :mod:`.websocket`: one message per text frame, subprotocol ``a2e.v1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..framing import LineTooLong
+
+__all__ = ["Transport", "BinaryFrame", "LineTooLong", "Incoming", "CloseCode"]
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryFrame:
+    """A WebSocket binary frame arrived (the protocol speaks text frames only).
+
+    Attributes:
+        size: its length in bytes.
+    """
+
+    size: int
+
+
+Incoming = bytes | str | LineTooLong | BinaryFrame
+"""What :meth:`Transport.receive` yields: one message's text (UTF-8 bytes, or ``str``
+when the transport already decoded it), or a marker for a frame it refused."""
+
+
+class CloseCode:
+    """WebSocket close codes (RFC 6455 §7.4.1) the host uses; stdio ignores them."""
+
+    NORMAL = 1000  # the agent's ``shutdown`` completed
+    GOING_AWAY = 1001  # the host is shutting down (signal)
+    POLICY_VIOLATION = 1008  # auth_failed
+    INTERNAL_ERROR = 1011  # a bug ended the connection
+
+
+class Transport(Protocol):
+    """One connection's frames, as the runtime sees them.
+
+    Attributes:
+        kind: ``"memory"``, ``"stdio"`` or ``"ws"`` (for logs).
+        bearer_token: a token from the transport's own handshake (WebSocket
+            ``Authorization: Bearer``), ``""`` when none.
+    """
+
+    kind: str
+    bearer_token: str
+
+    async def receive(self) -> Incoming:
+        """The next incoming frame.
+
+        Raises:
+            anyio.EndOfStream: input ended in an orderly way (stdin EOF): the peer may
+                still read, so work in flight finishes and its frames are flushed.
+            anyio.BrokenResourceError: the peer is gone: everything is cancelled.
+        """
+        ...
+
+    async def send_frames(self, frames: Sequence[bytes]) -> None:
+        """Write frames (each one JSON message, no newline), in order.
+
+        Raises:
+            anyio.BrokenResourceError: the peer is gone.
+        """
+        ...
+
+    async def wait_peer_gone(self) -> None:
+        """Return when the peer can no longer receive (e.g. stdout's reader closed the
+        pipe); may never return if the transport cannot tell."""
+        ...
+
+    async def aclose(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        """Close the connection (WebSocket: with ``code``). Idempotent, bounded."""
+        ...
+
