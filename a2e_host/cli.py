@@ -39,7 +39,9 @@ RootOpt = Annotated[
 LogFormatOpt = Annotated[
     str | None, typer.Option("--log-format", help="auto, console or json (stderr).")
 ]
-LogLevelOpt = Annotated[str | None, typer.Option("--log-level", help="debug, info, warning, error.")]
+LogLevelOpt = Annotated[
+    str | None, typer.Option("--log-level", help="debug, info, warning, error.")
+]
 
 
 def _overrides(**values: Any) -> dict[str, Any]:
@@ -114,7 +116,9 @@ def run(
         str | None, typer.Option("--input", help="initial_input as JSON, or @file.json.")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the chain/resp only.")] = False,
-    events: Annotated[bool, typer.Option("--events", help="With --json: NDJSON events too.")] = False,
+    events: Annotated[
+        bool, typer.Option("--events", help="With --json: NDJSON events too.")
+    ] = False,
     config: ConfigOpt = None,
     tools: ToolsOpt = None,
     allow_proc: AllowProcOpt = None,

@@ -16,7 +16,7 @@ import msgspec
 
 from .limits import CEILINGS, Limits, limits_from_mapping
 
-__all__ = ["HostConfig", "load_config", "ENV_PREFIX"]
+__all__ = ["HostConfig", "LOCAL_TOOL_PACKS", "with_local_tools", "load_config", "ENV_PREFIX"]
 
 ENV_PREFIX = "A2E_"
 """Environment variables ``A2E_<FIELD>`` (upper case) set :class:`HostConfig` fields and
@@ -289,3 +289,16 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "log_level": _choice(_LOG_LEVELS),
 }
 """HostConfig field → converter ``(key, raw, source) -> value`` (raises ValueError)."""
+
+
+LOCAL_TOOL_PACKS: tuple[str, ...] = ("fs", "text", "json")
+"""The packs the local commands (``run``, ``validate``, ``tools``) enable when neither
+the command line, the environment nor the configuration file names any. ``serve`` and
+``stdio`` enable none by default: what a remote agent may call is the operator's choice."""
+
+
+def with_local_tools(config: HostConfig) -> HostConfig:
+    """``config`` with :data:`LOCAL_TOOL_PACKS` enabled when it names no tool pack."""
+    if config.tools:
+        return config
+    return msgspec.structs.replace(config, tools=LOCAL_TOOL_PACKS)

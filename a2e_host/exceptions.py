@@ -158,7 +158,10 @@ class NodeError(ChainError):
 
 
 class ChainLimitExceeded(ChainError):
-    """A ceiling refused work (PROTOCOL.md §6); ``details`` = ``{ceiling, scope, limit, requested}``."""
+    """A ceiling refused work (PROTOCOL.md §6).
+
+    ``details`` is ``{ceiling, scope, limit, requested}``.
+    """
 
     code = "chain_limit"
 

@@ -16,6 +16,8 @@ CHAIN = REPO / "examples" / "repo-report.json"
 def snapshot_python_files(dest: Path) -> None:
     """Copy this repository's Python files (a fixed snapshot: the tree may change meanwhile)."""
     for path in REPO.glob("**/*.py"):
+        if any(part.startswith(".") for part in path.relative_to(REPO).parts):
+            continue  # .git, .venv, .ci-venv: the chain's glob skips hidden names too
         if path.is_file() and not path.is_symlink():
             target = dest / path.relative_to(REPO)
             target.parent.mkdir(parents=True, exist_ok=True)

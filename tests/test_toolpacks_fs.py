@@ -83,6 +83,20 @@ def test_glob_paths_are_sorted_and_relative(fs: ToolRegistry) -> None:
     }
 
 
+def test_glob_skips_hidden_names_unless_asked_or_spelled(fs: ToolRegistry, root: Path) -> None:
+    (root / ".venv" / "lib").mkdir(parents=True)
+    (root / ".venv" / "lib" / "x.txt").write_text("x")
+    (root / ".notes.txt").write_text("n")
+    assert call(fs, "glob", {"pattern": "**/*.txt"})["paths"] == ["a.txt", "sub/b.txt"]
+    assert call(fs, "glob", {"pattern": "**/*.txt", "hidden": True})["paths"] == [
+        ".notes.txt",
+        ".venv/lib/x.txt",
+        "a.txt",
+        "sub/b.txt",
+    ]
+    assert call(fs, "glob", {"pattern": ".venv/**/*.txt"})["paths"] == [".venv/lib/x.txt"]
+
+
 def test_glob_pattern_with_dotdot_is_refused(fs: ToolRegistry) -> None:
     with pytest.raises(NodeError, match="must be relative, without '..'"):
         call(fs, "glob", {"pattern": "../*.txt"})

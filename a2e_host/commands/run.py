@@ -41,6 +41,7 @@ import anyio
 import msgspec
 
 from ..codec import decode_message, encode_message
+from ..config import LOCAL_TOOL_PACKS
 from ..exceptions import A2EError
 from ..messages import ChainEvent, ChainRequest, ChainResponse
 
@@ -52,7 +53,7 @@ __all__ = [
     "run_main",
 ]
 
-DEFAULT_TOOL_PACKS: tuple[str, ...] = ("fs", "text", "json")
+DEFAULT_TOOL_PACKS: tuple[str, ...] = LOCAL_TOOL_PACKS
 """Tool packs enabled when neither ``--tools`` nor the configuration names any."""
 
 CANCEL_WAIT = 10.0
@@ -195,16 +196,11 @@ def run_main(
 
 
 def _load_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
-    import msgspec.structs
-
-    from ..config import load_config
+    from ..config import load_config, with_local_tools
 
     overrides = dict(overrides)
     overrides.setdefault("log_level", "warning")
-    config = load_config(config_path, overrides=overrides)
-    if not config.tools:
-        config = msgspec.structs.replace(config, tools=DEFAULT_TOOL_PACKS)
-    return config
+    return with_local_tools(load_config(config_path, overrides=overrides))
 
 
 async def _run(request: ChainRequest, config: Any, display: _Display) -> ChainResponse | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ..config import load_config
+from ..config import load_config, with_local_tools
 from ..toolbox import Toolbox
 from ..tools import Tool
 
@@ -33,7 +33,7 @@ def tools_main(*, json_out: bool, config_path: Path | None, overrides: dict[str,
         The exit code: 0, or 2 when the configuration is unusable (reason on stderr).
     """
     try:
-        config = load_config(config_path, overrides=overrides)
+        config = with_local_tools(load_config(config_path, overrides=overrides))
         box = Toolbox.from_config(config)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from ..codec import decode_message
-from ..config import HostConfig, load_config
+from ..config import HostConfig, load_config, with_local_tools
 from ..exceptions import ChainInvalid, RemoteProtocolError
 from ..limits import SessionLimits
 from ..messages import ChainRequest
@@ -60,7 +60,7 @@ def validate_main(
         }
         return _report_invalid(exc.code, exc.message, [problem], json_out)
     try:
-        config = load_config(config_path, overrides=overrides)
+        config = with_local_tools(load_config(config_path, overrides=overrides))
         catalog = _catalog(config)
     except ValueError as exc:  # a bad file or value, an unknown tool pack, a broken skill
         return _fail("config_error", str(exc), json_out)

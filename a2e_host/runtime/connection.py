@@ -166,7 +166,11 @@ class HostConnection:
     async def _drain(self) -> None:
         """Orderly end: finish work within the grace period, cancel the rest, flush."""
         if self._work:
-            self.log.info("waiting for work in flight", tasks=len(self._work), grace=self._grace)
+            self.log.info(
+                "waiting for work in flight",
+                tasks=len(self._work),
+                grace=self._grace if math.isfinite(self._grace) else None,
+            )
             with anyio.move_on_after(self._grace) as self._grace_scope:
                 await self._wait_idle()
             if self._work:

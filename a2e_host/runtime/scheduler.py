@@ -264,20 +264,20 @@ class ChainRunner:
         return sent[0]
 
     async def run(
-        self, timeout: float | None, on_end: Callable[[RunResult], None] | None = None
+        self, chain_timeout: float | None, on_end: Callable[[RunResult], None] | None = None
     ) -> RunResult:
-        """Run the chain to its end (or ``timeout`` seconds) and return the result.
+        """Run the chain to its end (or ``chain_timeout`` seconds) and return the result.
 
         Args:
-            timeout: seconds; None for no deadline of its own (a sub-chain runs under
-                its parent's).
+            chain_timeout: seconds; None for no deadline of its own (a sub-chain runs
+                under its parent's).
             on_end: called with the result as soon as the run has ended, before waiting
                 for tasks that ignore cancellation (the response must not wait for them).
         """
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._drive)
             try:
-                with anyio.move_on_after(timeout):
+                with anyio.move_on_after(chain_timeout):
                     await self._stop.wait()
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):

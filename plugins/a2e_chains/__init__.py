@@ -108,7 +108,8 @@ class ChainPlugin(Plugin):
                     request, self.toolbox, session.limits, granted=session.granted
                 )
             except ChainInvalid as exc:
-                log.info("chain refused", code=exc.code, problems=len(exc.details.get("errors", [])))
+                problems = len(exc.details.get("errors", []))
+                log.info("chain refused", code=exc.code, problems=problems)
                 ctx.outbox.send_nowait(_refusal(request, exc, started))
                 return
             runner = ChainRunner(

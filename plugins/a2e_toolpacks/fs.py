@@ -198,16 +198,23 @@ def make_tools(config: HostConfig) -> list[Tool]:
         }
 
     @tool(side_effects="read")
-    def glob(pattern: str, path: str = ".") -> GlobOut:
-        """Match files: {"pattern", "path"?} → {"paths": [sorted, relative to the root],
-        "count", "truncated"}. ``**`` recurses; matches outside the root are dropped."""
+    def glob(pattern: str, path: str = ".", hidden: bool = False) -> GlobOut:
+        """Match files: {"pattern", "path"?, "hidden"?} → {"paths": [sorted, relative to
+        the root], "count", "truncated"}. ``**`` recurses; matches outside the root are
+        dropped. As in a shell, names starting with ``.`` (``.git``, ``.venv``) are not
+        matched by wildcards unless ``hidden`` is true or the pattern spells the dot."""
         if ".." in PurePosixPath(pattern).parts or PurePosixPath(pattern).is_absolute():
             raise NodeError(
                 f"glob: pattern {pattern!r} is refused: it must be relative, without '..'"
             )
         base = jail.resolve("glob", path)
         found: list[str] = []
+        dotted = any(part.startswith(".") for part in PurePosixPath(pattern).parts)
         for match in base.glob(pattern):
+            if not (hidden or dotted) and any(
+                part.startswith(".") for part in match.relative_to(base).parts
+            ):
+                continue
             real = match.resolve()
             if _inside(real, jail.root):
                 found.append(jail.relative(match.absolute()))
