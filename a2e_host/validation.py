@@ -128,7 +128,8 @@ class PlanNode:
         handler_index: the handler node when ``on_error == "handler"``, else None.
         template_index: a map's template node, else None.
         template_of: a template's map node, else None.
-        out_edges: ``(target, kinds)`` per distinct target, sorted by target; never
+        out_edges: ``(target, kinds)`` per distinct target, sorted by target, ``kinds`` the
+            :class:`EdgeKind` bits as a plain int (IntFlag arithmetic is slow); never
             map → template.
         pred_count: distinct predecessors (control or data); 0 for roots and templates.
         has_control_preds: whether any NEXT / TRUE / FALSE / HANDLER edge comes in.
@@ -149,7 +150,7 @@ class PlanNode:
     handler_index: int | None
     template_index: int | None
     template_of: int | None
-    out_edges: tuple[tuple[int, EdgeKind], ...]
+    out_edges: tuple[tuple[int, int], ...]
     pred_count: int
     has_control_preds: bool
     terminal: bool
@@ -488,7 +489,7 @@ class _Validator:
 
     def add_edge(self, src: int, dst: int, kind: EdgeKind, decl: tuple[str, str]) -> None:
         out = self.out[src]
-        out[dst] = out.get(dst, EdgeKind(0)) | kind
+        out[dst] = out.get(dst, 0) | int(kind)  # plain ints: IntFlag arithmetic is slow
         self.declared.setdefault((src, dst), decl)
 
     def build_control_edges(self) -> None:
