@@ -40,7 +40,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         """The ceilings as a plain dict, e.g. for the handshake's ``chains`` metadata."""
         return {name: getattr(self, name) for name in CEILINGS}
 
-    def lowered(self, asked: dict[str, int]) -> Limits:
+    def lowered(self, asked: dict[str, Any]) -> Limits:
         """A copy with each asked ceiling lowered to ``min(current, asked)``.
 
         Raises:
@@ -76,7 +76,7 @@ class SessionLimits:
 
     __slots__ = ("host", "session", "effective")
 
-    def __init__(self, host: Limits, asked: dict[str, int] | None = None) -> None:
+    def __init__(self, host: Limits, asked: dict[str, Any] | None = None) -> None:
         self.host = host
         self.session = host.lowered(asked or {})
         self.effective = self.session

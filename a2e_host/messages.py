@@ -103,7 +103,7 @@ class HandshakeRequest(Message, tag="handshake/req", kw_only=True):
     agent_id: str = ""
     agent_caps: list[str] = []
     auth_token: str = ""
-    limits: dict[str, int] = {}
+    limits: dict[str, Any] = {}
 
 
 class Capability(msgspec.Struct, kw_only=True):

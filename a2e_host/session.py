@@ -200,7 +200,7 @@ class ConnectionSession:
         given = (auth_token.encode(), self.bearer_token.encode())
         return any(token and hmac.compare_digest(token, want) for token in given)
 
-    def _session_limits(self, asked: dict[str, int]) -> SessionLimits:
+    def _session_limits(self, asked: dict[str, Any]) -> SessionLimits:
         for name, value in asked.items():
             try:
                 self.config.limits.lowered({name: value})

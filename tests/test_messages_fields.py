@@ -91,7 +91,7 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("agent_id", str, ""),
         ("agent_caps", list[str], []),
         ("auth_token", str, ""),
-        ("limits", dict[str, int], {}),
+        ("limits", dict[str, Any], {}),  # each value checked per ceiling, so errors name it
     ],
     HandshakeResponse: ENVELOPE + [
         ("req_id", str, ""),

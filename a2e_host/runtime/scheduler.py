@@ -40,7 +40,7 @@ import structlog
 from ..codec import encode_value, has_non_finite
 from ..exceptions import ChainError, ChainLimitExceeded, NodeError
 from ..expressions import is_truthy
-from ..limits import Limits
+from ..limits import Limits, SessionLimits
 from ..messages import ChainEvent, ChainNode, ChainRequest, ChainResponse, Message
 from ..nodes import Executor, NodeContext
 from ..plan import NodeStatus, PlanState
@@ -176,7 +176,7 @@ class ChainRunner:
     Args:
         plan: the validated plan.
         executors: executors by node kind (``tool``, ``skill``, ``proc``).
-        limits: the session's effective ceilings.
+        limits: the session's ceilings (a bare :class:`Limits` counts as host scope).
         emit: where events (and, at top level, the response) go.
         wait_writable: awaited before a node starts, so a slow reader applies
             backpressure; None when the sink is unbounded.
@@ -195,7 +195,7 @@ class ChainRunner:
         plan: ChainPlan,
         *,
         executors: dict[str, Executor],
-        limits: Limits,
+        limits: SessionLimits | Limits,
         emit: Emit,
         wait_writable: Callable[[], Any] | None = None,
         granted: frozenset[str] = frozenset(),
@@ -209,7 +209,8 @@ class ChainRunner:
         request: ChainRequest = plan.request
         self.plan = plan
         self.executors = executors
-        self.limits = limits
+        self.scoped_limits = limits if isinstance(limits, SessionLimits) else SessionLimits(limits)
+        self.limits: Limits = self.scoped_limits.effective
         self.granted = granted
         self.prefix = prefix
         self.depth = depth
@@ -495,14 +496,10 @@ class ChainRunner:
             raise NodeError(f"node {shown!r} returned output that is not JSON: {exc}") from None
         cap = self.limits.max_output_bytes
         if len(data) > cap:
-            raise ChainLimitExceeded(
+            self._refuse(
+                "max_output_bytes",
+                len(data),
                 f"node {shown!r} output is {len(data)} bytes, over max_output_bytes {cap}",
-                details={
-                    "ceiling": "max_output_bytes",
-                    "scope": "session",
-                    "limit": cap,
-                    "requested": len(data),
-                },
             )
         if b"null" in data and has_non_finite(output):
             raise NodeError(
@@ -510,6 +507,12 @@ class ChainRunner:
                 "which JSON cannot carry"
             )
         return output
+
+    def _refuse(self, ceiling: str, requested: int, message: str, node_id: str = "") -> None:
+        """Raise ``chain_limit`` naming the scope whose ceiling refused (PROTOCOL.md §6)."""
+        err = self.scoped_limits.refusal(ceiling, requested, node_id=node_id)
+        if err is not None:
+            raise ChainLimitExceeded(message, node_id=node_id, details=err.details)
 
     # ── map ─────────────────────────────────────────────────────────────────
 
@@ -526,16 +529,12 @@ class ChainRunner:
             )
         n = len(items)
         if n > self.limits.max_map_items:
-            raise ChainLimitExceeded(
+            self._refuse(
+                "max_map_items",
+                n,
                 f"map node {shown!r} has {n} items, over max_map_items "
                 f"{self.limits.max_map_items}",
                 node_id=pnode.node_id,
-                details={
-                    "ceiling": "max_map_items",
-                    "scope": "session",
-                    "limit": self.limits.max_map_items,
-                    "requested": n,
-                },
             )
         if n == 0:
             return []
@@ -619,21 +618,17 @@ class ChainRunner:
         ) -> Any:
             depth = self.depth + 1
             if depth > self.limits.max_depth:
-                raise ChainLimitExceeded(
+                self._refuse(
+                    "max_depth",
+                    depth,
                     f"skill {skill_name!r} in node {shown!r} would nest {depth} deep, "
                     f"over max_depth {self.limits.max_depth}",
-                    details={
-                        "ceiling": "max_depth",
-                        "scope": "session",
-                        "limit": self.limits.max_depth,
-                        "requested": depth,
-                    },
                 )
             plan = planner(skill_name, nodes, entry_node)
             child = ChainRunner(
                 plan,
                 executors=self.executors,
-                limits=self.limits,
+                limits=self.scoped_limits,
                 emit=self._emit,
                 wait_writable=self._wait_writable,
                 granted=self.granted,

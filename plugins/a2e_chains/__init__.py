@@ -115,7 +115,7 @@ class ChainPlugin(Plugin):
             runner = ChainRunner(
                 plan,
                 executors=self.toolbox.executors,
-                limits=session.limits.effective,
+                limits=session.limits,
                 emit=ctx.outbox.send_nowait,
                 wait_writable=ctx.outbox.wait_writable,
                 granted=session.granted,
