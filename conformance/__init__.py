@@ -1,0 +1,19 @@
+"""A2E chains conformance kit: requirement-driven wire-protocol cases for any host.
+
+Host-agnostic: it speaks only the wire protocol (seed chain/* contract and
+PROTOCOL.md) over stdio or WebSocket, and never imports a host implementation.
+
+Modules, bottom up:
+
+* :mod:`conformance.matchers` — the matcher language for expected values (pure).
+* :mod:`conformance.templates` — templates for sent values (pure).
+* :mod:`conformance.cases` — loading ``cases/*.jsonl`` transcripts (pure).
+* :mod:`conformance.manifest` — ``requirements.json`` and coverage (pure).
+* :mod:`conformance.invariants` — per-request chain transcript checks (pure).
+* :mod:`conformance.transports` — stdio and WebSocket clients (asyncio).
+* :mod:`conformance.runner` — one case over one connection (asyncio).
+* :mod:`conformance.suite` — probe, gating, scheduling (asyncio).
+* :mod:`conformance.report`, :mod:`conformance.cli`, :mod:`conformance.pytest_plugin`.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,184 @@
+"""Loading the case transcripts in ``conformance/cases/*.jsonl``.
+
+Layer: pure (reads files). No host, no sockets.
+
+A file is JSON Lines. A line with a ``"case"`` key starts a case; the lines after it,
+up to the next ``"case"`` line, are its steps. Blank lines are ignored.
+
+Case header::
+
+    {"case": "chain-linear-two-tools",          # unique id, [a-z0-9-]
+     "requires": ["CHAIN-EVT-SEQ", ...],        # requirement ids it checks (>= 1)
+     "doc": "what it shows, one line",
+     "handshake": {...} | false,                # extra handshake/req fields; false = none
+     "features": ["chain/cancel"],              # host features it needs (else skipped)
+     "needs": ["auth"],                         # runner conditions (see runner.CONDITIONS)
+     "transports": ["ws"],                      # only on these transports (default: all)
+     "timeout": 10}                             # seconds for the whole case
+
+Steps (one key names the kind)::
+
+    {"send": <message>, "as": "r1", "exact": false}   # templated, envelope filled
+    {"send_text": "<raw frame text>", "as": "r"}       # sent verbatim as one frame/line
+                                                       # (a list of pieces is joined)
+    {"send_bytes": "<hex>"}                            # raw bytes (stdio line / ws binary)
+    {"send_text_bytes": "<hex>"}                       # ws only: a text frame of raw bytes
+    {"expect": <matcher>, "for": "r1", "as": "x", "within": 5}
+        # the next unconsumed message (of request r1, if "for"; the first one
+        # matching "where", if given) must match <matcher>
+    {"expect_chain": {...}, "for": "r1"}               # see runner.check_chain
+    {"expect_silence": 0.3}                            # nothing unconsumed arrives meanwhile
+    {"expect_close": {"ws_code": 1009, "within": 5, "ignore": <matcher>}}
+                                                       # the host closes the connection;
+                                                       # frames matching "ignore" may come first
+    {"close": {}}                                      # the client goes away (stdio: EOF)
+    {"reconnect": {}}                                  # a fresh connection (+ handshake)
+    {"expect_transport": {"subprotocol": "a2e.v1"}}    # ws handshake facts
+    {"sleep": 0.2}
+    {"comment": "..."}
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CASES_DIR", "Case", "CaseError", "load_cases", "load_file", "STEP_KINDS"]
+
+CASES_DIR = Path(__file__).parent / "cases"
+
+STEP_KINDS = (
+    "send", "send_text", "send_bytes", "send_text_bytes", "expect", "expect_chain",
+    "expect_silence", "expect_close", "expect_transport", "sleep", "comment", "close",
+    "reconnect",
+)
+_STEP_OPTIONS = {"as", "for", "where", "exact", "within"}
+_HEADER_KEYS = {"case", "requires", "doc", "handshake", "features", "needs", "transports",
+                "timeout"}
+_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+class CaseError(ValueError):
+    """A case file is malformed; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One transcript. ``steps`` are the raw step objects, in order."""
+
+    id: str
+    requires: tuple[str, ...]
+    doc: str
+    steps: tuple[dict[str, Any], ...]
+    source: str
+    handshake: dict[str, Any] | None = field(default_factory=dict)
+    features: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
+    transports: tuple[str, ...] = ()
+    timeout: float = 10.0
+
+
+def _header(obj: dict[str, Any], where: str) -> dict[str, Any]:
+    unknown = set(obj) - _HEADER_KEYS
+    if unknown:
+        raise CaseError(f"{where}: unknown case keys {sorted(unknown)}")
+    if not isinstance(obj["case"], str) or not _ID.match(obj["case"]):
+        raise CaseError(f"{where}: case id must match {_ID.pattern}")
+    requires = obj.get("requires")
+    if not isinstance(requires, list) or not requires:
+        raise CaseError(f"{where}: case {obj['case']!r} names no requirement")
+    handshake = obj.get("handshake", {})
+    if handshake is not False and not isinstance(handshake, dict):
+        raise CaseError(f"{where}: handshake must be an object or false")
+    return obj
+
+
+def _check_step(step: Any, where: str) -> dict[str, Any]:
+    if not isinstance(step, dict):
+        raise CaseError(f"{where}: a step must be an object")
+    kinds = [k for k in step if k in STEP_KINDS]
+    if len(kinds) != 1:
+        raise CaseError(f"{where}: a step needs exactly one of {STEP_KINDS}, got {sorted(step)}")
+    unknown = set(step) - set(STEP_KINDS) - _STEP_OPTIONS
+    if unknown:
+        raise CaseError(f"{where}: unknown step keys {sorted(unknown)}")
+    return step
+
+
+def _parse_file(path: Path) -> Iterable[Case]:
+    header: dict[str, Any] | None = None
+    steps: list[dict[str, Any]] = []
+    start = 0
+
+    def finish() -> Case | None:
+        if header is None:
+            return None
+        hs = header.get("handshake", {})
+        return Case(
+            id=header["case"], requires=tuple(header["requires"]),
+            doc=header.get("doc", ""), steps=tuple(steps), source=f"{path.name}:{start}",
+            handshake=None if hs is False else hs,
+            features=tuple(header.get("features", ())), needs=tuple(header.get("needs", ())),
+            transports=tuple(header.get("transports", ())),
+            timeout=float(header.get("timeout", 10.0)),
+        )
+
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        where = f"{path.name}:{number}"
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CaseError(f"{where}: not JSON: {exc}") from exc
+        if isinstance(obj, dict) and "case" in obj:
+            done = finish()
+            if done is not None:
+                yield done
+            header, steps, start = _header(obj, where), [], number
+        elif header is None:
+            raise CaseError(f"{where}: a step before any case header")
+        else:
+            steps.append(_check_step(obj, where))
+    done = finish()
+    if done is not None:
+        yield done
+
+
+def load_file(path: Path) -> list[Case]:
+    """Load the cases of one ``.jsonl`` file, in line order.
+
+    Raises:
+        CaseError: the file is malformed.
+    """
+    return list(_parse_file(path))
+
+
+def load_cases(directory: Path = CASES_DIR, pattern: str | None = None) -> list[Case]:
+    """Load every case from ``directory/*.jsonl``, in file then line order.
+
+    Args:
+        directory: where the ``.jsonl`` files are.
+        pattern: if given, keep cases whose id or any requirement id contains it
+            (case-insensitive), like ``pytest -k`` on names.
+
+    Raises:
+        CaseError: a file is malformed, or two cases share an id.
+    """
+    cases: list[Case] = []
+    seen: dict[str, str] = {}
+    for path in sorted(directory.glob("*.jsonl")):
+        for case in _parse_file(path):
+            if case.id in seen:
+                raise CaseError(f"{case.source}: case id {case.id!r} already at {seen[case.id]}")
+            seen[case.id] = case.source
+            cases.append(case)
+    if pattern:
+        needle = pattern.lower()
+        cases = [c for c in cases
+                 if needle in c.id.lower() or any(needle in r.lower() for r in c.requires)]
+    return cases

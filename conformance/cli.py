@@ -1,0 +1,122 @@
+"""Command line: ``python -m conformance (--stdio CMD | --ws URL) [options]``.
+
+Layer: entry point. Exit status: 0 all selected cases passed (or were skipped),
+1 some failed, 2 the host could not be reached or the kit itself is broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+
+from .cases import CaseError, load_cases
+from .manifest import (
+    README,
+    coverage_problems,
+    load_requirements,
+    readme_with_table,
+    render_markdown,
+)
+from .report import json_report, text_report
+from .runner import CaseResult
+from .suite import Target, run_suite
+
+__all__ = ["main", "build_parser"]
+
+
+def default_jobs(target: Target) -> int:
+    """Cases at once: 8 over WebSocket; over stdio 2 × CPUs, clamped to 2..8.
+
+    Each stdio case spawns a host process, whose start-up is CPU-bound, so running
+    more at once than the machine has cores only adds contention.
+    """
+    if target.transport == "ws":
+        return 8
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m conformance",
+        description="Run the A2E chains conformance cases against a host.")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--stdio", metavar="CMD",
+                       help='host command speaking NDJSON on stdin/stdout, e.g. '
+                            '"a2e-host stdio --tools conformance" (one process per case)')
+    where.add_argument("--ws", metavar="URL", help="WebSocket URL, e.g. ws://127.0.0.1:8765")
+    parser.add_argument("-k", metavar="PATTERN", help="only cases whose id or requirement "
+                                                       "ids contain PATTERN")
+    parser.add_argument("--json", action="store_true", help="print a JSON report instead")
+    parser.add_argument("-j", "--jobs", type=int, default=None,
+                        help="cases run at once (default: 8 over WebSocket; over stdio, where "
+                             "each case starts a host process, twice the CPU count, 2..8)")
+    parser.add_argument("--stderr", choices=("capture", "pass", "drop"), default="capture",
+                        help="stdio host's stderr: shown on failure (capture, default), "
+                             "passed through, or dropped")
+    parser.add_argument("--auth-token", help="the token the host was configured with; "
+                                             "enables the auth cases")
+    parser.add_argument("--host-defaults", action="store_true",
+                        help="the host runs with PROTOCOL.md §6 default ceilings; enables "
+                             "the cases checking them")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="list skipped cases and every requirement")
+    parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    parser.add_argument("--requirements", action="store_true",
+                        help="print the manifest as a Markdown table and exit")
+    parser.add_argument("--update-readme", action="store_true",
+                        help="regenerate the requirement table in conformance/README.md")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        requirements = load_requirements()
+        all_cases = load_cases()
+    except (CaseError, ValueError) as exc:
+        print(f"conformance kit is broken: {exc}", file=sys.stderr)
+        return 2
+    if args.requirements:
+        sys.stdout.write(render_markdown(requirements, all_cases))
+        return 0
+    if args.update_readme:
+        table = render_markdown(requirements, all_cases)
+        README.write_text(readme_with_table(README.read_text(encoding="utf-8"), table),
+                          encoding="utf-8")
+        return 0
+    problems = coverage_problems(requirements, all_cases)
+    if problems:
+        print("conformance kit is broken:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
+    cases = load_cases(pattern=args.k)
+    if args.list:
+        for case in cases:
+            print(f"{case.id:<48} {', '.join(case.requires)}")
+        return 0
+    if not (args.stdio or args.ws):
+        print("give --stdio CMD or --ws URL", file=sys.stderr)
+        return 2
+    target = Target("stdio" if args.stdio else "ws", args.stdio or args.ws,
+                    stderr=args.stderr, auth_token=args.auth_token,
+                    host_defaults=args.host_defaults)
+
+    def progress(result: CaseResult) -> None:
+        if not args.json:
+            mark = {"passed": ".", "failed": "F", "skipped": "s"}[result.status]
+            print(mark, end="", flush=True, file=sys.stderr)
+
+    try:
+        results = asyncio.run(run_suite(cases, target, args.jobs or default_jobs(target),
+                                        progress))
+    except (RuntimeError, OSError) as exc:
+        print(f"\ncannot run against the host: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(json_report(requirements, results, target.transport), indent=2))
+    else:
+        print(file=sys.stderr)
+        print(text_report(requirements, results, args.verbose))
+    return 1 if any(r.status == "failed" for r in results) else 0

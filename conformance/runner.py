@@ -1,0 +1,351 @@
+"""Running one case over one connection: the step interpreter.
+
+Layer: I/O (asyncio) over :mod:`conformance.transports`; the checks themselves are
+pure (:mod:`conformance.matchers`, :mod:`conformance.invariants`).
+
+A :class:`CaseRun` owns the case's connection (a ``reconnect`` step opens a fresh
+one). It keeps every received frame that no step
+has consumed yet in ``pending``; ``expect`` takes the first pending frame (of the
+request named by ``for``, if given), ``expect_chain`` takes every frame of one request
+up to its ``chain/resp``. At the end, a frame nobody consumed fails the case: a host
+must not send what the transcript did not ask for.
+
+Every received frame must be one strict JSON object with the envelope (``type``,
+``id``, ``version`` ``1.x``, ``ts``), and no two host messages may share an ``id``.
+
+Variables a case can ``$ref``: ``nonce`` (fresh hex per case), ``case``, ``clock``
+(``{min, max}``: now ± one day, epoch seconds),
+``session`` (the handshake/resp), ``session_id``, ``chains`` (the ``chains``
+entry's metadata), ``limits``, ``features``, ``probe`` (the suite's probe
+handshake/resp), ``probe_limits``, ``other_cap``, ``auth_token``, and every ``as``
+name (a sent message, or a received one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cases import Case
+from .invariants import check_chain, partial_top
+from .matchers import MatcherError, match
+from .templates import expand, fill_envelope
+from .transports import Connection, Frame
+
+__all__ = ["CaseResult", "CaseRun", "CaseFailure", "chains_entry", "ENVELOPE"]
+
+ENVELOPE = {"type": {"$type": "str"}, "id": {"$type": "str"}, "version": {"$regex": r"^1\."},
+            "ts": {"$type": "number"}}
+
+
+class CaseFailure(Exception):
+    """The host did not do what the transcript says (one or more problems)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class CaseResult:
+    """Outcome of one case. ``status`` is ``passed``, ``failed`` or ``skipped``."""
+
+    case: Case
+    status: str
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    diagnostics: str = ""
+
+
+def chains_entry(handshake_resp: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``accepted_caps`` entry for ``chains`` in a handshake/resp (PROTOCOL.md §2)."""
+    for entry in handshake_resp.get("accepted_caps") or []:
+        if isinstance(entry, dict) and entry.get("capability") == "chains":
+            return entry
+    return None
+
+
+class CaseRun:
+    """Interprets one case's steps over ``connection`` (see module docstring)."""
+
+    def __init__(self, case: Case, connection: Connection, variables: dict[str, Any],
+                 connect: Callable[[], Awaitable[Connection]] | None = None,
+                 token: str | None = None) -> None:
+        self.case = case
+        self.conn = connection
+        self.connections = [connection]  # every connection opened, for cleanup
+        self._connect = connect
+        self._token = token
+        now = time.time()
+        self.vars: dict[str, Any] = {"nonce": uuid.uuid4().hex[:12], "case": case.id,
+                                     "clock": {"min": now - 86400, "max": now + 86400},
+                                     **variables}
+        self.pending: list[Frame] = []
+        self.seen_ids: set[str] = set()  # ids of every host message, to catch reuse
+        self.history: dict[str, list[Frame]] = {}  # req_id → frames consumed by `expect`
+        self.last_sent: dict[str, Any] | None = None
+        self.closed = False
+
+    # ---- receiving ------------------------------------------------------------
+    def _check_frame(self, frame: Frame) -> None:
+        if frame.message is None:
+            raise CaseFailure([f"FRAME-{self.conn.kind.upper()}: host sent a bad frame "
+                               f"({frame.fault}): {frame.raw[:200]!r}"])
+        problems = match({"$partial": ENVELOPE}, frame.message, {}, "$msg")
+        if problems:
+            raise CaseFailure([f"FRAME-ENVELOPE: {p} in {frame.raw[:300]}" for p in problems])
+        if frame.message["id"] in self.seen_ids:
+            raise CaseFailure([f"FRAME-MESSAGE-ID: id {frame.message['id']!r} was already used "
+                               f"by another message: {frame.raw[:300]}"])
+        self.seen_ids.add(frame.message["id"])
+
+    async def _take(self, wanted: Callable[[dict[str, Any]], bool], what: str,
+                    within: float | None) -> Frame:
+        for i, waiting in enumerate(self.pending):
+            if waiting.message is not None and wanted(waiting.message):
+                return self.pending.pop(i)
+        deadline = None if within is None else time.monotonic() + within
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                frame = await asyncio.wait_for(self.conn.receive(), left)
+            except TimeoutError:
+                raise CaseFailure([f"no {what} within {within} s; "
+                                   f"unconsumed: {self.pending_text()}"]) from None
+            if frame is None:
+                self.closed = True
+                raise CaseFailure([f"connection closed while waiting for {what}; "
+                                   f"unconsumed: {self.pending_text()}"])
+            self._check_frame(frame)
+            assert frame.message is not None
+            if wanted(frame.message):
+                return frame
+            self.pending.append(frame)
+
+    def pending_text(self) -> str:
+        if not self.pending:
+            return "none"
+        return " | ".join(f.raw[:300] for f in self.pending[:6])
+
+    def _request_id(self, step: dict[str, Any]) -> str | None:
+        label = step.get("for")
+        if label is None:
+            return None
+        sent = self.vars.get(label)
+        if not isinstance(sent, dict) or "id" not in sent:
+            raise MatcherError(f"'for': {label!r} names no sent message with an id")
+        return str(sent["id"])
+
+    # ---- steps ------------------------------------------------------------------
+    async def do_send(self, step: dict[str, Any]) -> None:
+        message = expand(step["send"], self.vars)
+        if not step.get("exact"):
+            message = fill_envelope(message, self.vars)
+        if "as" in step:
+            self.vars[step["as"]] = message
+        if isinstance(message, dict) and message.get("type") == "chain/req":
+            self.last_sent = message
+        await self.conn.send_text(json.dumps(message, ensure_ascii=False))
+
+    async def do_send_text(self, step: dict[str, Any]) -> None:
+        text = expand(step["send_text"], self.vars)
+        if isinstance(text, list):  # pieces, so a case can build huge or odd frames
+            text = "".join(str(piece) for piece in text)
+        if "as" in step:  # name a raw message for `for` / `$ref` (Python's last-wins decode)
+            message = json.loads(text)
+            self.vars[step["as"]] = message
+            if message.get("type") == "chain/req":
+                self.last_sent = message
+        await self.conn.send_text(text)
+
+    async def do_send_bytes(self, step: dict[str, Any]) -> None:
+        await self.conn.send_bytes(bytes.fromhex(step["send_bytes"]))
+
+    async def do_send_text_bytes(self, step: dict[str, Any]) -> None:
+        await self.conn.send_text_bytes(bytes.fromhex(step["send_text_bytes"]))
+
+    async def do_expect(self, step: dict[str, Any]) -> None:
+        req_id = self._request_id(step)
+        where = step.get("where")
+
+        def wanted(m: dict[str, Any]) -> bool:
+            if req_id is not None and m.get("req_id") != req_id:
+                return False
+            return where is None or not match(partial_top(where), m, dict(self.vars))
+
+        what = "message" if req_id is None else f"message for {step['for']}"
+        if where is not None:
+            what += f" where {json.dumps(where)[:100]}"
+        frame = await self._take(wanted, what, step.get("within"))
+        assert frame.message is not None
+        problems = match(partial_top(step["expect"]), frame.message, self.vars, "$msg")
+        if problems:
+            raise CaseFailure(problems + [f"received: {frame.raw[:600]}"])
+        if isinstance(frame.message.get("req_id"), str):
+            self.history.setdefault(frame.message["req_id"], []).append(frame)
+        if "as" in step:
+            self.vars[step["as"]] = frame.message
+
+    async def do_expect_chain(self, step: dict[str, Any]) -> None:
+        spec = step["expect_chain"]
+        req_id: str | None = None
+        if "for" in step:
+            req_id = self._request_id(step)
+        elif self.last_sent is not None:
+            req_id = str(self.last_sent["id"])
+        else:
+            raise MatcherError("expect_chain without 'for' and no chain/req sent yet")
+        assert req_id is not None
+        earlier = self.history.pop(req_id, [])  # events an `expect` already took
+        messages = [f.message for f in earlier if f.message is not None]
+        raws = [f.raw for f in earlier]
+        within = spec.get("within", step.get("within"))
+        while not messages or messages[-1].get("type") != "chain/resp":
+            frame = await self._take(lambda m: m.get("req_id") == req_id,
+                                     f"chain/resp for {req_id}", within)
+            assert frame.message is not None
+            messages.append(frame.message)
+            raws.append(frame.raw)
+            if frame.message.get("type") not in ("chain/event", "chain/resp"):
+                break
+        if messages[-1].get("type") != "chain/resp":
+            raise CaseFailure([f"expected chain events and a chain/resp for {req_id}, got "
+                               f"{raws[-1][:600]}"])
+        problems = check_chain(messages, raws, spec, self.vars)
+        if problems:
+            shown = "\n      ".join(r[:400] for r in raws[-12:])
+            raise CaseFailure(problems + [f"transcript (last {min(12, len(raws))}):\n      "
+                                          f"{shown}"])
+        if "as" in step:
+            self.vars[step["as"]] = messages[-1]
+
+    async def do_expect_silence(self, step: dict[str, Any]) -> None:
+        await asyncio.sleep(float(step["expect_silence"]))
+        while True:
+            try:
+                frame = self.conn.receive()
+                got = await asyncio.wait_for(frame, 0.001)
+            except TimeoutError:
+                break
+            if got is None:
+                self.closed = True
+                break
+            self._check_frame(got)
+            self.pending.append(got)
+        if self.pending:
+            raise CaseFailure([f"expected silence, got: {self.pending_text()}"])
+
+    async def do_expect_close(self, step: dict[str, Any]) -> None:
+        spec = step["expect_close"] or {}
+        within = step.get("within", spec.get("within", 5.0))
+        deadline = time.monotonic() + within
+        while not self.closed:
+            try:
+                frame = await asyncio.wait_for(self.conn.receive(),
+                                               max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise CaseFailure([f"the host did not close the connection within {within} s"]
+                                  ) from None
+            if frame is None:
+                self.closed = True
+                continue
+            self._check_frame(frame)
+            ignored = "ignore" in spec and not match(partial_top(spec["ignore"]),
+                                                     frame.message, dict(self.vars))
+            if not ignored:
+                self.pending.append(frame)
+        if self.conn.kind == "ws" and "ws_code" in spec:
+            await asyncio.sleep(0)  # let the close handshake settle
+            problems = match(spec["ws_code"], self.conn.closed_code(), self.vars, "$close_code")
+            if problems:
+                raise CaseFailure(problems)
+
+    async def do_close(self, step: dict[str, Any]) -> None:
+        await self.conn.close_sending()
+
+    async def do_reconnect(self, step: dict[str, Any]) -> None:
+        """Open a fresh connection (and handshake, as the case header says)."""
+        if self.pending:
+            raise CaseFailure([f"unexpected messages before reconnecting: "
+                               f"{self.pending_text()}"])
+        if self._connect is None:
+            raise MatcherError("this runner cannot open a second connection")
+        self.conn = await self._connect()
+        self.connections.append(self.conn)
+        self.closed = False
+        if self.case.handshake is not None:
+            await self.handshake(self._token)
+
+    async def do_expect_transport(self, step: dict[str, Any]) -> None:
+        spec = step["expect_transport"]
+        if self.conn.kind == "ws" and "subprotocol" in spec:
+            if self.conn.subprotocol != spec["subprotocol"]:
+                raise CaseFailure([f"FRAME-WS-SUBPROTOCOL: negotiated {self.conn.subprotocol!r},"
+                                   f" expected {spec['subprotocol']!r}"])
+
+    async def do_sleep(self, step: dict[str, Any]) -> None:
+        await asyncio.sleep(float(step["sleep"]))
+
+    async def do_comment(self, step: dict[str, Any]) -> None:
+        return None
+
+    # ---- the case -----------------------------------------------------------
+    async def handshake(self, token: str | None) -> None:
+        """Send the case's handshake/req and keep the session facts as variables."""
+        assert self.case.handshake is not None
+        request: dict[str, Any] = {"type": "handshake/req", "agent_id": "a2e-conformance",
+                                   "agent_caps": ["chains"]}
+        if token:
+            request["auth_token"] = token
+        request.update(expand(self.case.handshake, self.vars))
+        request = fill_envelope(request, self.vars)
+        await self.conn.send_text(json.dumps(request))
+        frame = await self._take(lambda m: m.get("req_id") == request["id"],
+                                 "handshake/resp", 10.0)
+        assert frame.message is not None
+        resp = frame.message
+        if resp.get("type") != "handshake/resp" or resp.get("ok") is not True:
+            raise CaseFailure([f"handshake refused: {frame.raw[:600]}"])
+        entry = chains_entry(resp) or {}
+        metadata: dict[str, Any] = entry.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            metadata = {}
+        self.vars.update(session=resp, session_id=resp.get("session_id"), chains=metadata,
+                         limits=metadata.get("limits") or {},
+                         features=metadata.get("features") or [])
+
+    async def run(self, token: str | None) -> None:
+        """Run every step; raise :class:`CaseFailure` on the first that fails."""
+        if self.case.handshake is not None:
+            await self.handshake(token)
+        for number, step in enumerate(self.case.steps, 1):
+            kind = next(k for k in step if k in _STEPS)
+            try:
+                await _STEPS[kind](self, step)
+            except CaseFailure as failure:
+                failure.problems.insert(0, f"step {number} ({kind}) failed:")
+                raise
+        if self.pending:
+            raise CaseFailure([f"unexpected messages at the end: {self.pending_text()}"])
+
+
+_STEPS: dict[str, Callable[[CaseRun, dict[str, Any]], Awaitable[None]]] = {
+    "send": CaseRun.do_send,
+    "send_text": CaseRun.do_send_text,
+    "send_bytes": CaseRun.do_send_bytes,
+    "send_text_bytes": CaseRun.do_send_text_bytes,
+    "expect": CaseRun.do_expect,
+    "expect_chain": CaseRun.do_expect_chain,
+    "expect_silence": CaseRun.do_expect_silence,
+    "expect_close": CaseRun.do_expect_close,
+    "expect_transport": CaseRun.do_expect_transport,
+    "close": CaseRun.do_close,
+    "reconnect": CaseRun.do_reconnect,
+    "sleep": CaseRun.do_sleep,
+    "comment": CaseRun.do_comment,
+}

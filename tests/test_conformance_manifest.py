@@ -1,0 +1,120 @@
+"""The conformance kit is complete: every requirement has a case, every case a requirement.
+
+Source: conformance/README.md (requirement-driven kit); STYLE.md "Tests and habits".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance.cases import CASES_DIR, STEP_KINDS, CaseError, load_cases, load_file
+from conformance.manifest import (
+    README,
+    coverage_problems,
+    load_requirements,
+    readme_with_table,
+    render_markdown,
+)
+
+
+@pytest.fixture(scope="module")
+def requirements():
+    return load_requirements()
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return load_cases()
+
+
+def test_every_requirement_has_a_case_and_every_case_a_known_requirement(requirements, cases):
+    assert coverage_problems(requirements, cases) == []
+
+
+def test_coverage_check_reports_missing_and_unknown_requirements(requirements, cases):
+    first = cases[0]
+    orphan = [c for c in cases if requirements[0].id not in c.requires]
+    problems = coverage_problems(requirements, orphan)
+    assert f"requirement {requirements[0].id} has no case" in problems
+    bogus = first.__class__(id="x", requires=("NO-SUCH-RULE",), doc="", steps=(), source="t")
+    assert "case x names unknown requirement NO-SUCH-RULE" in coverage_problems(
+        requirements, [*cases, bogus])
+
+
+def test_suite_is_large_enough_to_cover_the_spec(requirements, cases):
+    assert len(cases) >= 100
+    assert len(requirements) >= 80
+
+
+def test_case_ids_are_unique_across_files(cases):
+    ids = [c.id for c in cases]
+    assert len(ids) == len(set(ids))
+
+
+def test_every_case_file_line_is_json_with_one_step_kind():
+    for path in CASES_DIR.glob("*.jsonl"):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            obj = json.loads(line)
+            if "case" not in obj:
+                assert sum(k in obj for k in STEP_KINDS) == 1, f"{path.name}:{number}"
+
+
+def test_exempt_requirements_say_why(requirements):
+    for requirement in requirements:
+        if requirement.exempt:
+            assert len(requirement.exempt) > 20, requirement.id
+
+
+def test_readme_requirement_table_is_regenerated(requirements, cases):
+    text = README.read_text(encoding="utf-8")
+    expected = readme_with_table(text, render_markdown(requirements, cases))
+    assert text == expected, "run: python -m conformance --update-readme"
+
+
+def test_a_step_before_any_case_is_rejected(tmp_path: Path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"send": {"type": "ping"}}\n', encoding="utf-8")
+    with pytest.raises(CaseError, match="before any case header"):
+        load_file(bad)
+
+
+def test_a_case_without_requirements_is_rejected(tmp_path: Path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"case": "x", "requires": []}\n', encoding="utf-8")
+    with pytest.raises(CaseError, match="names no requirement"):
+        load_file(bad)
+
+
+def test_selection_by_pattern_matches_case_ids_and_requirements():
+    by_id = load_cases(pattern="cycle-self-loop")
+    assert [c.id for c in by_id] == ["cycle-self-loop"]
+    by_requirement = load_cases(pattern="VAL-CYCLE")
+    assert {"cycle-two-nodes", "cycle-self-loop"} <= {c.id for c in by_requirement}
+
+
+def test_kit_never_imports_a_host_implementation():
+    package = Path(__file__).resolve().parents[1] / "conformance"
+    for source in package.glob("*.py"):
+        text = source.read_text(encoding="utf-8")
+        assert "import a2e_host" not in text and "from a2e_host" not in text, source.name
+
+
+def test_cli_lists_cases_and_prints_the_manifest(capsys):
+    from conformance.cli import main
+
+    assert main(["--list", "-k", "cycle-self-loop"]) == 0
+    assert capsys.readouterr().out.split() == ["cycle-self-loop", "VAL-CYCLE"]
+    assert main(["--requirements"]) == 0
+    assert "| `CHAIN-EVT-SEQ` |" in capsys.readouterr().out
+
+
+def test_cli_without_a_host_is_a_usage_error(capsys):
+    from conformance.cli import main
+
+    assert main([]) == 2
+    assert "--stdio" in capsys.readouterr().err
