@@ -1,0 +1,322 @@
+"""The benchmark driver: ``python -m bench [--quick] [--runs N] [--workloads a,b,..] [--out DIR]``.
+
+For every workload × implementation it starts a fresh ``python -m bench.measure IMPL KEY``
+(so peak RSS belongs to that pair alone), then the end-to-end runs (``bench.e2e``: the
+real ``a2e-host`` over stdio and WebSocket, and the minimal reference behind
+``bench.fake_host`` as the wire yardstick) and the micro figures (``bench.micro``).
+Writes ``<out>/latest.json`` and ``<out>/latest.md`` (``--quick``: ``quick.json`` /
+``quick.md``). Exit status 1 when any result was wrong (a wrong result is an error, never
+a number) or a reference failed; "unavailable" (the host's API or CLI not there yet) is
+not a failure.
+
+``--quick``: small versions of each workload, 1 run, no warm-up, no micro figures: a
+correctness check for CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.measure import DEFAULT_IMPLS, IMPLS
+from bench.workloads import NAMES, QUICK_SIZES
+
+ROOT = Path(__file__).resolve().parent.parent
+LABELS = {
+    "spec": "spec reference design (thread per node, 10 ms poll)",
+    "spec_tick": "spec design, each pass waits a full 10 ms tick",
+    "spec_item_threads": "spec design, a thread per map item",
+    "minimal": "minimal asyncio scheduler (readiness counters, expr cache, msgspec)",
+    "minimal_fast": "minimal + fast path for dotted paths",
+    "ours": "**a2e-host, in-process** (`InProcessHost.run`)",
+}
+COLS = {"a": "a linear 1000", "b": "b fan-out 1000", "c": "c map 10k (per item)",
+        "d": "d diamond 5000", "e": "e 100×50 ms sleep (wall)"}
+#: The README's medians (2-core machine), µs per node; e in ms. For the ratio comparison.
+README_FIGURES = {
+    "minimal": {"a": 69, "b": 63, "c": 17, "d": 123, "e": 56},
+    "minimal_fast": {"a": 37, "b": 48, "c": 20, "d": 55, "e": 56},
+    "spec": {"a": 317, "b": 300, "c": 289, "d": 642, "e": 143},
+}
+SUBPROCESS_TIMEOUT = 1800  # seconds, per measurement process
+
+
+def _run_json(argv: list[str]) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    try:
+        p = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=SUBPROCESS_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "error": f"timed out after {SUBPROCESS_TIMEOUT} s"}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = p.stderr.strip().splitlines()[-5:]
+        return {"status": "failed", "error": f"exit {p.returncode}, no result", "stderr": tail}
+    res: dict[str, Any] = json.loads(lines[-1])
+    return res
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from several rounds of the same measurement: all timed runs pooled
+    (median, min, max over them), memory figures the worst round's."""
+    if len(rounds) == 1 or any(r.get("status") != "ok" for r in rounds):
+        bad = [r for r in rounds if r.get("status") != "ok"]
+        return bad[0] if bad else rounds[0]
+    times = [t for r in rounds for t in r["times_s"]]
+    med = statistics.median(times)
+    units, events = rounds[0]["units"], rounds[0]["events"]
+    per = 1e6 / units
+    out = dict(rounds[0])
+    out.update(
+        runs=len(times), rounds=len(rounds), times_s=times, median_s=med, min_s=min(times),
+        max_s=max(times), us_per_unit=med * per, us_per_unit_min=min(times) * per,
+        us_per_unit_max=max(times) * per, events_per_s=events / med,
+        loadavg=[r.get("loadavg") for r in rounds],
+        **{k: max(r[k] for r in rounds)
+           for k in ("rss_peak_mb", "rss_added_mb", "py_heap_peak_mb")})
+    return out
+
+
+def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bool,
+            e2e: bool, micro: bool, e2e_runs: int, rounds: int = 1) -> dict[str, Any]:
+    results: dict[str, Any] = {
+        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                    "python": platform.python_version(), "processor": platform.processor()},
+        "settings": {"runs": runs, "warmup": warmup, "quick": quick, "rounds": rounds},
+        "loadavg_at_start": os.getloadavg(),
+        "inprocess": {}, "e2e": [], "micro": None,
+    }
+    for k in keys:
+        size = QUICK_SIZES[k] if quick else None
+        by_impl: dict[str, list[dict[str, Any]]] = {i: [] for i in impls}
+        for rnd in range(rounds):  # rounds interleave the implementations: load drift is shared
+            for impl in impls:
+                argv = ["-m", "bench.measure", impl, k, "--runs", str(runs),
+                        "--warmup", str(warmup)]
+                if size:
+                    argv += ["--size", str(size)]
+                res = _run_json(argv)
+                by_impl[impl].append(res)
+                _progress(f"{NAMES[k]:>18} {impl:>13} (round {rnd + 1}): {_brief(res)}")
+                if res.get("status") == "unavailable":
+                    break
+        results["inprocess"][k] = {i: merge_rounds(rs) for i, rs in by_impl.items() if rs}
+    if e2e:
+        for host in ("reference", "ours"):
+            for transport in ("stdio", "ws"):
+                for k in keys:
+                    argv = ["-m", "bench.e2e", transport, k, "--host", host,
+                            "--runs", str(e2e_runs), "--warmup", str(warmup)]
+                    if quick:
+                        argv += ["--size", str(QUICK_SIZES[k])]
+                    res = _run_json(argv)
+                    res.setdefault("host", host)
+                    res.setdefault("transport", transport)
+                    res.setdefault("key", k)
+                    results["e2e"].append(res)
+                    _progress(f"{NAMES[k]:>18} {host}/{transport}: {_brief(res)}")
+                    if res.get("status") == "unavailable":
+                        break  # the same for every workload
+    if micro:
+        results["micro"] = _run_json(["-m", "bench.micro"])
+    return results
+
+
+def _brief(res: dict[str, Any]) -> str:
+    if res.get("status") == "ok":
+        return f"ok, {res['us_per_unit']:.1f} µs/unit, median {res['median_s'] * 1e3:.1f} ms"
+    return f"{res.get('status')}: {res.get('reason') or res.get('error')}"
+
+
+# --------------------------------------------------------------------------- report
+
+def _cell(res: dict[str, Any] | None, key: str) -> str:
+    if not res:
+        return "—"
+    if res.get("status") != "ok":
+        return f"*{res.get('status')}*"
+    if key == "e":
+        return (f"{res['median_s'] * 1e3:.1f} ms ({res['min_s'] * 1e3:.1f}–"
+                f"{res['max_s'] * 1e3:.1f})")
+    return (f"{res['us_per_unit']:.1f} ({res['us_per_unit_min']:.1f}–"
+            f"{res['us_per_unit_max']:.1f})")
+
+
+def _ratio(base: dict[str, Any] | None, res: dict[str, Any] | None) -> str:
+    if not base or not res or base.get("status") != "ok" or res.get("status") != "ok":
+        return "—"
+    return f"{base['median_s'] / res['median_s']:.2f}×"
+
+
+def report(r: dict[str, Any]) -> str:
+    inp: dict[str, dict[str, Any]] = r["inprocess"]
+    keys = list(inp)
+    impls: list[str] = []
+    for k in keys:
+        impls += [i for i in inp[k] if i not in impls]
+    s = r["settings"]
+    m = r["machine"]
+    rounds = f" × {s['rounds']} interleaved rounds" if s.get("rounds", 1) > 1 else ""
+    out = [f"# a2e-host benchmark ({'quick check' if s['quick'] else 'full'})", "",
+           f"{r['when']} · {m['platform']} · {m['cpus']} CPUs · Python {m['python']} · "
+           f"load average at start {r.get('loadavg_at_start', ['?'])[0]:.2f} · "
+           f"median of {s['runs']} runs after {s['warmup']} warm-up"
+           f"{rounds}"
+           " · each implementation × "
+           "workload in a fresh process · time = request bytes → response bytes (decode, "
+           "validate, schedule, encode events into an in-memory sink, encode the response) · "
+           "every run's final_output, nodes_run and event seq verified.", ""]
+    hdr = "| implementation | " + " | ".join(COLS[k] for k in keys) + " |"
+    sep = "|---|" + "---|" * len(keys)
+
+    out += ["## In-process: µs per node, median (min–max); e: wall time", "", hdr, sep]
+    for i in impls:
+        out.append(f"| {LABELS.get(i, i)} | " + " | ".join(_cell(inp[k].get(i), k)
+                                                          for k in keys) + " |")
+    out += ["", "## Speed-up against the spec's reference design (its median ÷ this median; "
+            "> 1 is faster)", "", hdr, sep]
+    for i in impls:
+        if i == "spec":
+            continue
+        out.append(f"| {LABELS.get(i, i)} | " + " | ".join(
+            _ratio(inp[k].get("spec"), inp[k].get(i)) for k in keys) + " |")
+    out.append("| *README's figures, same ratio: minimal* | " + " | ".join(
+        f"*{README_FIGURES['spec'][k] / README_FIGURES['minimal'][k]:.2f}×*" for k in keys)
+        + " |")
+    out += ["", "## Memory: peak RSS added over the process baseline, MB "
+            "(Python heap peak of one run, tracemalloc, MB)", "", hdr, sep]
+    for i in impls:
+        cells = []
+        for k in keys:
+            x = inp[k].get(i)
+            cells.append(f"{x['rss_added_mb']:+.1f} ({x['py_heap_peak_mb']:.1f})"
+                         if x and x.get("status") == "ok" else "—")
+        out.append(f"| {LABELS.get(i, i)} | " + " | ".join(cells) + " |")
+    out += ["", "## Events per second (in-process sink, median run)", "", hdr, sep]
+    for i in impls:
+        cells = []
+        for k in keys:
+            x = inp[k].get(i)
+            cells.append(f"{x['events_per_s']:,.0f}" if x and x.get("status") == "ok" else "—")
+        out.append(f"| {LABELS.get(i, i)} | " + " | ".join(cells) + " |")
+
+    unavailable = sorted({f"{i}: {inp[k][i].get('reason')}" for k in keys for i in inp[k]
+                          if inp[k][i].get("status") == "unavailable"})
+    bad = [f"{i} on {k}: {inp[k][i].get('status')}: {inp[k][i].get('error')}" for k in keys
+           for i in inp[k] if inp[k][i].get("status") not in ("ok", "unavailable")]
+    if unavailable or bad:
+        out += ["", *[f"- unavailable — {u}" for u in unavailable],
+                *[f"- **{b}**" for b in bad]]
+
+    if r["e2e"]:
+        out += ["", "## End to end (one client, requests one at a time)", "",
+                "`reference` = the minimal scheduler (fast paths) behind `bench.fake_host`, a "
+                "bare stdio/WebSocket front-end: the wire yardstick. Latency = a node's "
+                "`start` minus its last predecessor's `done`, from the events' `ts` (host "
+                "clock) and from receive times.", "",
+                "| host | transport | workload | µs per node (median) | events/s | "
+                "latency p50 / p99, µs (ts) | p50 / p99 (received) | host peak RSS MB |",
+                "|---|---|---|---|---|---|---|---|"]
+        for x in r["e2e"]:
+            name = NAMES.get(x.get("key", ""), x.get("workload", "?"))
+            if x.get("status") != "ok":
+                why = x.get("reason") or x.get("error")
+                out.append(f"| {x.get('host')} | {x.get('transport')} | {name} | "
+                           f"*{x.get('status')}*: {why} | | | | |")
+                continue
+            lat = x.get("latency") or {}
+
+            def f(v: float | None) -> str:
+                return "—" if v is None else f"{v:.0f}"
+
+            rss = x.get("host_rss_peak_mb")
+            out.append(
+                f"| {x['host']} | {x['transport']} | {name} | {x['us_per_unit']:.1f} | "
+                f"{x['events_per_s']:,.0f} | {f(lat.get('p50_us_ts'))} / "
+                f"{f(lat.get('p99_us_ts'))} | {f(lat.get('p50_us_recv'))} / "
+                f"{f(lat.get('p99_us_recv'))} | {'—' if rss is None else f'{rss:.0f}'} |")
+    mic = r.get("micro")
+    if mic:
+        out += ["", "## Micro figures (µs per operation, median of 7 loops)", "",
+                "| figure | µs |", "|---|---|"]
+        out += [f"| {k} | {v:.2f} |" for k, v in mic.items() if isinstance(v, float)]
+    return "\n".join(out) + "\n"
+
+
+def failed(r: dict[str, Any]) -> list[str]:
+    """Wrong results anywhere, and references that did not produce a number."""
+    out = []
+    for k, by in r["inprocess"].items():
+        for impl, x in by.items():
+            st = x.get("status")
+            if st == "error" or (st != "ok" and impl != "ours"):
+                out.append(f"{impl} on {NAMES[k]}: {st}: {x.get('error')}")
+            elif st not in ("ok", "unavailable"):
+                out.append(f"{impl} on {NAMES[k]}: {st}: {x.get('error')}")
+    for x in r["e2e"]:
+        if x.get("status") == "error" or (x.get("host") == "reference"
+                                          and x.get("status") != "ok"):
+            out.append(f"e2e {x.get('host')}/{x.get('transport')} {x.get('key')}: "
+                       f"{x.get('status')}: {x.get('error')}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="small sizes, 1 run, correctness only (for CI)")
+    ap.add_argument("--runs", type=int, default=None, help="timed runs (default 7; quick 1)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed runs first (default 1)")
+    ap.add_argument("--workloads", default="a,b,c,d,e", help="comma list of a..e or names")
+    ap.add_argument("--impls", default=",".join(DEFAULT_IMPLS),
+                    help=f"comma list of {', '.join(IMPLS)}")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--no-e2e", action="store_true", help="skip the stdio/WebSocket runs")
+    ap.add_argument("--e2e-runs", type=int, default=None, help="default: 5 (quick 1)")
+    ap.add_argument("--no-micro", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat each workload's implementations R times, interleaved, and "
+                    "pool the runs (evens out load drift on a shared machine)")
+    a = ap.parse_args(argv)
+    keys = []
+    for part in filter(None, a.workloads.split(",")):
+        k = next((k for k, v in NAMES.items() if part.strip() in (k, v)), None)
+        if k is None:
+            ap.error(f"unknown workload {part!r}")
+        keys.append(k)
+    impls = [i.strip() for i in a.impls.split(",") if i.strip()]
+    for i in impls:
+        if i not in IMPLS:
+            ap.error(f"unknown implementation {i!r}")
+    runs = a.runs or (1 if a.quick else 7)
+    warmup = a.warmup if a.warmup is not None else (0 if a.quick else 1)
+    if not a.quick and runs < 5:
+        _progress(f"note: --runs {runs} < 5: medians of so few runs are noisy")
+    e2e_runs = a.e2e_runs or (1 if a.quick else 5)
+    r = collect(keys, impls, runs, warmup, a.quick, not a.no_e2e,
+                not (a.quick or a.no_micro), e2e_runs, a.rounds)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "quick" if a.quick else "latest"
+    (out / f"{stem}.json").write_text(json.dumps(r, indent=1) + "\n")
+    md = report(r)
+    (out / f"{stem}.md").write_text(md)
+    print(md)
+    problems = failed(r)
+    for p in problems:
+        _progress(f"FAILED: {p}")
+    return 1 if problems else 0
