@@ -242,7 +242,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def _with_id(err: RemoteProtocolError, req_id: object) -> RemoteProtocolError:
-    err.req_id = req_id if isinstance(req_id, str) else ""  # type: ignore[attr-defined]
+    err.req_id = req_id if isinstance(req_id, str) else ""
     return err
 
 

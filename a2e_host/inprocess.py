@@ -7,9 +7,9 @@ uses a real in-memory connection, handshake included.)
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -58,7 +58,8 @@ class _Context:
     closing: bool = False
 
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "") -> None:
-        self.tg.start_soon(fn, *args, name=name or None)
+        coro_fn = cast(Callable[..., Coroutine[Any, Any, Any]], fn)
+        self.tg.start_soon(coro_fn, *args, name=name or None)
 
 
 class InProcessHost:

@@ -42,10 +42,17 @@ class Outbox(Protocol):
 class SessionInfo(Protocol):
     """A handshaken session as plugins see it (PROTOCOL.md §2)."""
 
-    session_id: str
-    agent_id: str
-    granted: frozenset[str]
-    limits: SessionLimits
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def agent_id(self) -> str: ...
+
+    @property
+    def granted(self) -> frozenset[str]: ...
+
+    @property
+    def limits(self) -> SessionLimits: ...
 
 
 class PluginContext(Protocol):
@@ -59,10 +66,17 @@ class PluginContext(Protocol):
             work; plugins refuse new work then.
     """
 
-    session: SessionInfo
-    outbox: Outbox
-    log: Any
-    closing: bool
+    @property
+    def session(self) -> SessionInfo: ...
+
+    @property
+    def outbox(self) -> Outbox: ...
+
+    @property
+    def log(self) -> Any: ...
+
+    @property
+    def closing(self) -> bool: ...
 
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "") -> None:
         """Run ``fn(*args)`` in the connection's task group (it is cancelled when the

@@ -261,7 +261,7 @@ class _Validator:
         self.input_map: list[tuple[tuple[str, Expression], ...]] = [()] * n
         self.condition: list[Expression | None] = [None] * n
         self.items_path: list[Expression | None] = [None] * n
-        self.out: list[dict[int, EdgeKind]] = [{} for _ in range(n)]
+        self.out: list[dict[int, int]] = [{} for _ in range(n)]  # EdgeKind bits
         self.declared: dict[tuple[int, int], tuple[str, str]] = {}
         self._tools: Collection[str] | None = None
         self._skills: Collection[str] | None = None

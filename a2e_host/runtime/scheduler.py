@@ -372,6 +372,7 @@ class ChainRunner:
         self._running[shown] = False
         self._events.send(shown, "start")
         taken: int | None = None
+        output: Any
         try:
             context = self._node_context(index, pnode)
             kind = pnode.kind

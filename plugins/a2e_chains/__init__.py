@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
+import anyio
+
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import Busy, ChainInvalid, InvalidMessage, UnknownSession
 from a2e_host.messages import ChainCancel, ChainNode, ChainRequest, ChainResponse, Message
@@ -124,7 +126,11 @@ class ChainPlugin(Plugin):
             )
             running[request.id] = runner
             log.info("chain started", nodes=len(plan.nodes))
-            response = await runner.run_to_response(started)
+            try:
+                response = await runner.run_to_response(started)
+            except anyio.get_cancelled_exc_class():
+                log.info("chain finished", success=False, code="cancelled", reason="cancelled")
+                raise
             log.info(
                 "chain finished",
                 success=response.success,
