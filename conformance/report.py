@@ -2,7 +2,8 @@
 
 Layer: pure formatting; prints nothing itself.
 
-A requirement *fails* when any of its cases failed, *passes* when at least one case
+A requirement *fails* when any of its cases failed (or any failed case reports a problem
+prefixed with its id: the per-transcript invariants), *passes* when at least one case
 passed and none failed, and is *skipped* when all its cases were skipped.
 The text report ends with the summary line ``N passed, M failed`` (``, K skipped``
 when some were), counting cases.
@@ -25,6 +26,13 @@ def requirement_status(requirements: list[Requirement],
     for result in results:
         for rid in result.case.requires:
             statuses.setdefault(rid, set()).add(result.status)
+        if result.status == "failed":
+            # invariants are checked on every transcript: a problem that starts with a
+            # requirement id fails that requirement too, whichever case found it
+            for problem in result.problems:
+                rid = problem.split(":", 1)[0]
+                if rid in statuses:
+                    statuses[rid].add("failed")
     out = {}
     for rid, seen in statuses.items():
         if "failed" in seen:

@@ -87,6 +87,7 @@ class CaseRun:
                                      **variables}
         self.pending: list[Frame] = []
         self.seen_ids: set[str] = set()  # ids of every host message, to catch reuse
+        self.responded: set[str] = set()  # req_ids whose chain/resp has arrived
         self.history: dict[str, list[Frame]] = {}  # req_id → frames consumed by `expect`
         self.last_sent: dict[str, Any] | None = None
         self.closed = False
@@ -103,6 +104,13 @@ class CaseRun:
             raise CaseFailure([f"FRAME-MESSAGE-ID: id {frame.message['id']!r} was already used "
                                f"by another message: {frame.raw[:300]}"])
         self.seen_ids.add(frame.message["id"])
+        mtype, req_id = frame.message.get("type"), frame.message.get("req_id")
+        if mtype in ("chain/event", "chain/resp") and isinstance(req_id, str):
+            if req_id in self.responded:
+                raise CaseFailure([f"CHAIN-EVT-BEFORE-RESP: a {mtype} for request {req_id!r} "
+                                   f"arrived after its chain/resp: {frame.raw[:300]}"])
+            if mtype == "chain/resp":
+                self.responded.add(req_id)
 
     async def _take(self, wanted: Callable[[dict[str, Any]], bool], what: str,
                     within: float | None) -> Frame:
