@@ -10,8 +10,9 @@ validation, scheduling, event and response encoding), verify *every* run's respo
 events (a wrong result exits 1 with ``status: "error"``), then read the peak RSS
 (``ru_maxrss``) and finally do one extra run under ``tracemalloc`` for the Python-heap peak.
 
-Implementations (``IMPLS``): ``spec`` (thread per node, 10 ms poll), ``spec_tick`` (the
-same, each pass sleeping a full tick), ``spec_item_threads`` (a thread per map item),
+Implementations (``IMPLS``): ``spec`` (a thread per node and per map item, 10 ms poll),
+``spec_tick`` (the same, each pass sleeping a full tick), ``spec_pooled_map`` (map items on
+a pool of 64 threads instead),
 ``minimal`` (asyncio, readiness counters),
 ``minimal_fast`` (+ dotted-path fast path), ``ours`` (a2e_host.inprocess).
 """
@@ -34,7 +35,7 @@ from typing import Any
 from bench.impl_ours import Unavailable
 from bench.workloads import NAMES, Workload, check_response
 
-IMPLS = ["spec", "spec_tick", "spec_item_threads", "minimal", "minimal_fast", "ours"]
+IMPLS = ["spec", "spec_tick", "spec_pooled_map", "minimal", "minimal_fast", "ours"]
 DEFAULT_IMPLS = ["spec", "minimal", "minimal_fast", "ours"]
 
 Runner = Callable[[bytes, Callable[[bytes], None]], Any]
@@ -45,7 +46,7 @@ def load(impl: str) -> tuple[bool, Runner]:
     if impl.startswith("spec"):
         from bench import reference_spec
 
-        tick, per_item = impl == "spec_tick", impl == "spec_item_threads"
+        tick, per_item = impl == "spec_tick", impl != "spec_pooled_map"
         return False, lambda r, s: reference_spec.run_request(
             r, sink=s, tick_wait=tick, thread_per_item=per_item)
     if impl in ("minimal", "minimal_fast"):

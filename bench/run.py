@@ -31,9 +31,9 @@ from bench.workloads import NAMES, QUICK_SIZES
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELS = {
-    "spec": "spec reference design (thread per node, 10 ms poll)",
+    "spec": "spec reference design (a thread per node and per map item, 10 ms poll)",
     "spec_tick": "spec design, each pass waits a full 10 ms tick",
-    "spec_item_threads": "spec design, a thread per map item",
+    "spec_pooled_map": "spec design, map items on a pool of 64 threads",
     "minimal": "minimal asyncio scheduler (readiness counters, expr cache, msgspec)",
     "minimal_fast": "minimal + fast path for dotted paths",
     "ours": "**a2e-host, in-process** (`InProcessHost.run`)",
