@@ -43,6 +43,14 @@ HANDSHAKE_TIMEOUT = 15.0  # seconds from start-up to handshake/resp
 CHAIN_TIMEOUT = 300.0  # seconds from sending a chain/req to its chain/resp
 
 
+
+def _host_env() -> dict[str, str]:
+    """The host's environment: ours gets ``max_concurrency`` raised as in-process runs do
+    (``bench.workloads.HOST_MAX_CONCURRENCY``); the reference front-end ignores it."""
+    from bench.workloads import HOST_MAX_CONCURRENCY
+
+    return {**os.environ, "A2E_MAX_CONCURRENCY": str(HOST_MAX_CONCURRENCY)}
+
 def host_executable() -> str | None:
     """The ``a2e-host`` console script next to this interpreter, else on PATH."""
     cand = Path(sys.executable).parent / "a2e-host"
@@ -220,7 +228,7 @@ async def run(transport: str, w: Workload, runs: int, warmup: int,
         if transport == "stdio":
             proc = await asyncio.create_subprocess_exec(
                 exe, *pre, *STDIO_ARGV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=errlog, limit=STREAM_LIMIT)
+                stderr=errlog, limit=STREAM_LIMIT, env=_host_env())
             try:
                 return await _session(_Stdio(proc), w, runs, warmup, proc.pid)
             finally:
@@ -230,7 +238,7 @@ async def run(transport: str, w: Workload, runs: int, warmup: int,
         port = _free_port()
         argv = [a.format(port=port) for a in SERVE_ARGV]
         proc = await asyncio.create_subprocess_exec(exe, *pre, *argv, stdin=subprocess.DEVNULL,
-                                                    stdout=errlog, stderr=errlog)
+                                                    stdout=errlog, stderr=errlog, env=_host_env())
         try:
             from websockets.asyncio.client import connect
             from websockets.typing import Subprotocol

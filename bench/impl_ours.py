@@ -43,8 +43,11 @@ def load() -> Call:
     host_cls = getattr(inprocess, "InProcessHost", None)
     if host_cls is not None:
         from a2e_host.config import HostConfig
+        from a2e_host.limits import Limits
+        from bench.workloads import HOST_MAX_CONCURRENCY
 
-        host = host_cls(HostConfig(tools=("bench",)))
+        limits = Limits(max_concurrency=HOST_MAX_CONCURRENCY)
+        host = host_cls(HostConfig(tools=("bench",), limits=limits))
 
         async def call(request: bytes, sink: Callable[[bytes], None]) -> bytes:
             out: bytes = await host.run(request, sink)
