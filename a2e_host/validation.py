@@ -92,7 +92,7 @@ class EdgeKind(enum.IntFlag):
     DATA = 16
 
 
-_CONTROL = EdgeKind.NEXT | EdgeKind.TRUE | EdgeKind.FALSE | EdgeKind.HANDLER
+_CONTROL = int(EdgeKind.NEXT | EdgeKind.TRUE | EdgeKind.FALSE | EdgeKind.HANDLER)
 
 
 class Catalog(Protocol):

@@ -475,7 +475,7 @@ class ChainRunner:
             depth=self.depth,
             granted=self.granted,
             max_output_bytes=self.limits.max_output_bytes,
-            run_subchain=self._make_subchain_runner(shown),
+            run_subchain=self._make_subchain_runner(shown) if pnode.kind == "skill" else None,
             log=self.log,
         )
         return await executor(pnode.node, args, ctx)
