@@ -160,3 +160,13 @@ def test_dotted_fast_path_agrees_with_jmespath(context: dict[str, Any], path: li
 def test_expression_repr_names_the_text() -> None:
     assert repr(compile_expression("read.output")) == "Expression('read.output')"
     assert isinstance(compile_expression("read.output"), Expression)
+
+
+@given(
+    st.lists(
+        st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True), min_size=1, max_size=6
+    )
+)
+def test_dotted_paths_get_the_same_tree_jmespath_would_parse(names: list[str]) -> None:
+    text = ".".join(names)
+    assert compile_expression(text).parsed == jmespath.compile(text).parsed
