@@ -11,6 +11,7 @@ decoder. Structs encode every field (defaults included), in declaration order af
 from __future__ import annotations
 
 import os
+import random
 import time
 from typing import Any, ClassVar
 
@@ -44,13 +45,17 @@ _UUID4_CLEAR = 0xFFFFFFFFFFFF0FFF3FFFFFFFFFFFFFFF  # version nibble and variant 
 _UUID4_SET = 0x00000000000040008000000000000000  # version 4, RFC 4122 variant
 
 
+_random_bits = random.Random(os.urandom(32)).getrandbits
+
+
 def new_id() -> str:
     """A fresh message id: a random uuid4 as 32 lowercase hex digits (``uuid4().hex``).
 
     Same value space as the A2E SDK's ``uuid.uuid4().hex`` default, built without the
-    ``uuid.UUID`` object, which costs more than the rest of a ``ChainEvent`` together.
+    ``uuid.UUID`` object and without a system call per id (a generator seeded from
+    ``os.urandom``): ids are unique, not secrets — session ids come from :mod:`secrets`.
     """
-    return "%032x" % (int.from_bytes(os.urandom(16)) & _UUID4_CLEAR | _UUID4_SET)
+    return "%032x" % (_random_bits(128) & _UUID4_CLEAR | _UUID4_SET)
 
 
 def new_chain_id() -> str:
