@@ -29,7 +29,7 @@ def test_language_report_matches_the_table_read_directly() -> None:
         capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr + done.stdout
-    report = json.loads(done.stdout)["final_output"]["value"]
+    report = json.loads(done.stdout)["final_output"]
 
     types = Counter(lang["type"] for lang in languages)
     scopes = Counter(lang["scope"] for lang in languages)

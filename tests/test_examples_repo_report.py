@@ -57,7 +57,7 @@ def run_report(cwd: Path, *extra: str) -> dict[str, Any]:
 def test_report_over_this_repository_matches_an_independent_count(tmp_path: Path) -> None:
     snapshot_python_files(tmp_path)
     response = run_report(tmp_path)
-    report = response["final_output"]["value"]
+    report = response["final_output"]
     expected = expected_report(tmp_path, "**/*.py", 5000)
     assert expected["files"] > 10  # the snapshot really holds the project's sources
     assert {k: report[k] for k in expected} == expected
@@ -83,7 +83,7 @@ def test_report_notices_when_wc_and_word_count_disagree(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "b.py").write_text("print('no newline at the end')", encoding="utf-8")
     (tmp_path / "notes.txt").write_text("not python\n", encoding="utf-8")
     response = run_report(tmp_path, "--input", '{"pattern": "pkg/*.py", "large_lines": 2}')
-    report = response["final_output"]["value"]
+    report = response["final_output"]
     assert report == {
         **expected_report(tmp_path, "pkg/*.py", 2),
         "summary": "large: 3 lines of Python in 2 files (over 2)",

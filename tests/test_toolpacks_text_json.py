@@ -84,3 +84,8 @@ def test_bench_noop_returns_x_and_sleep_ms_waits(tools: ToolRegistry) -> None:
     assert call(tools, "sleep_ms", {"ms": 1, "x": 7}) == 7
     with pytest.raises(NodeError, match="'ms' must be a number >= 0"):
         call(tools, "sleep_ms", {"ms": "1"})
+
+
+def test_json_value_returns_its_value_unchanged(tools: ToolRegistry) -> None:
+    assert call(tools, "json_value", {"value": {"a": [1, None, "é"]}}) == {"a": [1, None, "é"]}
+    assert call(tools, "json_value", {"value": 3}) == 3

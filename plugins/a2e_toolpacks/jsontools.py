@@ -64,6 +64,17 @@ def json_dump(
     return {"text": text}
 
 
+class ValueIn(TypedDict):
+    value: Any
+
+
+@tool(blocking=False)
+def json_value(args: ValueIn) -> Any:
+    """{"value": any} → that value, unchanged: ends a chain with an object built by an
+    ``input_map`` expression (e.g. ``{"value": "{files: a.output, lines: b.output}"}``)."""
+    return args["value"]
+
+
 @tool
 def csv_parse(text: str, delimiter: Delimiter = ",") -> CsvOut:
     """{"text", "delimiter"?} → {"rows": [dict per row], "columns"}; the first row is the
@@ -90,7 +101,7 @@ def csv_parse(text: str, delimiter: Delimiter = ",") -> CsvOut:
 
 def make_tools(config: HostConfig) -> list[Tool]:
     """The json tools (they read nothing from ``config``)."""
-    return [json_parse, json_dump, csv_parse]
+    return [json_parse, json_dump, json_value, csv_parse]
 
 
 PACK = ToolPack(
