@@ -35,6 +35,7 @@ __all__ = [
     "encode_line",
     "encode_value",
     "has_non_finite",
+    "json_kind",
     "SUPPORTED_VERSIONS",
 ]
 
@@ -172,7 +173,7 @@ def _classify(obj: Any, exc: BaseException) -> Message | RemoteProtocolError:
     """The error for a JSON value the typed decoder refused, or the message a retry decoded."""
     if not isinstance(obj, dict):
         return _with_id(
-            InvalidMessage(f"a message must be a JSON object, got {_json_kind(obj)}"), None
+            InvalidMessage(f"a message must be a JSON object, got {json_kind(obj)}"), None
         )
     req_id = obj.get("id")
     mtype = obj.get("type")
@@ -183,7 +184,7 @@ def _classify(obj: Any, exc: BaseException) -> Message | RemoteProtocolError:
         return _with_id(err, req_id)
     if not isinstance(mtype, str):
         err = InvalidMessage(
-            f"message 'type' must be a string such as \"chain/req\", got {_json_kind(mtype)}"
+            f"message 'type' must be a string such as \"chain/req\", got {json_kind(mtype)}"
         )
         return _with_id(err, req_id)
     if mtype not in MESSAGE_TYPES:
@@ -246,7 +247,8 @@ def _with_id(err: RemoteProtocolError, req_id: object) -> RemoteProtocolError:
     return err
 
 
-def _json_kind(value: object) -> str:
+def json_kind(value: object) -> str:
+    """How an error message names a JSON value's type: ``"a number"``, ``"an array"`` …"""
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int | float):

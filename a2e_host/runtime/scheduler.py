@@ -37,7 +37,7 @@ import anyio.lowlevel
 import jmespath.exceptions
 import structlog
 
-from ..codec import encode_value, has_non_finite
+from ..codec import encode_value, has_non_finite, json_kind
 from ..exceptions import ChainError, ChainLimitExceeded, NodeError
 from ..expressions import is_truthy
 from ..limits import Limits, SessionLimits
@@ -524,9 +524,9 @@ class ChainRunner:
         if not isinstance(items, list):
             raise NodeError(
                 f"map node {shown!r}: items_path {pnode.items_path.text!r} gave "
-                f"{_json_type(items)}, not a list",
+                f"{json_kind(items)}, not a list",
                 node_id=pnode.node_id,
-                details={"field": "items_path", "got": _json_type(items)},
+                details={"field": "items_path", "got": json_kind(items)},
             )
         n = len(items)
         if n > self.limits.max_map_items:
@@ -761,16 +761,3 @@ class ChainRunner:
         self._emit(response)
         return response
 
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
