@@ -43,7 +43,8 @@ class ChainPlugin(Plugin):
         super().__init__(config)
         self.toolbox = toolbox if toolbox is not None else Toolbox.from_config(config)
         self._running: dict[str, dict[str, ChainRunner | None]] = {}
-        self._skill_plans: dict[tuple[str, int], ChainPlan] = {}
+        # per session (its limits and grants shape validation): (skill, nodes id) → plan
+        self._skill_plans: dict[str, dict[tuple[str, int], ChainPlan]] = {}
 
     def metadata(self, session: SessionInfo) -> dict[str, Any]:
         """Namespace, priority, features and the session's effective ceilings (§2)."""
@@ -145,16 +146,17 @@ class ChainPlugin(Plugin):
 
     def _planner(self, session: SessionInfo) -> Any:
         """Plans for declared skills' sub-chains, validated once per skill and session."""
+        plans = self._skill_plans.setdefault(session.session_id, {})
 
         def plan_skill(name: str, nodes: list[ChainNode], entry_node: str) -> ChainPlan:
             key = (name, id(nodes))
-            plan = self._skill_plans.get(key)
+            plan = plans.get(key)
             if plan is None:
                 request = ChainRequest(nodes=nodes, entry_node=entry_node, chain_id=name)
                 plan = validate_chain(
                     request, self.toolbox, session.limits, granted=session.granted
                 )
-                self._skill_plans[key] = plan
+                plans[key] = plan
             return plan
 
         return plan_skill
@@ -168,7 +170,9 @@ class ChainPlugin(Plugin):
         return validate_chain(request, self.toolbox, session.limits, granted=session.granted)
 
     async def session_closed(self, session: SessionInfo) -> None:
-        """Cancel the session's chains (their tasks are also cancelled by the host)."""
+        """Cancel the session's chains (their tasks are also cancelled by the host) and
+        forget its skill plans."""
+        self._skill_plans.pop(session.session_id, None)
         for runner in list(self._running.get(session.session_id, {}).values()):
             if runner is not None:
                 runner.cancel()
