@@ -43,11 +43,17 @@ def load_plugins(config: HostConfig, *, log: Any = None) -> list[Plugin]:
 
     A plugin that fails to import or construct is logged (with its traceback) and left
     out; the host still starts, and a handshake asking for its capability is refused
-    with ``no_caps``.
+    with ``no_caps``. A plugin that refuses the *configuration* (a ``ValueError``: an
+    unknown tool pack, a missing skills directory, an executable not on PATH) stops the
+    start instead: serving without it would only move the operator's mistake to every
+    client.
 
     Args:
         config: passed to each plugin's constructor.
         log: a structlog logger; the host's when None.
+
+    Raises:
+        ValueError: a plugin refused the configuration; the message names the plugin.
     """
     log = log or get_logger()
     plugins: list[Plugin] = []
@@ -55,6 +61,8 @@ def load_plugins(config: HostConfig, *, log: Any = None) -> list[Plugin]:
         try:
             cls = ep.load()
             plugins.append(cls(config))
+        except ValueError as exc:
+            raise ValueError(f"plugin {ep.name!r}: {exc}") from None
         except Exception as exc:
             log.error("plugin failed to load; its capability is not served",
                       entry_point=f"{ep.name} = {ep.value}", exc_info=exc)

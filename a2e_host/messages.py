@@ -1,7 +1,7 @@
 """The A2E wire messages as msgspec Structs.
 
 Layer: core (no I/O, no anyio). Every field name, type and default follows the seed
-spec's tables (``shared/seeds/000_…txt``: ChainRequest, ChainEvent, ChainResponse,
+spec's tables (``docs/chains-spec.txt``: ChainRequest, ChainEvent, ChainResponse,
 ChainNode) and PROTOCOL.md §2 (the core messages, after the public A2E python SDK).
 Messages are tagged by ``type``; :mod:`a2e_host.codec` decodes them all with one
 decoder. Structs encode every field (defaults included), in declaration order after

@@ -4,7 +4,7 @@ Both references (``reference_minimal``, ``reference_spec``) decode the same msgs
 compile expressions through the same cache and build the same graph, so the benchmark
 compares *scheduling designs*, not parsers. Nothing here imports ``a2e_host``.
 
-Semantics follow /work/shared/PROTOCOL.md: §3 (context and expressions), §4 (graph,
+Semantics follow docs/PROTOCOL.md: §3 (context and expressions), §4 (graph,
 readiness, validation) and §5 (events, response).
 """
 

@@ -171,7 +171,9 @@ def report(r: dict[str, Any]) -> str:
     s = r["settings"]
     m = r["machine"]
     rounds = f" × {s['rounds']} interleaved rounds" if s.get("rounds", 1) > 1 else ""
-    out = [f"# a2e-host benchmark ({'quick check' if s['quick'] else 'full'})", "",
+    kind = ("quick check: small sizes, one run, correctness only; the times are not "
+            "comparable with a full run" if s["quick"] else "full")
+    out = [f"# a2e-host benchmark ({kind})", "",
            f"{r['when']} · {m['platform']} · {m['cpus']} CPUs · Python {m['python']} · "
            f"load average at start {r.get('loadavg_at_start', ['?'])[0]:.2f} · "
            f"median of {s['runs']} runs after {s['warmup']} warm-up"

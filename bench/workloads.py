@@ -1,5 +1,6 @@
-"""The five standard workloads (bench/workloads/*.json, copied unchanged from
-/work/shared/bench) and smaller versions of the same shapes for ``--quick`` and tests.
+"""The five standard workloads (bench/workloads/*.json, copied unchanged from the
+standard set described in workloads/README.md) and smaller versions of the same shapes
+for ``--quick`` and tests.
 
 A small version is a prefix of the full workload, so it exercises the same expressions:
 ``a`` the first N nodes of the line, ``b`` the source, N fan-out nodes and a join reading

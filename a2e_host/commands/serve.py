@@ -42,6 +42,15 @@ def _setup(config_path: str | Path | None, overrides: dict[str, Any]) -> HostCon
     return config
 
 
+def _host(config: HostConfig, plugins: Plugins) -> Host:
+    """Build the host; a plugin refusing the configuration stops the start (exit 2)."""
+    try:
+        return Host(config, plugins)
+    except ValueError as exc:
+        print(f"a2e-host: configuration error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
 async def _stop_on_signals(host: Host) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         received = 0
@@ -70,8 +79,9 @@ def serve_main(
         SystemExit: 2 on a configuration error, 1 when the address cannot be bound.
     """
     config = _setup(config_path, overrides)
+    host = _host(config, plugins)
     try:
-        anyio.run(_serve, config, plugins, backend="asyncio")
+        anyio.run(_serve, host, backend="asyncio")
     except OSError as exc:
         print(f"a2e-host: cannot listen on {config.host}:{config.port}: {exc}",
               file=sys.stderr, flush=True)
@@ -90,10 +100,9 @@ def _exit_despite_stuck_threads(code: int) -> None:
         os._exit(code)
 
 
-async def _serve(config: HostConfig, plugins: Plugins) -> None:
+async def _serve(host: Host) -> None:
     from ..transports.websocket import serve_websocket
 
-    host = Host(config, plugins)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signals, host)
@@ -126,14 +135,15 @@ def stdio_main(
 
     out_fd = protect_stdout()  # before anything can print
     config = _setup(config_path, overrides)
-    anyio.run(_stdio, config, out_fd, plugins, backend="asyncio")
+    host = _host(config, plugins)
+    anyio.run(_stdio, host, out_fd, backend="asyncio")
     _exit_despite_stuck_threads(0)
 
 
-async def _stdio(config: HostConfig, out_fd: int, plugins: Plugins) -> None:
+async def _stdio(host: Host, out_fd: int) -> None:
     from ..transports.stdio import open_stdio_transport
 
-    host = Host(config, plugins)
+    config = host.config
     try:
         async with open_stdio_transport(
             config.limits.max_message_bytes, out_fd=out_fd

@@ -54,7 +54,8 @@ class TemplateOut(TypedDict):
 
 @tool(blocking=False)
 def word_count(text: str) -> CountOut:
-    """{"text"} → {"words", "lines", "chars"} (see the module docstring for definitions)."""
+    """{"text"} → {"words": whitespace-separated runs, "lines": len(splitlines()) (a
+    final unterminated line counts; "a\\n" is 1 line), "chars": code points}."""
     return {"words": len(text.split()), "lines": len(text.splitlines()), "chars": len(text)}
 
 
