@@ -58,6 +58,10 @@ _STDERR_TAIL = 400
 _subreaper_done = False
 
 
+_LOADER_PREFIXES = ("LD_", "DYLD_")
+"""Environment variable prefixes of the dynamic loaders (glibc/musl, macOS) a node's
+``env`` may not set."""
+
 class ProcInput(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A proc node's resolved input (PROTOCOL.md §5).
 
@@ -173,7 +177,19 @@ class ProcPolicy:
         return os.environ.get("PATH", _DEFAULT_PATH)
 
     def child_env(self, extra: dict[str, str]) -> dict[str, str]:
-        """The child's environment: PATH, LANG, HOME, the allowed names, then ``extra``."""
+        """The child's environment: PATH, LANG, HOME, the allowed names, then ``extra``.
+
+        Raises:
+            NodeError: ``extra`` sets a dynamic-loader variable (``LD_*``, ``DYLD_*``):
+                it would run the agent's code inside any allowed executable, so the
+                allowlist would no longer bound what runs.
+        """
+        loader = sorted(k for k in extra if k.upper().startswith(_LOADER_PREFIXES))
+        if loader:
+            raise NodeError(
+                f"proc: env may not set {', '.join(loader)}: dynamic-loader variables would "
+                "run other code inside the allowed executable; remove them"
+            )
         env = {"PATH": self.child_path(), "LANG": os.environ.get("LANG", "C.UTF-8")}
         for name in (*_BASE_ENV[2:], *self.env_allow):
             if name in os.environ:
@@ -270,7 +286,8 @@ async def run_proc(
         "truncated": bool}``; ``exit_code`` is negative (``-signal``) when killed.
 
     Raises:
-        NodeError: invalid input, a refused executable or ``cwd``, a start failure, or a
+        NodeError: invalid input, a refused executable, ``cwd`` or loader variable in
+            ``env``, a start failure, or a
             non-zero exit while ``check`` is true (message has the code and stderr tail).
         NodeTimeout: the proc's own ``timeout`` passed ("process timed out after 1 s");
             the group was killed.

@@ -581,6 +581,10 @@ class ChainRunner:
         self, template: PlanNode, item: Any, index: int, map_context: Any
     ) -> tuple[bool, Any]:
         shown = f"{self.prefix}{template.node_id}[{index}]"
+        if self._wait_writable is not None:
+            await self._wait_writable()  # a slow reader holds items back, as it does nodes
+            if self._end_reason:
+                return False, NodeError(self._cancel_message())  # never started: no events
         self._running[shown] = False
         self._events.send(shown, "start")
         try:
