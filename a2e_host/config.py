@@ -41,6 +41,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         allowed_origins: browser ``Origin`` values the WebSocket server accepts; requests
             without an Origin header (non-browser clients) are always accepted.
         keepalive_interval: WebSocket ping interval, seconds; None disables.
+        ws_compression: accept permessage-deflate when a client offers it. Off by default:
+            events are small and mostly on loopback, where compressing each frame costs
+            more CPU than it saves.
         shutdown_grace: seconds chains may run on after SIGINT/SIGTERM before cancel.
         outbox_high_water: queued outgoing frames per connection before producers wait.
         log_format: ``auto`` (console on a TTY, JSON otherwise), ``console`` or ``json``.
@@ -58,6 +61,7 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     auth_token: str = ""
     allowed_origins: tuple[str, ...] = ()
     keepalive_interval: float | None = 20.0
+    ws_compression: bool = False
     shutdown_grace: float = 10.0
     outbox_high_water: int = 1024
     log_format: str = "auto"
@@ -213,6 +217,16 @@ def _string(key: str, raw: Any, source: str) -> str:
     return raw
 
 
+def _flag(key: str, raw: Any, source: str) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if isinstance(raw, str) and raw.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise _bad(key, source, "true or false", raw)
+
+
 def _optional_path(key: str, raw: Any, source: str) -> str | None:
     if raw is None or raw == "":
         return None
@@ -283,6 +297,7 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "auth_token": _string,
     "allowed_origins": _string_list,
     "keepalive_interval": _optional_seconds,
+    "ws_compression": _flag,
     "shutdown_grace": _seconds,
     "outbox_high_water": _positive_int,
     "log_format": _choice(_LOG_FORMATS),

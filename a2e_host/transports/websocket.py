@@ -104,8 +104,7 @@ async def serve_websocket(
     async def handler(ws: ServerConnection) -> None:
         await host.serve_connection(WebSocketTransport(ws))
 
-    origins: list[Any] | None = None
-    origins = [None, *config.allowed_origins]
+    origins: list[Any] = [None, *config.allowed_origins]
     async with serve(
         handler,
         config.host,
@@ -118,6 +117,7 @@ async def serve_websocket(
         ping_timeout=config.keepalive_interval,
         close_timeout=CLOSE_TIMEOUT,
         server_header="a2e-host",
+        compression="deflate" if config.ws_compression else None,
     ) as server:
         bound = next(iter(server.sockets)).getsockname()
         host.log.info("websocket server started", url=f"ws://{_url_host(bound[0])}:{bound[1]}")
