@@ -65,6 +65,9 @@ class _Context:
 class InProcessHost:
     """A ChainPlugin with a fixed session, for running requests without a connection.
 
+    Logging: when structlog is not configured yet, warnings and errors go to stderr
+    (:func:`a2e_host.logs.configure_logging`); configure it first to choose otherwise.
+
     Args:
         config: the host configuration (tool packs in ``config.tools``).
         granted: capabilities the implicit session holds.
@@ -73,6 +76,12 @@ class InProcessHost:
     def __init__(self, config: HostConfig, granted: frozenset[str] | None = None) -> None:
         from a2e_chains import ChainPlugin
 
+        if not structlog.is_configured():
+            # structlog's default prints every level to stdout; an embedding application
+            # that did not configure logging gets warnings and errors on stderr instead
+            from .logs import configure_logging
+
+            configure_logging("auto", "warning")
         self.config = config
         self.plugin = ChainPlugin(config)
         self.session = _Session(limits=SessionLimits(config.limits))

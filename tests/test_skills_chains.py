@@ -98,3 +98,62 @@ async def test_skill_nodes_need_the_skill_capability(tmp_path: Path) -> None:
     assert isinstance(response, ChainResponse)
     assert response.error is not None and response.error["code"] == "chain_invalid"
     assert "skill" in response.error["message"]
+
+
+NAP = """\
+name: nap
+description: Sleeps longer than any caller waits.
+entry_node: z
+nodes:
+  - {node_id: z, kind: tool, name: sleep, input: {seconds: 30}}
+"""
+
+PING = """\
+name: ping
+entry_node: p
+nodes:
+  - {node_id: p, kind: skill, name: pong}
+"""
+
+PONG = """\
+name: pong
+entry_node: q
+nodes:
+  - {node_id: q, kind: skill, name: ping}
+"""
+
+
+@pytest.mark.asyncio
+async def test_the_outer_deadline_bounds_a_skill_and_its_inner_nodes_say_so(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "nap.yaml").write_text(NAP, encoding="utf-8")
+    argv = [*CLI, "stdio", "--tools", "conformance", "--skills", str(tmp_path)]
+    with anyio.fail_after(30):
+        async with spawn_stdio(argv, stderr="capture") as client:
+            started = anyio.current_time()
+            messages = [m async for m in client.run_chain(
+                [{"node_id": "s", "kind": "skill", "name": "nap"}], "s", timeout=1)]
+            took = anyio.current_time() - started
+    response = messages[-1]
+    assert isinstance(response, ChainResponse)
+    assert response.error is not None and response.error["code"] == "timeout"
+    assert took < 3.0
+    errors = {m.node_id: m.error for m in messages
+              if isinstance(m, ChainEvent) and m.phase == "error"}
+    assert set(errors) == {"s", "s/z"}
+    assert all("timed out after 1 s" in text for text in errors.values()), errors
+
+
+@pytest.mark.asyncio
+async def test_indirect_skill_recursion_is_stopped_by_max_depth(tmp_path: Path) -> None:
+    (tmp_path / "ping.yaml").write_text(PING, encoding="utf-8")
+    (tmp_path / "pong.yaml").write_text(PONG, encoding="utf-8")
+    nodes = [{"node_id": "top", "kind": "skill", "name": "ping"}]
+    messages = await run(tmp_path, nodes, "top", limits={"max_depth": 4})
+    response = messages[-1]
+    assert isinstance(response, ChainResponse)
+    assert response.error is not None and response.error["code"] == "chain_limit"
+    assert response.error["details"]["ceiling"] == "max_depth"
+    started = [m.node_id for m in messages if isinstance(m, ChainEvent) and m.phase == "start"]
+    assert started == ["top", "top/p", "top/p/q", "top/p/q/p", "top/p/q/p/q"]

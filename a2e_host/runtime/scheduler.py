@@ -238,6 +238,7 @@ class ChainRunner:
         self._tg: anyio.abc.TaskGroup | None = None
         self._running: dict[str, bool] = {}  # display id → terminal event sent?
         self._closed = False
+        self._parent: ChainRunner | None = None  # the run whose skill node runs this one
 
     # ── public ──────────────────────────────────────────────────────────────
 
@@ -371,6 +372,7 @@ class ChainRunner:
         self._nodes_run += 1
         self._running[shown] = False
         self._events.send(shown, "start")
+        self.log.debug("node started", node_id=shown, kind=pnode.kind)
         taken: int | None = None
         output: Any
         try:
@@ -394,6 +396,8 @@ class ChainRunner:
                 return
             self._running[shown] = True
             self._events.send(shown, "error", error=failure.message)
+            self.log.debug("node failed", node_id=shown, code=failure.code,
+                           on_error=pnode.on_error, error=failure.message)
             self._node_failed(index, pnode, failure)
             return
         if self._end_reason and self._end_reason != "done":
@@ -401,6 +405,7 @@ class ChainRunner:
             self._terminal_error(shown, self._cancel_message())
             return
         self._running[shown] = True
+        self.log.debug("node done", node_id=shown)
         self._outputs[node_id] = output
         self._context[node_id] = {"output": output, "status": "done"}
         self._events.send(shown, "done", output=output)
@@ -423,6 +428,7 @@ class ChainRunner:
             sid = self.plan.nodes[s].node_id
             self._context[sid] = {"output": None, "status": "skip"}
             self._events.send(self.prefix + sid, "skip")
+            self.log.debug("node skipped", node_id=self.prefix + sid)
         if ready:
             self._push_ready(ready)
         self._finish_if_done()
@@ -644,6 +650,7 @@ class ChainRunner:
                 subchain_planner=planner,
                 log=self.log,
             )
+            child._parent = self
             result = await child.run(None)
             if not result.success:
                 err = result.error or {}
@@ -659,11 +666,14 @@ class ChainRunner:
     # ── ending ──────────────────────────────────────────────────────────────
 
     def _cancel_message(self) -> str:
-        reason = self._end_reason
+        run: ChainRunner = self
+        while run._parent is not None and run._parent._end_reason:
+            run = run._parent  # a sub-chain ends because the run around it ended
+        reason = run._end_reason
         if reason == "timeout":
-            return f"cancelled: the chain timed out after {self.plan.timeout:g} s"
-        if reason == "abort" and self._abort is not None:
-            failed = self.plan.nodes[self._abort.node_index].node_id
+            return f"cancelled: the chain timed out after {run.plan.timeout:g} s"
+        if reason == "abort" and run._abort is not None:
+            failed = run.prefix + run.plan.nodes[run._abort.node_index].node_id
             return f"cancelled: node {failed!r} failed and the chain was aborted"
         return "cancelled: the chain was cancelled"
 
@@ -671,6 +681,7 @@ class ChainRunner:
         if self._running.get(shown) is False and not self._closed:
             self._running[shown] = True
             self._events.send(shown, "error", error=message)
+            self.log.debug("node ended", node_id=shown, error=message)
 
     async def _wind_down(self, reason: str) -> RunResult:
         if not self._end_reason:
