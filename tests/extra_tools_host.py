@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import a2e_toolpacks.conformance as conformance
+
 from a2e_host.config import HostConfig
 from a2e_host.tools import Tool, ToolPack, tool
 
