@@ -69,6 +69,11 @@ def test_report_over_this_repository_matches_an_independent_count(tmp_path: Path
         assert report["check"] == (
             f"wc -l agrees: {expected['lines']} lines in {expected['files']} files"
         )
+    else:
+        assert report["check"] == (
+            f"wc -l counts {expected['wc_lines']} lines but word_count counts "
+            f"{expected['lines']}"
+        )
     per_file = response["outputs"]["counts"]
     paths = response["outputs"]["files"]["paths"]
     for path, counts in zip(paths, per_file, strict=True):
@@ -91,3 +96,17 @@ def test_report_notices_when_wc_and_word_count_disagree(tmp_path: Path) -> None:
     }
     assert report["wc_agrees"] is False and report["size"] == "large"
     assert "agreed" not in response["outputs"]  # the branch skipped it
+
+
+def test_a_small_tree_takes_the_small_branch_and_wc_agrees(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\ny = 2\n", encoding="utf-8")
+    (tmp_path / "pkg" / "b.py").write_text("import os\n", encoding="utf-8")
+    response = run_report(tmp_path, "--input", '{"pattern": "pkg/*.py", "large_lines": 100}')
+    assert response["final_output"] == {
+        **expected_report(tmp_path, "pkg/*.py", 100),
+        "summary": "small: 3 lines of Python in 2 files (at most 100)",
+        "check": "wc -l agrees: 3 lines in 2 files",
+    }
+    assert response["final_output"]["size"] == "small"
+    assert "large" not in response["outputs"] and "disagreed" not in response["outputs"]
