@@ -82,22 +82,23 @@ class SessionLimits:
         self.effective = self.session
 
     def refusal(
-        self, ceiling: str, requested: int, *, request_limit: int | None = None, node_id: str = ""
+        self, ceiling: str, requested: int, *, node_id: str = ""
     ) -> ChainLimitExceeded | None:
         """The ``chain_limit`` error if ``requested`` exceeds ``ceiling``, else None.
+
+        The request scope never refuses: what a request asks (its ``timeout``, its nodes)
+        is the ``requested`` value, and its own lowering simply applies (a ``timeout``
+        below ``max_timeout`` is the effective deadline).
 
         Args:
             ceiling: a name in :data:`CEILINGS`.
             requested: the asked amount (nodes declared, map items, seconds, depth…).
-            request_limit: the request scope's own limit for this ceiling, if it sets one.
             node_id: the node concerned, ``""`` for the chain.
         """
         scopes: list[tuple[str, int]] = [
             ("host", getattr(self.host, ceiling)),
             ("session", getattr(self.session, ceiling)),
         ]
-        if request_limit is not None:
-            scopes.append(("request", request_limit))
         limit = min(value for _, value in scopes)
         if requested <= limit:
             return None
