@@ -11,6 +11,7 @@ runner can report a framing violation instead of crashing.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
@@ -51,7 +52,7 @@ def _decode(raw: str) -> Frame:
     return Frame(raw, message)
 
 
-class Connection:
+class Connection(abc.ABC):
     """The interface both transports implement (see the module docstring)."""
 
     kind = "?"
@@ -60,13 +61,15 @@ class Connection:
         self._frames: asyncio.Queue[Frame | None] = asyncio.Queue()
         self._reader: asyncio.Task[None] | None = None
 
+    @abc.abstractmethod
     async def send_text(self, text: str) -> None:
         """Send one message, as one WebSocket text frame or one stdio line."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     async def send_bytes(self, data: bytes) -> None:
         """Send raw bytes: a WebSocket binary frame, or one stdio line."""
-        raise NotImplementedError
+        ...
 
     async def send_text_bytes(self, data: bytes) -> None:
         """Send raw bytes as a text frame (WebSocket) or line (stdio), unvalidated."""
@@ -79,9 +82,10 @@ class Connection:
             self._frames.put_nowait(None)
         return frame
 
+    @abc.abstractmethod
     def closed_code(self) -> int | None:
         """WebSocket close code, or the stdio process's exit status; None if open."""
-        raise NotImplementedError
+        ...
 
     @property
     def subprotocol(self) -> str | None:
@@ -91,13 +95,15 @@ class Connection:
         """Text worth showing when a case fails (e.g. the host's stderr tail)."""
         return ""
 
+    @abc.abstractmethod
     async def close_sending(self) -> None:
         """Act as a client that goes away: stdio closes stdin (EOF) but keeps reading
         stdout; WebSocket closes the connection (code 1000)."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     async def aclose(self) -> None:
-        raise NotImplementedError
+        """Close the connection (and stop the host process over stdio)."""
 
 
 class StdioConnection(Connection):

@@ -260,8 +260,14 @@ class ScriptedConnection(Connection):
             raw = json.dumps({"id": f"h{self.replies}", "version": "1.0", "ts": 1.0, **reply})
             self._frames.put_nowait(Frame(raw, json.loads(raw)))
 
+    async def send_bytes(self, data: bytes) -> None:
+        await self.send_text(data.decode())
+
     def closed_code(self) -> int | None:
         return None
+
+    async def close_sending(self) -> None:
+        self._frames.put_nowait(None)
 
     async def aclose(self) -> None:
         return None
