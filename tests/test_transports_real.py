@@ -125,3 +125,42 @@ def test_every_node_is_logged_at_debug_level() -> None:
     info = subprocess.run(argv[:-1] + ["info"], input=lines(HELLO, chain), capture_output=True,
                           text=True, timeout=60)
     assert '"node started"' not in info.stderr and '"chain finished"' in info.stderr
+
+
+def test_stdio_client_vanishing_mid_proc_kills_the_whole_process_group(tmp_path: Any) -> None:
+    import os
+    import signal
+
+    script = "sleep 60 & echo $$ > pid.tmp && mv pid.tmp pid; wait"
+    hello = {"type": "handshake/req", "id": "h", "agent_caps": ["chains", "proc"]}
+    chain = {"type": "chain/req", "id": "c", "entry_node": "p", "nodes": [
+        {"node_id": "p", "kind": "proc", "input": {"argv": ["sh", "-c", script]}}]}
+    host = subprocess.Popen(
+        [PY, "-m", "a2e_host", "stdio", "--allow-proc", "sh", "--allow-proc", "sleep",
+         "--root", str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+    assert host.stdin is not None and host.stdout is not None
+    host.stdin.write(lines(hello, chain).encode())
+    host.stdin.flush()
+    pid_file = tmp_path / "pid"
+    deadline = time.monotonic() + 10
+    while not pid_file.exists():
+        assert time.monotonic() < deadline, "the proc never started"
+        time.sleep(0.01)
+    pgid = int(pid_file.read_text())
+    os.killpg(pgid, 0)  # alive while the chain runs
+    host.stdin.close()  # the client goes: stdin and stdout closed
+    host.stdout.close()
+    gone_by = time.monotonic() + 2.0
+    alive = True
+    while alive and time.monotonic() < gone_by:
+        try:
+            os.killpg(pgid, 0)
+            time.sleep(0.02)
+        except ProcessLookupError:
+            alive = False
+    if alive:
+        os.killpg(pgid, signal.SIGKILL)
+    assert not alive, f"process group {pgid} outlived its vanished client by 2 s"
+    assert host.wait(timeout=15) == 0
