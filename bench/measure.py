@@ -14,7 +14,9 @@ Implementations (``IMPLS``): ``spec`` (a thread per node and per map item, 10 ms
 ``spec_tick`` (the same, each pass sleeping a full tick), ``spec_pooled_map`` (map items on
 a pool of 64 threads instead),
 ``minimal`` (asyncio, readiness counters),
-``minimal_fast`` (+ dotted-path fast path), ``ours`` (a2e_host.inprocess).
+``minimal_fast`` (+ dotted-path fast path), ``ours`` (a2e_host.inprocess); optional
+peers ``chainweaver`` and ``langgraph`` (``bench.peers``: "unavailable" when not installed,
+"unsupported" for a chain they cannot express).
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.impl_ours import Unavailable
+from bench.peers import PEERS, Unsupported, installed
 from bench.workloads import NAMES, Workload, check_response
 
-IMPLS = ["spec", "spec_tick", "spec_pooled_map", "minimal", "minimal_fast", "ours"]
-DEFAULT_IMPLS = ["spec", "minimal", "minimal_fast", "ours"]
+IMPLS = ["spec", "spec_tick", "spec_pooled_map", "minimal", "minimal_fast", "ours", *PEERS]
+#: The peers join the default run only when their library is installed.
+DEFAULT_IMPLS = ["spec", "minimal", "minimal_fast", "ours",
+                 *[p for p in PEERS if installed(p)]]
 
 Runner = Callable[[bytes, Callable[[bytes], None]], Any]
 
@@ -58,6 +63,10 @@ def load(impl: str) -> tuple[bool, Runner]:
         from bench import impl_ours
 
         return True, impl_ours.load()
+    if impl in PEERS:
+        from bench import peers
+
+        return True, peers.load(impl)
     raise SystemExit(f"unknown implementation {impl!r}; one of {', '.join(IMPLS)}")
 
 
@@ -121,6 +130,8 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
         py_peak = asyncio.run(session(1, traced=True))
     except AssertionError as exc:
         return out | {"status": "error", "error": str(exc)}
+    except Unsupported as exc:
+        return out | {"status": "unsupported", "reason": str(exc)}
     med = statistics.median(times)
     per = 1e6 / w.units
     return out | {

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import DEFAULT_IMPLS, IMPLS
+from bench.peers import PEERS
 from bench.workloads import HOST_MAX_CONCURRENCY, NAMES, QUICK_SIZES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +38,8 @@ LABELS = {
     "minimal": "minimal asyncio scheduler (readiness counters, expr cache, msgspec)",
     "minimal_fast": "minimal + fast path for dotted paths",
     "ours": "**a2e-host, in-process** (`InProcessHost.run`)",
+    "chainweaver": "chainweaver 0.14.1 (DAGFlow, async lane; events from the node callable)",
+    "langgraph": "langgraph 1.2.24 (StateGraph, Send map; events from the node callable)",
 }
 COLS = {"a": "a linear 1000", "b": "b fan-out 1000", "c": "c map 10k (per item)",
         "d": "d diamond 5000", "e": "e 100×50 ms sleep (wall)"}
@@ -103,8 +106,11 @@ def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bo
     for k in keys:
         size = QUICK_SIZES[k] if quick else None
         by_impl: dict[str, list[dict[str, Any]]] = {i: [] for i in impls}
+        gone: set[str] = set()  # unavailable here: not retried in later rounds
         for rnd in range(rounds):  # rounds interleave the implementations: load drift is shared
             for impl in impls:
+                if impl in gone:
+                    continue
                 argv = ["-m", "bench.measure", impl, k, "--runs", str(runs),
                         "--warmup", str(warmup)]
                 if size:
@@ -113,7 +119,7 @@ def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bo
                 by_impl[impl].append(res)
                 _progress(f"{NAMES[k]:>18} {impl:>13} (round {rnd + 1}): {_brief(res)}")
                 if res.get("status") == "unavailable":
-                    break
+                    gone.add(impl)
         results["inprocess"][k] = {i: merge_rounds(rs) for i, rs in by_impl.items() if rs}
     if e2e:
         for host in ("reference", "ours"):
@@ -220,10 +226,14 @@ def report(r: dict[str, Any]) -> str:
 
     unavailable = sorted({f"{i}: {inp[k][i].get('reason')}" for k in keys for i in inp[k]
                           if inp[k][i].get("status") == "unavailable"})
+    unsupported = [f"{i} on {NAMES[k]}: {inp[k][i].get('reason')}" for k in keys
+                   for i in inp[k] if inp[k][i].get("status") == "unsupported"]
     bad = [f"{i} on {k}: {inp[k][i].get('status')}: {inp[k][i].get('error')}" for k in keys
-           for i in inp[k] if inp[k][i].get("status") not in ("ok", "unavailable")]
-    if unavailable or bad:
+           for i in inp[k]
+           if inp[k][i].get("status") not in ("ok", "unavailable", "unsupported")]
+    if unavailable or unsupported or bad:
         out += ["", *[f"- unavailable — {u}" for u in unavailable],
+                *[f"- unsupported — {u}" for u in unsupported],
                 *[f"- **{b}**" for b in bad]]
 
     if r["e2e"]:
@@ -267,6 +277,8 @@ def failed(r: dict[str, Any]) -> list[str]:
     for k, by in r["inprocess"].items():
         for impl, x in by.items():
             st = x.get("status")
+            if impl in PEERS and st in ("unavailable", "unsupported"):
+                continue  # optional peers: not installed, or a chain they cannot express
             if st == "error" or (st != "ok" and impl != "ours"):
                 out.append(f"{impl} on {NAMES[k]}: {st}: {x.get('error')}")
             elif st not in ("ok", "unavailable"):
