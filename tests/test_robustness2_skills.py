@@ -5,15 +5,14 @@ named in the outer error, and cancelling reaches the inner chain."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import anyio
 import pytest
 
 from tests.test_host_fakes import CLI, WAIT, open_host
-from tests.test_robustness_stdio import Client, chain, error_of
+from tests.test_robustness_stdio import Client, chain, error_of, stdio_host
 
 INNER_FAILS = """\
 name: inner_fails
@@ -32,24 +31,10 @@ nodes:
 """
 
 
-@asynccontextmanager
-async def skills_stdio(skills: Path) -> AsyncIterator[Client]:
-    async with anyio.create_task_group() as tg:
-        host = await open_host([*CLI, "stdio", "--tools", "conformance", "--skills", str(skills)])
-        tg.start_soon(host.collect_stderr)
-        await host.send({"type": "handshake/req", "id": "h", "agent_caps": ["chains", "skill"]})
-        resp = await host.receive()
-        assert resp["type"] == "handshake/resp" and resp["ok"], resp
-        try:
-            yield Client(host, resp)
-        finally:
-            assert host.process.stdin is not None
-            await host.process.stdin.aclose()
-            await host.read_rest()
-            code = await host.wait()
-            tg.cancel_scope.cancel()
-        assert code == 0, host.stderr[-2000:]
-        assert b"Traceback" not in host.stderr, host.stderr[-4000:].decode("utf-8", "replace")
+def skills_stdio(skills: Path) -> AbstractAsyncContextManager[Client]:
+    """The real stdio host with ``--skills``, a session granted ``skill``."""
+    argv = [*CLI, "stdio", "--tools", "conformance", "--skills", str(skills)]
+    return stdio_host(argv=argv, caps=("chains", "skill"))
 
 
 @pytest.mark.parametrize("command", ["stdio", "serve"])

@@ -56,12 +56,15 @@ class Client:
 
 
 @asynccontextmanager
-async def stdio_host(**limits: int) -> AsyncIterator[Client]:
-    """Start the real CLI, handshake (asking ``limits``), yield; then EOF and exit 0."""
+async def stdio_host(
+    *, argv: list[str] | None = None, caps: tuple[str, ...] = ("chains",), **limits: int
+) -> AsyncIterator[Client]:
+    """Start the real CLI (``argv``, default :data:`STDIO`), handshake asking ``caps`` and
+    ``limits``, yield; then EOF, and the host must exit 0 without a traceback."""
     async with anyio.create_task_group() as tg:
-        host = await open_host(STDIO)
+        host = await open_host(argv or STDIO)
         tg.start_soon(host.collect_stderr)
-        hello: dict[str, Any] = {"type": "handshake/req", "id": "h", "agent_caps": ["chains"]}
+        hello: dict[str, Any] = {"type": "handshake/req", "id": "h", "agent_caps": list(caps)}
         if limits:
             hello["limits"] = limits
         await host.send(hello)
