@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -17,30 +14,20 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
-from tests.test_host_fakes import CLI, WAIT, HostProcess, open_host
+from tests.test_host_fakes import WAIT
 from tests.test_robustness_stdio import peak_rss_kib
-from tests.test_robustness_ws import chain, echo_node, hello, receive, reply, sleep_node
+from tests.test_robustness_ws import (
+    chain,
+    echo_node,
+    hello,
+    receive,
+    reply,
+    serving,
+    sleep_node,
+)
 from tests.test_ws_server import wait_closed
 
 HANDSHAKE = {"type": "handshake/req", "id": "h", "agent_caps": ["chains"]}
-
-
-@asynccontextmanager
-async def serving(*flags: str) -> AsyncIterator[tuple[str, HostProcess]]:
-    """The real server with ``flags`` on a free port; SIGTERM at the end (exit 0)."""
-    async with anyio.create_task_group() as tg:
-        host = await open_host([*CLI, "serve", "--port", "0", "--tools", "conformance", *flags])
-        tg.start_soon(host.collect_stderr)
-        with anyio.fail_after(WAIT):
-            found = await host.wait_stderr(r"a2e-host listening on (ws://127\.0\.0\.1:\d+)")
-        try:
-            yield found.group(1), host
-        finally:
-            host.process.send_signal(signal.SIGTERM)
-            code = await host.wait()
-            tg.cancel_scope.cancel()
-        assert code == 0, host.stderr[-2000:]
-        assert b"Traceback" not in host.stderr, host.stderr[-4000:].decode("utf-8", "replace")
 
 
 async def send(ws: ClientConnection, message: dict[str, Any] | str) -> None:
