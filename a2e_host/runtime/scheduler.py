@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -136,38 +137,28 @@ class _ContextView(dict):  # type: ignore[type-arg]
         return len(self._merged())
 
 
+@dataclass(slots=True)
 class RunResult:
     """What a finished run produced (the sub-chain API returns it; the top level turns it
-    into a ``chain/resp``)."""
+    into a ``chain/resp``): the response's ``success``, ``outputs``, ``final_output``,
+    ``nodes_run`` and ``error`` (PROTOCOL.md §5)."""
 
-    __slots__ = ("success", "outputs", "final_output", "nodes_run", "error")
-
-    def __init__(
-        self,
-        success: bool,
-        outputs: dict[str, Any],
-        final_output: Any,
-        nodes_run: int,
-        error: dict[str, Any] | None,
-    ) -> None:
-        self.success = success
-        self.outputs = outputs
-        self.final_output = final_output
-        self.nodes_run = nodes_run
-        self.error = error
+    success: bool
+    outputs: dict[str, Any]
+    final_output: Any
+    nodes_run: int
+    error: dict[str, Any] | None
 
 
+@dataclass(slots=True)
 class _Failure:
-    __slots__ = ("node_index", "code", "message", "details", "retryable")
+    """A node failure as the response's ``error`` will describe it."""
 
-    def __init__(
-        self, node_index: int, code: str, message: str, details: dict[str, Any], retryable: bool
-    ) -> None:
-        self.node_index = node_index
-        self.code = code
-        self.message = message
-        self.details = details
-        self.retryable = retryable
+    node_index: int
+    code: str
+    message: str
+    details: dict[str, Any]
+    retryable: bool
 
 
 class ChainRunner:
