@@ -15,9 +15,7 @@ import msgspec
 
 from .exceptions import ChainLimitExceeded
 
-__all__ = ["Limits", "SessionLimits", "CEILINGS", "SCOPES", "limits_from_mapping"]
-
-SCOPES = ("host", "session", "request")
+__all__ = ["Limits", "SessionLimits", "CEILINGS", "limits_from_mapping"]
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -9,7 +9,7 @@ into the node's error) and must let cancellation propagate. Source: PROTOCOL.md 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .messages import ChainNode
@@ -46,7 +46,6 @@ class NodeContext:
     max_output_bytes: int = 8 * 1024 * 1024
     run_subchain: SubchainRunner | None = None
     log: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Executor(Protocol):

@@ -15,8 +15,9 @@ Output:
   ``chain/event`` as an NDJSON line before it).
 
 Tool packs: when neither ``--tools`` nor the configuration (file or ``A2E_TOOLS``) names
-any, ``fs``, ``text`` and ``json`` are enabled (:data:`DEFAULT_TOOL_PACKS`, what the
-examples need). Host logs go to stderr at ``warning`` unless ``--log-level`` says otherwise.
+any, ``fs``, ``text`` and ``json`` are enabled
+(:data:`~a2e_host.config.LOCAL_TOOL_PACKS`, what the examples need). Host logs go to
+stderr at ``warning`` unless ``--log-level`` says otherwise.
 
 Ctrl-C (SIGINT) or SIGTERM sends ``chain/cancel``: the host cancels the running nodes
 (processes killed) and the ``cancelled`` response is printed. A second Ctrl-C, or no
@@ -41,19 +42,16 @@ import anyio
 import msgspec
 
 from ..codec import decode_message, encode_message
-from ..config import LOCAL_TOOL_PACKS
 from ..exceptions import A2EError
 from ..messages import ChainEvent, ChainRequest, ChainResponse
 
 __all__ = [
     "CANCEL_WAIT",
-    "DEFAULT_TOOL_PACKS",
     "ChainFileError",
     "read_chain_request",
     "run_main",
 ]
 
-DEFAULT_TOOL_PACKS: tuple[str, ...] = LOCAL_TOOL_PACKS
 """Tool packs enabled when neither ``--tools`` nor the configuration names any."""
 
 CANCEL_WAIT = 10.0

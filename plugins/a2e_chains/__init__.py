@@ -161,14 +161,6 @@ class ChainPlugin(Plugin):
 
         return plan_skill
 
-    def validate(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
-        """Validate ``request`` for ``session`` without running it.
-
-        Raises:
-            ChainInvalid: every problem found, in ``details["errors"]``.
-        """
-        return validate_chain(request, self.toolbox, session.limits, granted=session.granted)
-
     async def session_closed(self, session: SessionInfo) -> None:
         """Cancel the session's chains (their tasks are also cancelled by the host) and
         forget its skill plans."""
