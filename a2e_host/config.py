@@ -34,6 +34,8 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
             paths). Empty: proc nodes are refused.
         proc_env_allow: environment variable names passed through to child processes
             (beside a minimal ``PATH``, ``LANG``, ``HOME``).
+        proc_env_keys: environment variable names a proc node's ``env`` may set. Empty (the
+            default): a node may set none. ``LD_*`` / ``DYLD_*`` are refused even if listed.
         root: the directory file tools and proc ``cwd`` are confined to; None = the
             working directory at start.
         host / port: WebSocket bind address (loopback by default).
@@ -55,6 +57,7 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     skills_dirs: tuple[str, ...] = ()
     allow_proc: tuple[str, ...] = ()
     proc_env_allow: tuple[str, ...] = ()
+    proc_env_keys: tuple[str, ...] = ()
     root: str | None = None
     host: str = "127.0.0.1"
     port: int = 8765
@@ -77,7 +80,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 _LOG_FORMATS = ("auto", "console", "json")
 _LOG_LEVELS = ("debug", "info", "warning", "error")
-_LIST_FIELDS = ("tools", "skills_dirs", "allow_proc", "proc_env_allow", "allowed_origins")
+_LIST_FIELDS = (
+    "tools", "skills_dirs", "allow_proc", "proc_env_allow", "proc_env_keys", "allowed_origins"
+)
 _PATH_FIELDS = ("root", "skills_dirs")
 
 
@@ -291,6 +296,7 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "skills_dirs": _string_list,
     "allow_proc": _string_list,
     "proc_env_allow": _string_list,
+    "proc_env_keys": _string_list,
     "root": _optional_path,
     "host": _string,
     "port": _port,

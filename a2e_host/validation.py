@@ -369,7 +369,9 @@ class _Validator:
             refusal = self.catalog.check_proc(node)
             if refusal:
                 self.invalid(nid, "input", refusal,
-                             "run an executable the host allows (see `a2e-host tools`)")
+                             "fix the proc input as the message says: argv[0] one of the "
+                             "allowed names (see `a2e-host tools`), env keys from "
+                             "proc_env_keys, no NUL bytes")
         elif kind == "branch":
             if not node.condition:
                 self.invalid(nid, "condition", "branch node has no condition",

@@ -124,7 +124,7 @@ def test_a_fifo_is_refused_without_blocking(tree: Path) -> None:
         worker.start()
         worker.join(10)
         assert not worker.is_alive(), f"opening a FIFO with mode {mode!r} blocked"
-    assert outcome[0] == "path 'pipe' is a FIFO, not a regular file"
+    assert outcome[0] == "path 'pipe' is refused: it is a FIFO, not a regular file"
     assert outcome[1] == "OSError 6"  # ENXIO: no reader, refused by the kernel
 
 

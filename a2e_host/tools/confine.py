@@ -58,8 +58,18 @@ class PathRefused(NodeError):
     """A path would leave the root, or is not a path a request may give.
 
     A :class:`~a2e_host.exceptions.NodeError` (wire code ``chain_node_error``): a tool that
-    lets it propagate fails its node with the message, which names the path and the rule.
+    lets it propagate fails its node with the message, which names the path and the rule
+    (``"path '../x' is refused: '..' components are not allowed; …"``).
+
+    Attributes:
+        path: the path as the request gave it.
+        reason: the rule, without the path (for messages that name their own field).
     """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"path {path!r} is refused: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class Opened(NamedTuple):
@@ -196,9 +206,7 @@ class RootDir:
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise PathRefused(
-                    f"path {path!r} is a {_kind_name(st.st_mode)}, not a regular file"
-                )
+                raise PathRefused(path, f"it is a {_kind_name(st.st_mode)}, not a regular file")
             if base == "w":
                 os.ftruncate(fd, 0)
             os.set_blocking(fd, True)
@@ -288,8 +296,7 @@ class RootDir:
             links += 1
             if links > MAX_SYMLINKS:
                 raise PathRefused(
-                    f"path {path!r} is refused: more than {MAX_SYMLINKS} symlinks on the way "
-                    f"(a symlink loop?)"
+                    path, f"more than {MAX_SYMLINKS} symlinks on the way (a symlink loop?)"
                 )
             try:
                 target = os.readlink(name, dir_fd=cwd())
@@ -366,20 +373,18 @@ class RootDir:
 
     def _parts_of(self, path: str) -> list[str]:
         """The components of a request's ``path`` relative to the root, or a refusal."""
-        if not isinstance(path, str) or "\x00" in path:
-            raise PathRefused(f"path {path!r} is refused: it contains a NUL byte")
+        if "\x00" in path:
+            raise PathRefused(path, "it contains a NUL byte")
         pure = PurePosixPath(path)
         if ".." in pure.parts:
             raise PathRefused(
-                f"path {path!r} is refused: '..' components are not allowed; "
-                f"give a path relative to the root"
+                path, "'..' components are not allowed; give a path relative to the root"
             )
         if pure.is_absolute():
             inner = self._inside_parts(pure.parts)
             if inner is None:
                 raise PathRefused(
-                    f"path {path!r} is refused: absolute paths must be inside the root "
-                    f"{str(self.path)!r}"
+                    path, f"absolute paths must be inside the root {str(self.path)!r}"
                 )
             return inner
         return list(pure.parts)
@@ -392,8 +397,7 @@ class RootDir:
 
     def _outside(self, path: str) -> PathRefused:
         return PathRefused(
-            f"path {path!r} is refused: it resolves outside the root "
-            f"(symlinks may not leave {str(self.path)!r})"
+            path, f"it resolves outside the root (symlinks may not leave {str(self.path)!r})"
         )
 
 
