@@ -556,6 +556,11 @@ async def run_proc(
     if exe is None:
         raise NodeError(f"proc: {refusal}")
     env = policy.child_env(spec.env)
+    if not sys.executable:
+        raise NodeError(
+            "proc: this host has no Python executable to supervise processes with "
+            "(sys.executable is empty); run the host with a regular Python interpreter"
+        )
     stdin_data = None if spec.stdin is None else spec.stdin.encode("utf-8")
     _become_subreaper()
     started = time.monotonic()

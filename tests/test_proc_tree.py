@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -158,3 +160,37 @@ async def test_a_setsid_grandchild_dies_when_the_client_disconnects(tmp_path: Pa
         tg.cancel_scope.cancel()
     assert not alive, f"setsid'd process {pid} outlived the client"
     assert code == 0, host.stderr[-2000:]
+
+
+HOST_THAT_DIES = r"""
+import sys, anyio
+from a2e_host.config import HostConfig
+from a2e_host.proc import ProcPolicy, run_proc
+policy = ProcPolicy.from_config(HostConfig(allow_proc=("sh",), root=sys.argv[1]))
+anyio.run(run_proc, {"argv": ["sh", "-c", sys.argv[2]]}, policy)
+"""
+
+
+def test_a_setsid_grandchild_dies_when_the_host_itself_is_killed(tmp_path: Path) -> None:
+    """SIGKILL leaves the host no time to clean up: the supervisor sees its socket close
+    and ends the tree on its own."""
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST_THAT_DIES, str(tmp_path), f"{ESCAPE}; sleep 60"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pid = int((tmp_path / "pid").read_text())
+        os.kill(pid, 0)
+        host.kill()
+        host.wait(30)
+        try:
+            assert gone(pid), f"setsid'd process {pid} outlived the killed host"
+        finally:
+            kill_if_alive(pid)
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(30)
