@@ -49,8 +49,12 @@ MAX_SYMLINKS = 40
 """Symlinks followed while resolving one path before it is refused as a loop (Linux's
 own limit)."""
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_NOFOLLOW_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_O_DIRECTORY: int = getattr(os, "O_DIRECTORY", 0)  # POSIX only; RootDir refuses elsewhere
+_O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC: int = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
+_DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
+_NOFOLLOW_FLAGS = _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
 _T = TypeVar("_T")
 
 
@@ -104,6 +108,8 @@ class RootDir:
         FileNotFoundError: ``path`` does not exist.
         NotADirectoryError: ``path`` is not a directory.
         PermissionError: ``path`` cannot be opened for reading.
+        OSError: the platform cannot open files relative to a directory handle without
+            following symlinks (Windows).
 
     Every method is thread-safe (they share only the root handle) and raises
     :class:`PathRefused` for a path that leaves the root, plus the usual :class:`OSError`
@@ -118,8 +124,11 @@ class RootDir:
     __slots__ = ("path", "_fd", "_parts")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._fd = -1
+        if not (_O_NOFOLLOW and _O_DIRECTORY and os.open in os.supports_dir_fd):
+            raise OSError(errno.ENOTSUP, "RootDir needs openat() with O_NOFOLLOW (POSIX)")
         self.path = Path(path).resolve(strict=True)
-        self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._fd = os.open(self.path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
         self._parts = self.path.parts
 
     def close(self) -> None:

@@ -105,7 +105,12 @@ class StatOut(TypedDict):
 
 
 Kind = Literal["file", "dir", "symlink", "other"]
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_DIRECTORY", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
 
 
 def _entry_kind(entry: os.DirEntry[str]) -> Kind:
