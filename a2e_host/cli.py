@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _command(sub, "graph", "Print the chain as a Mermaid or Graphviz diagram.", "", _graph)
     p.add_argument("chain", metavar="CHAIN.json", help="a chain/req body (JSON)")
-    p.add_argument("--format", choices=("mermaid", "dot"), default="mermaid",
+    p.add_argument("--format", default="mermaid", metavar="mermaid|dot",
                    help="diagram language (default mermaid)")
 
     p = _command(sub, "tools", "List the tools, skills and proc allowlist a configuration "
