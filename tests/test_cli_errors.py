@@ -180,3 +180,28 @@ def test_a_ceiling_refusal_in_validate_says_how_to_raise_the_ceiling(tmp_path: P
                A2E_MAX_NODES="1")
     assert done.returncode == 1
     assert "A2E_MAX_NODES=2" in done.stdout and "[limits]" in done.stdout
+
+
+def test_sigterm_during_run_cancels_the_chain_and_exits_143(tmp_path: Path) -> None:
+    import signal
+
+    body = {"entry_node": "nap", "nodes": [
+        {"node_id": "nap", "kind": "tool", "name": "sleep", "input": {"seconds": 60}}]}
+    process = subprocess.Popen(
+        [*CLI, "run", str(write(tmp_path, body)), "--tools", "conformance", "--json",
+         "--events"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = json.loads(process.stdout.readline())  # the node has started
+        assert (first["node_id"], first["phase"]) == ("nap", "start")
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 128 + signal.SIGTERM
+    assert json.loads(out.splitlines()[-1])["error"]["code"] == "cancelled"
+    assert "Traceback" not in err

@@ -34,7 +34,8 @@ Exit codes: 0 the chain succeeded; 1 it failed (a node error, a timeout); 2 usag
 file cannot be read or is not a chain, ``--input`` is not a JSON object, the
 configuration is bad (an unknown tool pack, an executable not on PATH, a missing skills
 directory), or the host refused the chain as invalid (``chain_invalid``,
-``chain_cycle``, ``chain_limit`` at validation); 130 interrupted by Ctrl-C or SIGTERM.
+``chain_cycle``, ``chain_limit`` at validation); 128 + the signal's number when a signal
+interrupted the run, as a shell reports it: 130 for Ctrl-C (SIGINT), 143 for SIGTERM.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ CANCEL_WAIT = 10.0
 """Seconds to wait for the ``cancelled`` response after Ctrl-C before closing."""
 
 INVALID_CODES = frozenset({"chain_invalid", "chain_cycle", "chain_limit"})
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _REQUEST_FIELDS = frozenset(ChainRequest.__struct_fields__) | {"type"}
 
 
@@ -180,7 +181,7 @@ def run_main(
 
     Returns:
         The exit code: 0 success, 1 the chain failed, 2 usage, a bad configuration or an
-        invalid chain, 130 interrupted (Ctrl-C or SIGTERM).
+        invalid chain, 128 + the signal number when interrupted (130 Ctrl-C, 143 SIGTERM).
     """
     try:
         request = read_chain_request(
@@ -212,9 +213,9 @@ def run_main(
         display = _LiveDisplay(request, hints)
     else:
         display = _PlainDisplay(request, sys.stdout, hints)
-    response, interrupted = anyio.run(_run, request, host, display)
-    if interrupted:
-        return EXIT_INTERRUPTED
+    response, signum = anyio.run(_run, request, host, display)
+    if signum is not None:
+        return 128 + signum
     if response is None:
         return EXIT_FAILED
     if response.success:
@@ -223,21 +224,29 @@ def run_main(
     return EXIT_USAGE if code in INVALID_CODES and response.nodes_run == 0 else EXIT_FAILED
 
 
+class _Interrupt:
+    """Set by the first SIGINT/SIGTERM: ``event`` and the signal's number."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.signum: int | None = None
+
+
 async def _run(
     request: ChainRequest, host: Any, display: _Display
-) -> tuple[ChainResponse | None, bool]:
+) -> tuple[ChainResponse | None, int | None]:
     """Run ``request`` on ``host`` over an in-memory connection.
 
     Returns:
-        ``(response, interrupted)``: the response (None when the client failed) and
-        whether a signal interrupted the run.
+        ``(response, signum)``: the response (None when the client failed) and the
+        number of the signal that interrupted the run, else None.
     """
     from ..client import ClientError, ConnectionLost, connect_memory
     from .common import local_capabilities
 
     response: ChainResponse | None = None
     failure: ClientError | None = None
-    interrupted = anyio.Event()
+    interrupted = _Interrupt()
     try:
         # the session asks for what the configuration allows (proc with --allow-proc),
         # and an in-process run authenticates with the host's own token
@@ -256,7 +265,7 @@ async def _run(
                         else:
                             display.event(message)
                 except ConnectionLost as exc:
-                    if not interrupted.is_set():
+                    if not interrupted.event.is_set():
                         failure = exc
                 except ClientError as exc:
                     failure = exc
@@ -270,7 +279,7 @@ async def _run(
             await host.aclose()
     if failure is not None:
         display.abort(f"a2e-host run: {failure}")
-        return None, interrupted.is_set()
+        return None, interrupted.signum
     if response is None:  # the connection was closed after an interrupt
         response = ChainResponse(
             req_id=request.id,
@@ -286,10 +295,10 @@ async def _run(
             },
         )
     display.response(response)
-    return response, interrupted.is_set()
+    return response, interrupted.signum
 
 
-async def _cancel_on_signal(run: Any, display: _Display, interrupted: anyio.Event) -> None:
+async def _cancel_on_signal(run: Any, display: _Display, interrupted: _Interrupt) -> None:
     """First SIGINT/SIGTERM: ``chain/cancel``; a second one, or no answer within
     :data:`CANCEL_WAIT` seconds: close the connection (which cancels the chain too)."""
     try:
@@ -297,9 +306,10 @@ async def _cancel_on_signal(run: Any, display: _Display, interrupted: anyio.Even
     except (NotImplementedError, ValueError, RuntimeError):  # not the main thread
         return
     with receiver as signals:
-        async for _ in signals:
+        async for signum in signals:
+            interrupted.signum = int(signum)
             break
-        interrupted.set()
+        interrupted.event.set()
         display.note("cancelling the chain (Ctrl-C again to stop at once)…")
         try:
             await run.cancel()
