@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--json", action="store_true", help="print the chain/resp only, as JSON")
     out.add_argument("--final", action="store_true",
                      help="print final_output only, as one line of JSON (the host is asked "
-                          "to leave outputs out of the response)")
+                          "for no events and no outputs)")
     p.add_argument("--events", action="store_true",
                    help="with --json: each chain/event as an NDJSON line before the response")
     _add_config(p)

@@ -13,8 +13,9 @@ Output:
 * stdout not a TTY: one plain line per ``chain/event``, then the final output;
 * ``--json``: the ``chain/resp`` only, one JSON line (with ``--events``, each
   ``chain/event`` as an NDJSON line before it);
-* ``--final``: ``final_output`` only, one JSON line; the request asks the host to leave
-  ``outputs`` out of the response (``include_outputs: false``).
+* ``--final``: ``final_output`` only, one JSON line; the request asks the host for no
+  events (``streaming: false``) and to leave ``outputs`` out of the response
+  (``include_outputs: false``).
 
 A failure goes to stderr: one summary line, then each validation problem, with the
 command-line fix where the host's hint speaks of the wire (``--allow-proc`` for a proc
@@ -177,16 +178,17 @@ def run_main(
             a ``tools`` list of ``+PACK`` entries adds to the defaults
             (:func:`~a2e_host.commands.common.load_command_config`).
         final_only: print ``final_output`` only, as one JSON line, and ask the host for
-            a response without ``outputs`` (``chain/req.include_outputs: false``).
+            no events (``streaming: false``) and a response without ``outputs``
+            (``chain/req.include_outputs: false``).
 
     Returns:
         The exit code: 0 success, 1 the chain failed, 2 usage, a bad configuration or an
         invalid chain, 128 + the signal number when interrupted (130 Ctrl-C, 143 SIGTERM).
     """
     try:
-        request = read_chain_request(
-            chain, input, extra={"include_outputs": False} if final_only else None
-        )
+        # --final needs neither events nor outputs: ask for the response alone
+        extra = {"streaming": False, "include_outputs": False} if final_only else None
+        request = read_chain_request(chain, input, extra=extra)
     except ChainFileError as exc:
         print(f"a2e-host run: {exc}", file=sys.stderr)
         return EXIT_USAGE
