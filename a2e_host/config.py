@@ -47,7 +47,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         shutdown_grace: seconds chains may run on after SIGINT/SIGTERM before cancel.
         outbox_high_water: queued outgoing frames per connection before producers wait.
         log_format: ``auto`` (console on a TTY, JSON otherwise), ``console`` or ``json``.
-        log_level: ``debug``, ``info``, ``warning`` or ``error``.
+        log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
+            for ``a2e-host stdio`` (an agent that spawns the host may never read its
+            stderr), ``info`` otherwise.
     """
 
     limits: Limits = Limits()
@@ -65,7 +67,7 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     shutdown_grace: float = 10.0
     outbox_high_water: int = 1024
     log_format: str = "auto"
-    log_level: str = "info"
+    log_level: str = "auto"
 
     @property
     def root_path(self) -> Path:
@@ -76,7 +78,7 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
 # ── loading: file < environment < CLI ───────────────────────────────────────
 
 _LOG_FORMATS = ("auto", "console", "json")
-_LOG_LEVELS = ("debug", "info", "warning", "error")
+_LOG_LEVELS = ("auto", "debug", "info", "warning", "error")
 _LIST_FIELDS = ("tools", "skills_dirs", "allow_proc", "proc_env_allow", "allowed_origins")
 _PATH_FIELDS = ("root", "skills_dirs")
 
