@@ -35,6 +35,11 @@ Decisions where PROTOCOL.md §2 is silent:
   other value that is not this connection's gets ``unknown_session``.
 - ``accepted_caps`` lists, in the order asked and without duplicates, each capability
   both asked and served. ``max_parallel`` is the session's effective ceiling.
+- *Gates* (``proc``, ``skill``) are names an agent lists in ``agent_caps`` to unlock
+  node kinds of a served capability (PROTOCOL.md §8). They are not capabilities (no
+  plugin serves ``proc/*`` or ``skill/*``): never in ``accepted_caps``, never enough for
+  a session on their own; a gate is granted only with the capability that owns it, and
+  :attr:`Session.granted` holds it beside the accepted capabilities.
 - Bad ``handshake/req.limits`` (an unknown ceiling, a value that is not a positive
   integer) is ``error`` ``schema_violation`` with ``detail.path`` ``$.limits.<name>``;
   no session is created.
@@ -88,14 +93,17 @@ class Session:
     Attributes:
         session_id: unguessable: 32 hex digits from :mod:`secrets`.
         agent_id: as the agent gave it in ``handshake/req``.
-        granted: the capability names in ``accepted_caps``.
+        granted: the capability names in ``accepted_caps`` and the gates granted with
+            them (what work and node kinds are checked against).
         limits: the host's ceilings lowered by ``handshake/req.limits`` (PROTOCOL.md §6).
+        gates: the gates among ``granted`` (``proc``, ``skill``; PROTOCOL.md §8).
     """
 
     session_id: str
     agent_id: str
     granted: frozenset[str]
     limits: SessionLimits
+    gates: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +128,8 @@ class ConnectionSession:
         config: the host configuration (ceilings, ``auth_token``).
         served: capability name → its metadata function (None: empty metadata), in the
             order the host serves them.
+        gates: gate name → the served capability that owns it (e.g.
+            ``{"skill": "chains"}``); a gate is granted when asked and its owner granted.
         bearer_token: a token the transport already received (WebSocket
             ``Authorization: Bearer``); it satisfies auth like ``handshake/req.auth_token``.
     """
@@ -129,10 +139,12 @@ class ConnectionSession:
         config: HostConfig,
         served: Mapping[str, MetadataFn | None],
         *,
+        gates: Mapping[str, str] | None = None,
         bearer_token: str = "",
     ) -> None:
         self.config = config
         self.served = dict(served)
+        self.gates = {g: owner for g, owner in (gates or {}).items() if g not in self.served}
         self.bearer_token = bearer_token
         self.state = SessionState.AWAITING_HANDSHAKE
         self.session: Session | None = None
@@ -170,11 +182,13 @@ class ConnectionSession:
         granted = [cap for cap in asked if cap in self.served]
         if not granted:
             return HandshakeOutcome(self._refusal(request, "no_caps"), None)
+        gates = frozenset(g for g in asked if self.gates.get(g) in granted)
         session = Session(
             session_id=secrets.token_hex(16),
             agent_id=request.agent_id,
-            granted=frozenset(granted),
+            granted=frozenset(granted) | gates,
             limits=limits,
+            gates=gates,
         )
         accepted = []
         for cap in granted:

@@ -112,7 +112,10 @@ class HostConnection:
         self.log = host.log.bind(conn_id=self.conn_id, transport=transport.kind)
         self.outbox = Outbox(self.config.outbox_high_water)
         self.sessions = ConnectionSession(
-            self.config, host.served_capabilities(), bearer_token=transport.bearer_token
+            self.config,
+            host.served_capabilities(),
+            gates=host.gates(),
+            bearer_token=transport.bearer_token,
         )
         self._tg: anyio.abc.TaskGroup | None = None
         self._work: set[anyio.CancelScope] = set()
