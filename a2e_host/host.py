@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from .admission import AuthThrottle
 from .config import HostConfig
 from .exceptions import RemoteProtocolError
 from .logs import get_logger
@@ -98,6 +99,7 @@ class Host:
         self.connections: set[HostConnection] = set()
         self._shutdown = anyio.Event()
         self._grace: float | None = None
+        self.auth_throttle = AuthThrottle(config.auth_failure_delay)
 
     @property
     def uptime_seconds(self) -> float:

@@ -14,16 +14,19 @@ Theory of operation. A connection holds at most one session. Its state moves alo
 What each state does with a message (``core`` = ``ping`` and ``shutdown``, answered in
 every state but CLOSED; ``work`` = anything routed to a plugin):
 
-=====================  =========================  ============================  ==========
+=====================  =========================  ============================  =============
 state                  handshake/req              work                          core
-=====================  =========================  ============================  ==========
-AWAITING_HANDSHAKE     negotiate                  ``handshake_required``        answered
+=====================  =========================  ============================  =============
+AWAITING_HANDSHAKE     negotiate                  ``handshake_required``        answered [2]_
 OPEN                   ``invalid_message``        checked, then routed          answered
 CLOSING                ``invalid_message``        checked, then routed [1]_     answered
 CLOSED                 dropped                    dropped                       dropped
-=====================  =========================  ============================  ==========
+=====================  =========================  ============================  =============
 
 .. [1] the plugin sees ``ctx.closing`` and refuses new work (``chain/cancel`` still works).
+.. [2] when the host has an ``auth_token``, core messages before a successful handshake
+   get ``handshake_required`` too (:meth:`ConnectionSession.check_core`): an
+   unauthenticated peer is answered only its ``handshake/req``.
 
 Decisions where PROTOCOL.md §2 is silent:
 
@@ -206,6 +209,11 @@ class ConnectionSession:
         self.state = SessionState.OPEN
         return HandshakeOutcome(response, session)
 
+    @property
+    def auth_required(self) -> bool:
+        """Whether the host has an ``auth_token`` a handshake must present."""
+        return bool(self.config.auth_token)
+
     def _authorized(self, auth_token: str) -> bool:
         expected = self.config.auth_token
         if not expected:
@@ -237,7 +245,23 @@ class ConnectionSession:
             reason=reason,
         )
 
-    # ── work ───────────────────────────────────────────────────────────────
+    # ── core messages and work ─────────────────────────────────────────────
+
+    def check_core(self, message: Message) -> None:
+        """Whether a core message (``ping``, ``shutdown``) may be answered now.
+
+        Before a successful handshake on a host with an ``auth_token``, only
+        ``handshake/req`` is answered (docs/DECISIONS.md): an unauthenticated peer learns
+        nothing and can do nothing but authenticate.
+
+        Raises:
+            HandshakeRequired: an auth token is configured and no session is open yet.
+        """
+        if self.session is None and self.auth_required:
+            raise HandshakeRequired(
+                f"this host requires authentication: send handshake/req with its auth_token "
+                f"before {message.TYPE!r}"
+            )
 
     def check_work(self, message: Message, capability: str) -> Session:
         """The session a work message belongs to, checked (PROTOCOL.md §2).
