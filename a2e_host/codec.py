@@ -91,8 +91,8 @@ def decode_message(data: bytes | bytearray | memoryview | str) -> Message:
         msg = _decoder.decode(data)
     except _DECODE_FAILURES as exc:
         return _decode_slowly(data, exc)
-    if not isinstance(data, str):
-        _check_utf8(data)
+    if not (type(data) is bytes and data.isascii()) and not isinstance(data, str):
+        _check_utf8(data)  # the typed decode skipped unknown fields unread
     if msg.a2e is not msgspec.UNSET or not _speaks(msg.version):
         err = _adopt_version(msg)
         if err is not None:
