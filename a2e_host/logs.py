@@ -20,6 +20,7 @@ elsewhere: a spawning agent rarely reads the host's stderr.
 from __future__ import annotations
 
 import atexit
+import io
 import json
 import logging
 import os
@@ -38,6 +39,7 @@ __all__ = [
     "flush_logs",
     "resolve_level",
     "LogWriter",
+    "StderrProxy",
     "LOG_FORMATS",
     "LOG_LEVELS",
     "MAX_QUEUED_LOG_BYTES",
@@ -158,6 +160,58 @@ class LogWriter:
                 self._queued -= len(batch)
 
 
+class StderrProxy(io.TextIOBase):
+    """``sys.stderr`` (and ``sys.stdout`` where it is stderr) as a writer of whole lines
+    into a :class:`LogWriter`, so a ``print()`` can never block, nor land in the middle of
+    a log line written by the writer's thread.
+
+    Text is kept until its newline (or :meth:`flush`); ``fileno()`` and ``isatty()`` are
+    the real stream's, so child processes still inherit the real descriptor.
+    """
+
+    def __init__(self, writer: LogWriter, real: TextIO) -> None:
+        super().__init__()
+        self.real = real
+        self._writer = writer
+        self._partial: list[str] = []
+        self._lock = threading.Lock()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.real, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return getattr(self.real, "errors", None)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            head, newline, tail = text.rpartition("\n")
+            if not newline:
+                self._partial.append(text)
+                return len(text)
+            lines = "".join([*self._partial, head, newline])
+            self._partial = [tail] if tail else []
+        self._writer.write(lines)
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            rest = "".join(self._partial)
+            self._partial = []
+        if rest:
+            self._writer.write(rest)
+
+    def fileno(self) -> int:
+        return self.real.fileno()
+
+    def isatty(self) -> bool:
+        return _isatty(self.real)
+
+
 class _WriterLogger:
     """A structlog logger that hands each rendered line to a :class:`LogWriter`."""
 
@@ -214,6 +268,7 @@ def configure_logging(
     *,
     stream: TextIO | None = None,
     auto_level: str = "info",
+    take_over_stderr: bool = False,
 ) -> None:
     """Send every log (structlog and the standard library's, e.g. websockets') to stderr.
 
@@ -227,6 +282,9 @@ def configure_logging(
         level: ``debug``, ``info``, ``warning``, ``error``, or ``auto`` (= ``auto_level``).
         stream: where lines go; None = the process's stderr at call time.
         auto_level: the level ``auto`` means: ``warning`` for ``a2e-host stdio``.
+        take_over_stderr: also route ``sys.stderr`` (and ``sys.stdout`` when it is
+            stderr, as on stdio) through the writer (:class:`StderrProxy`): for a host
+            process, so that ``print()`` neither blocks nor splits a log line.
 
     Raises:
         ValueError: an unknown format or level, named.
@@ -236,6 +294,8 @@ def configure_logging(
     if level not in LOG_LEVELS or auto_level not in LOG_LEVELS[1:]:
         raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
     out = stream if stream is not None else sys.stderr
+    if isinstance(out, StderrProxy):
+        out = out.real
     numeric = logging.getLevelName(resolve_level(level, auto_level).upper())
     console = format == "console" or (format == "auto" and _isatty(out))
     renderer: Any = (
@@ -263,6 +323,11 @@ def configure_logging(
         except (OSError, ValueError):
             pass
         writer = _writer_for(fd, json_notice=not console)
+        if take_over_stderr and stream is None:
+            proxy = StderrProxy(writer, out)
+            if sys.stdout is sys.stderr:
+                sys.stdout = proxy
+            sys.stderr = proxy
         logger = _WriterLogger(writer)
         factory = lambda *args: logger  # noqa: E731
         handler = _WriterHandler(writer)

@@ -82,6 +82,7 @@ def test_the_notice_comes_where_the_lines_were_lost() -> None:
 
     reader = threading.Thread(target=read_all, daemon=True)
     reader.start()
+    assert writer.flush(WAIT)  # what was queued goes out, then the count of the lost ten
     writer.write("after\n")
     assert writer.flush(WAIT)
     os.close(write_end)

@@ -43,7 +43,8 @@ def _setup(
     except ValueError as exc:
         print(f"a2e-host: configuration error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    configure_logging(config.log_format, config.log_level, auto_level=auto_level)
+    configure_logging(config.log_format, config.log_level, auto_level=auto_level,
+                      take_over_stderr=True)
     return config
 
 
