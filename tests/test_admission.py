@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from a2e_host.admission import AuthThrottle, ConnectionLimiter, peer_key
-from a2e_host.config import HostConfig
+from a2e_host.config import HostConfig, load_config
 from a2e_host.exceptions import HandshakeRequired
 from a2e_host.messages import HandshakeRequest, Ping, Shutdown
 from a2e_host.session import ConnectionSession
@@ -152,3 +152,35 @@ def test_gates_alone_are_no_caps() -> None:
     machine = ConnectionSession(HostConfig(), SERVED, gates=GATES)
     out = machine.receive_handshake(HandshakeRequest(agent_caps=["proc", "skill", "tools"]))
     assert (out.session, out.response.ok, out.response.reason) == (None, False, "no_caps")
+
+
+# ── configuration ─────────────────────────────────────────────────────────────
+
+
+def test_connection_settings_load_from_the_environment_with_their_defaults() -> None:
+    default = load_config(environ={})
+    assert (default.handshake_timeout, default.max_connections,
+            default.max_connections_per_peer, default.auth_failure_delay,
+            default.log_level) == (10.0, 512, 64, 1.0, "auto")
+    config = load_config(environ={
+        "A2E_HANDSHAKE_TIMEOUT": "2.5", "A2E_MAX_CONNECTIONS": "50",
+        "A2E_MAX_CONNECTIONS_PER_PEER": "5", "A2E_AUTH_FAILURE_DELAY": "0",
+    })
+    assert (config.handshake_timeout, config.max_connections,
+            config.max_connections_per_peer, config.auth_failure_delay) == (2.5, 50, 5, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("A2E_HANDSHAKE_TIMEOUT", "0", "handshake_timeout .* seconds > 0"),
+        ("A2E_MAX_CONNECTIONS", "0", "max_connections .* positive integer"),
+        ("A2E_MAX_CONNECTIONS_PER_PEER", "many", "max_connections_per_peer .* positive"),
+        ("A2E_AUTH_FAILURE_DELAY", "-1", "auth_failure_delay .* seconds >= 0"),
+    ],
+)
+def test_bad_connection_settings_are_refused_naming_the_setting(
+    name: str, value: str, expected: str
+) -> None:
+    with pytest.raises(ValueError, match=expected):
+        load_config(environ={name: value})
