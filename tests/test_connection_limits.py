@@ -19,7 +19,7 @@ from a2e_host.config import HostConfig
 from a2e_host.host import Host
 from a2e_host.messages import ErrorMessage, HandshakeRequest, HandshakeResponse, Ping, Pong
 from a2e_host.transports.memory import MemoryClient, open_memory_connection
-from tests.test_host_fakes import CLI, WAIT, FakeChainPlugin, HostProcess
+from tests.test_host_fakes import CLI, WAIT, FakeChainPlugin, HostProcess, open_host
 from tests.test_ws_server import serving, wait_closed
 
 TOKEN = "s3cret"
@@ -134,6 +134,19 @@ async def test_failed_auth_from_one_peer_is_answered_one_per_delay_and_others_ar
         assert at >= k * delay, answered  # one answer per delay, never two at once
     assert delay <= answered["other"] < guesses[-1], answered  # its own queue
     assert answered["right"] < guesses[0], answered  # a right token is never delayed
+
+
+@pytest.mark.asyncio
+async def test_a_stdio_host_that_gets_no_handshake_says_so_and_exits() -> None:
+    host = await open_host([*CLI, "stdio"], A2E_HANDSHAKE_TIMEOUT="0.5")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(host.collect_stderr)
+        told = await host.receive()
+        rest = await host.read_rest()
+        assert await host.wait() == 0
+    assert (told["type"], told["code"], told["req_id"]) == ("error", "handshake_required", "")
+    assert told["detail"] == {"handshake_timeout": 0.5}
+    assert rest == b""
 
 
 # ── the real WebSocket server ───────────────────────────────────────────────────
