@@ -103,6 +103,8 @@ class LogWriter:
                 )
                 self._thread.start()
             self._cond.notify()
+        if _exiting:  # an exit handler that ran after ours: out before the process ends
+            self.flush(EXIT_FLUSH_TIMEOUT)
 
     def flush(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the queue to be written; True if it was.
@@ -251,8 +253,13 @@ def _writer_for(fd: int, json_notice: bool) -> LogWriter:
         return writer
 
 
+_exiting = False
+
+
 @atexit.register
 def _flush_at_exit() -> None:
+    global _exiting
+    _exiting = True  # from now on each write waits (bounded) until it is out
     for writer in list(_writers.values()):
         writer.flush(EXIT_FLUSH_TIMEOUT)
 
