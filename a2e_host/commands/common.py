@@ -77,13 +77,14 @@ def load_command_config(
 
 
 def local_capabilities(host: Host) -> tuple[str, ...]:
-    """The capabilities a local session asks for: every one ``host`` serves, i.e. what its
-    configuration allows (``proc`` only with an ``allow_proc`` executable; PROTOCOL.md §2).
+    """The capabilities a local session asks for: every one ``host`` serves and every
+    gate it offers, i.e. what its configuration allows (``proc`` only with an
+    ``allow_proc`` executable; PROTOCOL.md §2, §8).
 
     ``run`` asks for exactly these in its handshake and ``validate`` checks a chain as if
     they were granted, so the two agree on every chain.
     """
-    return tuple(host.served_capabilities())
+    return (*host.served_capabilities(), *host.gates())
 
 
 def refusal_hint(details: Mapping[str, Any]) -> str:

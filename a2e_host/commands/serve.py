@@ -26,7 +26,7 @@ import anyio
 
 from ..config import HostConfig
 from ..host import Host
-from ..logs import configure_logging
+from ..logs import configure_logging, flush_logs
 from ..plugin import Plugin
 from .common import load_command_config
 
@@ -35,13 +35,16 @@ Plugins = Iterable[Plugin | type[Plugin]] | None
 __all__ = ["serve_main", "stdio_main"]
 
 
-def _setup(config_path: str | Path | None, overrides: dict[str, Any]) -> HostConfig:
+def _setup(
+    config_path: str | Path | None, overrides: dict[str, Any], auto_level: str = "info"
+) -> HostConfig:
     try:
         config = load_command_config(config_path, overrides, local_defaults=False)
     except ValueError as exc:
         print(f"a2e-host: configuration error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    configure_logging(config.log_format, config.log_level)
+    configure_logging(config.log_format, config.log_level, auto_level=auto_level,
+                      take_over_stderr=True)
     return config
 
 
@@ -139,6 +142,7 @@ def _exit_despite_stuck_threads(code: int) -> None:
     if stuck:
         print(f"a2e-host: exiting with {len(stuck)} worker thread(s) still busy",
               file=sys.stderr, flush=True)
+        flush_logs()  # os._exit skips the exit-time flush of queued log lines
         os._exit(code)
 
 
@@ -182,7 +186,7 @@ def stdio_main(
     from ..transports.stdio import protect_stdout
 
     out_fd = protect_stdout()  # before anything can print
-    config = _setup(config_path, overrides)
+    config = _setup(config_path, overrides, auto_level="warning")  # stderr may go unread
     host = _host(config, plugins)
     anyio.run(_stdio, host, out_fd, backend="asyncio")
     _exit_despite_stuck_threads(0)
