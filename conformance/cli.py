@@ -96,8 +96,24 @@ def select(cases: list[Case], patterns: list[str] | None) -> list[Case]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 passed, 1 failed, 2 unusable)."""
+    """Run the command line (the ``a2e-conformance`` console script).
+
+    Returns:
+        The exit status: 0 every selected case passed or was skipped, 1 some failed,
+        2 the host could not be reached or the kit is broken, 130 interrupted.
+    """
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `a2e-conformance --list | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         requirements = load_requirements()
         all_cases = load_cases()
