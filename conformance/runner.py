@@ -6,7 +6,7 @@ pure (:mod:`conformance.matchers`, :mod:`conformance.invariants`).
 A :class:`CaseRun` runs over the case's connection (a ``reconnect`` step opens a fresh
 one), or over a session an earlier case with the same handshake opened and left clean
 (``session``: the handshake is not repeated, the case gets that session's variables;
-:meth:`CaseRun.settle` then checks the case left nothing behind). It keeps every
+:meth:`CaseRun.settle` checks every passed case left nothing behind). It keeps every
 received frame that no step has consumed yet in ``pending``; ``expect`` takes the first
 pending frame (of the request named by ``for``, if given), ``expect_chain`` takes every
 frame of one request up to its ``chain/resp``. At the end, a frame nobody consumed fails
@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cases import Case
+from .cases import CONNECTION_STEPS, Case
 from .invariants import check_chain, partial_top
 from .matchers import MatcherError, match
 from .templates import expand, fill_envelope
@@ -50,7 +50,7 @@ ENVELOPE = {"type": {"$type": "str"}, "id": {"$type": "str"}, "version": {"$rege
 
 
 _PARSE_SENT_BELOW = 2**20  # raw text sent is read back for its chain/req id when this small
-BARRIER_TIMEOUT = 10.0  # seconds for the pong that ends a case on a shared session
+BARRIER_TIMEOUT = 5.0  # seconds for the pong to the ping that ends a passed case
 
 
 class CaseFailure(Exception):
@@ -402,19 +402,26 @@ class CaseRun:
         return {name: self.vars[name] for name in SESSION_VARS if name in self.vars}
 
     async def settle(self) -> str | None:
-        """After a passed case on a session other cases will share: is it clean?
+        """After a passed case: did the host send anything more for it?
 
-        Sends a ``ping`` and reads up to its ``pong``. Anything else arriving first
-        was sent by the host for this case after its last step: that fails the case,
-        as unconsumed messages at the end always do.
+        When the case has a session and kept its connection, sends a ``ping`` and reads
+        up to its ``pong``. Anything else arriving first was sent by the host after the
+        case's last step: that fails the case, as unconsumed messages at the end always
+        do (without this, a message sent just after the last one a case waits for
+        would go unseen).
 
         Returns:
-            None when the session can be shared on, else why not (a chain/req still
-            unanswered, the connection closed, no pong within :data:`BARRIER_TIMEOUT`).
+            None when the session is clean and can be shared on, else why not (the
+            case closed or replaced its connection, has no session, left a chain/req
+            unanswered; the connection closed; no pong within :data:`BARRIER_TIMEOUT`).
 
         Raises:
             CaseFailure: the host sent more for this case than its steps consumed.
         """
+        if any(kind in step for step in self.case.steps for kind in CONNECTION_STEPS):
+            return "the case closed or replaced its connection"
+        if "session_id" not in self.vars:
+            return "the case has no session"
         left = self.unanswered()
         if left:
             return f"request(s) {', '.join(left)} got no chain/resp or error"

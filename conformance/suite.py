@@ -224,14 +224,14 @@ async def run_case(case: Case, target: Target, probe: Probe,
         status, problems = "failed", [f"runner error: {type(exc).__name__}: {exc}"]
     diagnostics = ("\n".join(c.diagnostics() for c in run.connections).strip()
                    if status == "failed" else "")
+    unclean: str | None = "the case failed"
+    if status == "passed":
+        try:
+            unclean = await run.settle()
+        except CaseFailure as failure:
+            status, problems, unclean = "failed", failure.problems, "the case failed"
+            diagnostics = "\n".join(c.diagnostics() for c in run.connections).strip()
     if shared is not None:
-        unclean: str | None = "the case failed"
-        if status == "passed":
-            try:
-                unclean = await run.settle()
-            except CaseFailure as failure:
-                status, problems, unclean = "failed", failure.problems, "the case failed"
-                diagnostics = conn.diagnostics()
         if unclean is None:
             shared.facts = run.session_facts()
             shared.cases += 1
