@@ -23,6 +23,7 @@ import platform
 import statistics
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -93,16 +94,40 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _run_all(argvs: list[list[str]], jobs: int,
+             done: Any = None) -> list[dict[str, Any]]:
+    """``_run_json`` for each argv, ``jobs`` processes at once; results in argv order.
+    ``done(index, result)`` is called as each finishes."""
+    results: list[dict[str, Any]] = [{} for _ in argvs]
+
+    def one(index: int) -> None:
+        results[index] = _run_json(argvs[index])
+        if done is not None:
+            done(index, results[index])
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, range(len(argvs))))
+    return results
+
+
 def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bool,
-            e2e: bool, micro: bool, e2e_runs: int, rounds: int = 1) -> dict[str, Any]:
+            e2e: bool, micro: bool, e2e_runs: int, rounds: int = 1,
+            jobs: int = 1) -> dict[str, Any]:
+    """Run every measurement. ``jobs`` > 1 runs that many measurement processes at once
+    (for ``--quick``, where only correctness counts: concurrent runs disturb the times);
+    with 1 they run one after another, as timing needs."""
     results: dict[str, Any] = {
         "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                     "python": platform.python_version(), "processor": platform.processor()},
-        "settings": {"runs": runs, "warmup": warmup, "quick": quick, "rounds": rounds},
+        "settings": {"runs": runs, "warmup": warmup, "quick": quick, "rounds": rounds,
+                     "jobs": jobs},
         "loadavg_at_start": os.getloadavg(),
         "inprocess": {}, "e2e": [], "micro": None,
     }
+    if jobs > 1:
+        return _collect_concurrently(results, keys, impls, runs, warmup, quick, e2e, micro,
+                                     e2e_runs, rounds, jobs)
     for k in keys:
         size = QUICK_SIZES[k] if quick else None
         by_impl: dict[str, list[dict[str, Any]]] = {i: [] for i in impls}
@@ -111,11 +136,7 @@ def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bo
             for impl in impls:
                 if impl in gone:
                     continue
-                argv = ["-m", "bench.measure", impl, k, "--runs", str(runs),
-                        "--warmup", str(warmup)]
-                if size:
-                    argv += ["--size", str(size)]
-                res = _run_json(argv)
+                res = _run_json(_measure_argv(impl, k, runs, warmup, size))
                 by_impl[impl].append(res)
                 _progress(f"{NAMES[k]:>18} {impl:>13} (round {rnd + 1}): {_brief(res)}")
                 if res.get("status") == "unavailable":
@@ -125,20 +146,75 @@ def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bo
         for host in ("reference", "ours"):
             for transport in ("stdio", "ws"):
                 for k in keys:
-                    argv = ["-m", "bench.e2e", transport, k, "--host", host,
-                            "--runs", str(e2e_runs), "--warmup", str(warmup)]
-                    if quick:
-                        argv += ["--size", str(QUICK_SIZES[k])]
-                    res = _run_json(argv)
-                    res.setdefault("host", host)
-                    res.setdefault("transport", transport)
-                    res.setdefault("key", k)
+                    res = _e2e_result(_run_json(_e2e_argv(transport, k, host, e2e_runs,
+                                                          warmup, quick)), host, transport, k)
                     results["e2e"].append(res)
                     _progress(f"{NAMES[k]:>18} {host}/{transport}: {_brief(res)}")
                     if res.get("status") == "unavailable":
                         break  # the same for every workload
     if micro:
         results["micro"] = _run_json(["-m", "bench.micro"])
+    return results
+
+
+def _measure_argv(impl: str, k: str, runs: int, warmup: int, size: int | None) -> list[str]:
+    argv = ["-m", "bench.measure", impl, k, "--runs", str(runs), "--warmup", str(warmup)]
+    return argv + (["--size", str(size)] if size else [])
+
+
+def _e2e_argv(transport: str, k: str, host: str, e2e_runs: int, warmup: int,
+              quick: bool) -> list[str]:
+    argv = ["-m", "bench.e2e", transport, k, "--host", host, "--runs", str(e2e_runs),
+            "--warmup", str(warmup)]
+    return argv + (["--size", str(QUICK_SIZES[k])] if quick else [])
+
+
+def _e2e_result(res: dict[str, Any], host: str, transport: str, k: str) -> dict[str, Any]:
+    res.setdefault("host", host)
+    res.setdefault("transport", transport)
+    res.setdefault("key", k)
+    return res
+
+
+def _collect_concurrently(results: dict[str, Any], keys: list[str], impls: list[str],
+                          runs: int, warmup: int, quick: bool, e2e: bool, micro: bool,
+                          e2e_runs: int, rounds: int, jobs: int) -> dict[str, Any]:
+    """:func:`collect` with ``jobs`` measurement processes at once; the same results."""
+    inproc = [(k, rnd, impl) for k in keys for rnd in range(rounds) for impl in impls]
+    ends = [(host, transport, k) for host in ("reference", "ours")
+            for transport in ("stdio", "ws") for k in keys] if e2e else []
+    argvs = [_measure_argv(impl, k, runs, warmup, QUICK_SIZES[k] if quick else None)
+             for k, _, impl in inproc]
+    argvs += [_e2e_argv(transport, k, host, e2e_runs, warmup, quick)
+              for host, transport, k in ends]
+    if micro:
+        argvs.append(["-m", "bench.micro"])
+
+    def done(index: int, res: dict[str, Any]) -> None:
+        if index < len(inproc):
+            k, rnd, impl = inproc[index]
+            _progress(f"{NAMES[k]:>18} {impl:>13} (round {rnd + 1}): {_brief(res)}")
+        elif index - len(inproc) < len(ends):
+            host, transport, k = ends[index - len(inproc)]
+            _progress(f"{NAMES[k]:>18} {host}/{transport}: {_brief(res)}")
+
+    everything = _run_all(argvs, jobs, done)
+    for k in keys:
+        by_impl: dict[str, list[dict[str, Any]]] = {i: [] for i in impls}
+        for (key, _, impl), res in zip(inproc, everything, strict=False):
+            if key == k and not (by_impl[impl] and by_impl[impl][0].get("status")
+                                 == "unavailable"):
+                by_impl[impl].append(res)
+        results["inprocess"][k] = {i: merge_rounds(rs) for i, rs in by_impl.items() if rs}
+    unavailable: set[tuple[str, str]] = set()
+    for (host, transport, k), res in zip(ends, everything[len(inproc):], strict=False):
+        if (host, transport) in unavailable:
+            continue  # as one after another: the first "unavailable" stands for all
+        results["e2e"].append(_e2e_result(res, host, transport, k))
+        if res.get("status") == "unavailable":
+            unavailable.add((host, transport))
+    if micro:
+        results["micro"] = everything[-1]
     return results
 
 
@@ -177,8 +253,9 @@ def report(r: dict[str, Any]) -> str:
     s = r["settings"]
     m = r["machine"]
     rounds = f" × {s['rounds']} interleaved rounds" if s.get("rounds", 1) > 1 else ""
-    kind = ("quick check: small sizes, one run, correctness only; the times are not "
-            "comparable with a full run" if s["quick"] else "full")
+    at_once = (f", {s['jobs']} measurements at once" if s.get("jobs", 1) > 1 else "")
+    kind = (f"quick check: small sizes, one run{at_once}, correctness only; the times are "
+            "not comparable with a full run" if s["quick"] else "full")
     out = [f"# a2e-host benchmark ({kind})", "",
            f"{r['when']} · {m['platform']} · {m['cpus']} CPUs · Python {m['python']} · "
            f"load average at start {r.get('loadavg_at_start', ['?'])[0]:.2f} · "
@@ -304,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-e2e", action="store_true", help="skip the stdio/WebSocket runs")
     ap.add_argument("--e2e-runs", type=int, default=None, help="default: 5 (quick 1)")
     ap.add_argument("--no-micro", action="store_true")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="measurement processes at once (default 1; quick 3: the quick "
+                    "check's times are not comparable anyway)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="repeat each workload's implementations R times, interleaved, and "
                     "pool the runs (evens out load drift on a shared machine)")
@@ -323,8 +403,11 @@ def main(argv: list[str] | None = None) -> int:
     if not a.quick and runs < 5:
         _progress(f"note: --runs {runs} < 5: medians of so few runs are noisy")
     e2e_runs = a.e2e_runs or (1 if a.quick else 5)
+    jobs = a.jobs or (3 if a.quick else 1)
+    if not a.quick and jobs > 1:
+        _progress(f"note: --jobs {jobs}: concurrent measurements disturb each other's times")
     r = collect(keys, impls, runs, warmup, a.quick, not a.no_e2e,
-                not (a.quick or a.no_micro), e2e_runs, a.rounds)
+                not (a.quick or a.no_micro), e2e_runs, a.rounds, jobs)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "quick" if a.quick else "latest"
