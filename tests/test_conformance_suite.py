@@ -9,6 +9,7 @@ clearer failure comes first.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 import re
@@ -23,7 +24,15 @@ from typing import Any
 import pytest
 
 from conformance.cases import load_cases, load_file
-from conformance.suite import SharedSession, Target, probe_host, run_case, run_suite, session_key
+from conformance.suite import (
+    Probe,
+    SharedSession,
+    Target,
+    probe_host,
+    run_case,
+    run_suite,
+    session_key,
+)
 from tests.mutant_host import MUTANTS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -163,9 +172,15 @@ def test_a_failed_case_on_a_shared_session_does_not_poison_the_next() -> None:
         "branch-true-side"][0]
 
 
+@pytest.fixture(scope="module")
+def our_probe() -> Probe:
+    """What our host advertises over stdio (one probe for the in-process tests)."""
+    return asyncio.run(probe_host(Target("stdio", STDIO_HOST)))
+
+
 @pytest.mark.asyncio
 async def test_a_case_leaving_a_chain_unanswered_gets_its_session_replaced(
-        tmp_path: Path) -> None:
+        tmp_path: Path, our_probe: Probe) -> None:
     # The first case sends a 1 s chain and ends without waiting for it; were the
     # session kept, its chain/resp would land in the second case as a stray message.
     cases_file = tmp_path / "leftover.jsonl"
@@ -185,7 +200,8 @@ async def test_a_case_leaving_a_chain_unanswered_gets_its_session_replaced(
     cases_file.write_text("".join(json.dumps(line) + "\n" for line in lines),
                           encoding="utf-8")
     cases = load_file(cases_file)
-    results = await run_suite(cases, Target("stdio", STDIO_HOST), jobs=1, shared=1)
+    results = await run_suite(cases, Target("stdio", STDIO_HOST), jobs=1, shared=1,
+                              probe=our_probe)
     assert [(r.case.id, r.status) for r in results] == [
         ("leaves-a-chain-running", "passed"), ("runs-after-it", "passed")]
     assert len(results[0].notes) == 1
@@ -194,11 +210,11 @@ async def test_a_case_leaving_a_chain_unanswered_gets_its_session_replaced(
 
 
 @pytest.mark.asyncio
-async def test_cases_with_the_same_handshake_take_turns_on_one_host_process() -> None:
+async def test_cases_with_the_same_handshake_take_turns_on_one_host_process(
+        our_probe: Probe) -> None:
     by_id = {c.id: c for c in load_cases()}
     lowered = [by_id["max-nodes-session-refusal"], by_id["max-nodes-counts-declared-templates"]]
-    target = Target("stdio", STDIO_HOST)
-    probe = await probe_host(target)
+    target, probe = Target("stdio", STDIO_HOST), our_probe
     keys = {session_key(c, target, probe) for c in lowered}
     assert len(keys) == 1 and None not in keys
     assert session_key(by_id["ping-pong"], target, probe) not in keys
