@@ -9,8 +9,9 @@ Writes ``<out>/latest.json`` and ``<out>/latest.md`` (``--quick``: ``quick.json`
 a number) or a reference failed; "unavailable" (the host's API or CLI not there yet) is
 not a failure.
 
-``--quick``: small versions of each workload, 1 run, no warm-up, no micro figures: a
-correctness check for CI.
+``--quick``: small versions of each workload, 1 run, no warm-up, no micro figures, three
+measurement processes at once (``--jobs``), and end to end one host process per host and
+transport running every workload in turn: a correctness check for CI.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import platform
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +72,24 @@ def _run_json(argv: list[str]) -> dict[str, Any]:
     return res
 
 
+def _run_json_lines(argv: list[str], expected: int) -> list[dict[str, Any]]:
+    """Like :func:`_run_json` for a command printing one JSON line per result."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    try:
+        p = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=SUBPROCESS_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return [{"status": "failed", "error": f"timed out after {SUBPROCESS_TIMEOUT} s"}
+                ] * expected
+    found = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if len(found) != expected:
+        tail = p.stderr.strip().splitlines()[-5:]
+        return [{"status": "failed", "error": f"exit {p.returncode}, {len(found)} of "
+                 f"{expected} results", "stderr": tail}] * expected
+    return found
+
+
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -94,20 +115,11 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _run_all(argvs: list[list[str]], jobs: int,
-             done: Any = None) -> list[dict[str, Any]]:
-    """``_run_json`` for each argv, ``jobs`` processes at once; results in argv order.
-    ``done(index, result)`` is called as each finishes."""
-    results: list[dict[str, Any]] = [{} for _ in argvs]
-
-    def one(index: int) -> None:
-        results[index] = _run_json(argvs[index])
-        if done is not None:
-            done(index, results[index])
-
+def _run_all(tasks: list[Callable[[], Any]], jobs: int) -> list[Any]:
+    """Call each task in a thread, ``jobs`` at once (each starts and waits for a
+    measurement process); results in task order."""
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(one, range(len(argvs))))
-    return results
+        return list(pool.map(lambda task: task(), tasks))
 
 
 def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bool,
@@ -142,12 +154,18 @@ def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bo
                 if res.get("status") == "unavailable":
                     gone.add(impl)
         results["inprocess"][k] = {i: merge_rounds(rs) for i, rs in by_impl.items() if rs}
-    if e2e:
+    if e2e and quick:
+        for host in ("reference", "ours"):
+            for transport in ("stdio", "ws"):
+                found = _run_json_lines(_e2e_quick_argv(transport, keys, host, e2e_runs,
+                                                        warmup), len(keys))
+                _add_e2e(results, host, transport, keys, found)
+    elif e2e:
         for host in ("reference", "ours"):
             for transport in ("stdio", "ws"):
                 for k in keys:
                     res = _e2e_result(_run_json(_e2e_argv(transport, k, host, e2e_runs,
-                                                          warmup, quick)), host, transport, k)
+                                                          warmup)), host, transport, k)
                     results["e2e"].append(res)
                     _progress(f"{NAMES[k]:>18} {host}/{transport}: {_brief(res)}")
                     if res.get("status") == "unavailable":
@@ -162,11 +180,29 @@ def _measure_argv(impl: str, k: str, runs: int, warmup: int, size: int | None) -
     return argv + (["--size", str(size)] if size else [])
 
 
-def _e2e_argv(transport: str, k: str, host: str, e2e_runs: int, warmup: int,
-              quick: bool) -> list[str]:
-    argv = ["-m", "bench.e2e", transport, k, "--host", host, "--runs", str(e2e_runs),
+def _e2e_argv(transport: str, k: str, host: str, e2e_runs: int, warmup: int) -> list[str]:
+    """One workload on a host process of its own (a full run)."""
+    return ["-m", "bench.e2e", transport, k, "--host", host, "--runs", str(e2e_runs),
             "--warmup", str(warmup)]
-    return argv + (["--size", str(QUICK_SIZES[k])] if quick else [])
+
+
+def _e2e_quick_argv(transport: str, keys: list[str], host: str, e2e_runs: int,
+                    warmup: int) -> list[str]:
+    """Every workload, at its quick size, on one host process (``bench.e2e``)."""
+    return ["-m", "bench.e2e", transport, ",".join(keys), "--host", host, "--runs",
+            str(e2e_runs), "--warmup", str(warmup), "--quick-sizes"]
+
+
+def _add_e2e(results: dict[str, Any], host: str, transport: str, keys: list[str],
+             found: list[dict[str, Any]]) -> None:
+    """Record one host/transport's results, one per workload; an "unavailable" host
+    is recorded once, as for one process per workload."""
+    for k, res in zip(keys, found, strict=True):
+        res = _e2e_result(dict(res), host, transport, k)
+        results["e2e"].append(res)
+        _progress(f"{NAMES[k]:>18} {host}/{transport}: {_brief(res)}")
+        if res.get("status") == "unavailable":
+            break
 
 
 def _e2e_result(res: dict[str, Any], host: str, transport: str, k: str) -> dict[str, Any]:
@@ -180,39 +216,36 @@ def _collect_concurrently(results: dict[str, Any], keys: list[str], impls: list[
                           runs: int, warmup: int, quick: bool, e2e: bool, micro: bool,
                           e2e_runs: int, rounds: int, jobs: int) -> dict[str, Any]:
     """:func:`collect` with ``jobs`` measurement processes at once; the same results."""
+
+    def measure(k: str, rnd: int, impl: str) -> dict[str, Any]:
+        res = _run_json(_measure_argv(impl, k, runs, warmup, QUICK_SIZES[k] if quick else None))
+        _progress(f"{NAMES[k]:>18} {impl:>13} (round {rnd + 1}): {_brief(res)}")
+        return res
+
+    def end_to_end(host: str, transport: str) -> list[dict[str, Any]]:
+        if quick:  # one host process for every workload: correctness only
+            return _run_json_lines(_e2e_quick_argv(transport, keys, host, e2e_runs, warmup),
+                                   len(keys))
+        return [_run_json(_e2e_argv(transport, k, host, e2e_runs, warmup)) for k in keys]
+
     inproc = [(k, rnd, impl) for k in keys for rnd in range(rounds) for impl in impls]
-    ends = [(host, transport, k) for host in ("reference", "ours")
-            for transport in ("stdio", "ws") for k in keys] if e2e else []
-    argvs = [_measure_argv(impl, k, runs, warmup, QUICK_SIZES[k] if quick else None)
-             for k, _, impl in inproc]
-    argvs += [_e2e_argv(transport, k, host, e2e_runs, warmup, quick)
-              for host, transport, k in ends]
+    ends = [(host, transport) for host in ("reference", "ours")
+            for transport in ("stdio", "ws")] if e2e else []
+    tasks: list[Callable[[], Any]] = [partial(end_to_end, h, t) for h, t in ends]
+    tasks += [partial(measure, k, rnd, impl) for k, rnd, impl in inproc]
     if micro:
-        argvs.append(["-m", "bench.micro"])
-
-    def done(index: int, res: dict[str, Any]) -> None:
-        if index < len(inproc):
-            k, rnd, impl = inproc[index]
-            _progress(f"{NAMES[k]:>18} {impl:>13} (round {rnd + 1}): {_brief(res)}")
-        elif index - len(inproc) < len(ends):
-            host, transport, k = ends[index - len(inproc)]
-            _progress(f"{NAMES[k]:>18} {host}/{transport}: {_brief(res)}")
-
-    everything = _run_all(argvs, jobs, done)
+        tasks.append(partial(_run_json, ["-m", "bench.micro"]))
+    everything = _run_all(tasks, jobs)
+    for (host, transport), found in zip(ends, everything, strict=False):
+        _add_e2e(results, host, transport, keys, found)
+    measured = everything[len(ends):]
     for k in keys:
         by_impl: dict[str, list[dict[str, Any]]] = {i: [] for i in impls}
-        for (key, _, impl), res in zip(inproc, everything, strict=False):
+        for (key, _, impl), res in zip(inproc, measured, strict=False):
             if key == k and not (by_impl[impl] and by_impl[impl][0].get("status")
                                  == "unavailable"):
                 by_impl[impl].append(res)
         results["inprocess"][k] = {i: merge_rounds(rs) for i, rs in by_impl.items() if rs}
-    unavailable: set[tuple[str, str]] = set()
-    for (host, transport, k), res in zip(ends, everything[len(inproc):], strict=False):
-        if (host, transport) in unavailable:
-            continue  # as one after another: the first "unavailable" stands for all
-        results["e2e"].append(_e2e_result(res, host, transport, k))
-        if res.get("status") == "unavailable":
-            unavailable.add((host, transport))
     if micro:
         results["micro"] = everything[-1]
     return results
@@ -254,8 +287,9 @@ def report(r: dict[str, Any]) -> str:
     m = r["machine"]
     rounds = f" × {s['rounds']} interleaved rounds" if s.get("rounds", 1) > 1 else ""
     at_once = (f", {s['jobs']} measurements at once" if s.get("jobs", 1) > 1 else "")
-    kind = (f"quick check: small sizes, one run{at_once}, correctness only; the times are "
-            "not comparable with a full run" if s["quick"] else "full")
+    kind = (f"quick check: small sizes, one run{at_once}, end to end one host per "
+            "transport for all workloads, correctness only; the times are not comparable "
+            "with a full run" if s["quick"] else "full")
     out = [f"# a2e-host benchmark ({kind})", "",
            f"{r['when']} · {m['platform']} · {m['cpus']} CPUs · Python {m['python']} · "
            f"load average at start {r.get('loadavg_at_start', ['?'])[0]:.2f} · "
