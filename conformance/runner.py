@@ -50,7 +50,7 @@ ENVELOPE = {"type": {"$type": "str"}, "id": {"$type": "str"}, "version": {"$rege
 
 
 _PARSE_SENT_BELOW = 2**20  # raw text sent is read back for its chain/req id when this small
-BARRIER_TIMEOUT = 5.0  # seconds for the pong to the ping that ends a passed case
+BARRIER_TIMEOUT = 10.0  # seconds for the pong to the ping that ends a passed case
 
 
 class CaseFailure(Exception):
