@@ -16,7 +16,8 @@ def test_the_plugin_runs_selected_cases_as_pytest_items() -> None:
     host = f"{sys.executable} -m a2e_host stdio --tools conformance"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "conformance.pytest_plugin", "conformance/cases",
-         "--a2e-stdio", host, "-k", "cycle", "-q", "-o", "addopts="],
+         "--a2e-stdio", host, "-k", "cycle", "-q", "-o", "addopts=",
+         "-p", "no:hypothesispytest"],  # not needed here; importing it costs a second
         cwd=REPO, capture_output=True, text=True, timeout=PLUGIN_TIMEOUT,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
