@@ -69,7 +69,6 @@ CHECK_EVERY = 1024
 _MEMO_MIN = 64  # bytes: smaller values are measured again rather than remembered
 _ENCODER = msgspec.json.Encoder()
 _FUNCTIONS = jmes_functions.Functions()
-_OPTIONS = jmes_visitor.Options(custom_functions=_FUNCTIONS)
 _SMALL_INT = 10**15
 _ORDERING: dict[str, Callable[[Any, Any], bool]] = {
     "lt": operator.lt,
@@ -234,7 +233,9 @@ class BudgetedInterpreter(jmes_visitor.TreeInterpreter):  # type: ignore[misc]
     """
 
     def __init__(self, budget: Budget) -> None:
-        super().__init__(_OPTIONS)
+        # not the base's __init__: of its state only the function table is used, and
+        # visits are dispatched through one table built for the class
+        self._functions = _FUNCTIONS
         allowance = budget.max_steps
         self._sliced = budget.slice_steps is not None and budget.slice_steps < allowance
         if self._sliced:
@@ -257,12 +258,7 @@ class BudgetedInterpreter(jmes_visitor.TreeInterpreter):  # type: ignore[misc]
         self._left -= 1
         if self._left < 0:
             self._refill()
-        kind = node["type"]
-        method = self._method_cache.get(kind)
-        if method is None:
-            method = getattr(self, "visit_" + kind, self.default_visit)
-            self._method_cache[kind] = method
-        return method(node, value)
+        return _DISPATCH[node["type"]](self, node, value)
 
     def _charge(self, steps: int) -> None:
         self._left -= steps
@@ -369,7 +365,19 @@ class BudgetedInterpreter(jmes_visitor.TreeInterpreter):  # type: ignore[misc]
     def _is_false(self, value: Any) -> bool:
         return not is_truthy(value)
 
-    # ── visits that build values ────────────────────────────────────────────
+    # ── visits ──────────────────────────────────────────────────────────────
+
+    def visit_subexpression(self, node: dict[str, Any], value: Any) -> Any:
+        for child in node["children"]:  # ``a.b.c``: fields read in place, not visited
+            if child["type"] == "field":
+                try:
+                    value = value.get(child["value"])
+                except AttributeError:
+                    value = None
+            else:
+                value = self.visit(child, value)
+        return value
+
 
     def visit_multi_select_list(self, node: dict[str, Any], value: Any) -> Any:
         if value is None:
@@ -510,3 +518,10 @@ class BudgetedInterpreter(jmes_visitor.TreeInterpreter):  # type: ignore[misc]
         if lkind is str and rkind is str:
             return _ORDERING[op](left, right)
         return None
+
+
+_DISPATCH: dict[str, Callable[[BudgetedInterpreter, dict[str, Any], Any], Any]] = {
+    name[len("visit_") :]: getattr(BudgetedInterpreter, name)
+    for name in dir(BudgetedInterpreter)
+    if name.startswith("visit_")
+}
