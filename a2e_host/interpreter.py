@@ -378,7 +378,6 @@ class BudgetedInterpreter(jmes_visitor.TreeInterpreter):  # type: ignore[misc]
                 value = self.visit(child, value)
         return value
 
-
     def visit_multi_select_list(self, node: dict[str, Any], value: Any) -> Any:
         if value is None:
             return None
@@ -503,7 +502,7 @@ class BudgetedInterpreter(jmes_visitor.TreeInterpreter):  # type: ignore[misc]
             return self._built(result, self._size_of_new(result))
         return result
 
-    # ── comparisons and the root ────────────────────────────────────────────
+    # ── comparisons ─────────────────────────────────────────────────────────
 
     def visit_comparator(self, node: dict[str, Any], value: Any) -> Any:
         op = node["value"]
