@@ -2,11 +2,12 @@
 
 Runs the rows of ``tests/hostile/cases.py`` — the same table the hostile suite runs —
 one after another, each on a fresh ``a2e-host`` process with the default ceilings
-(where a case lowers one, it says so in its table row). While the hostile request runs,
-a probe session on its own connection (its own process) pings every 20 ms. Printed per
-case: what the host answered, whether that is the agreed outcome, the probe's ping
-p50 / p99 / max (ms), the host's peak RSS (MiB, ``VmHWM``) and what it added over the
-idle host, and the case's memory budget.
+(where a case sets one, it says so in its table row). Each hostile request is repeated
+for :data:`REPEAT_FOR` seconds (at least once) while a probe session on its own
+connection (its own process) pings every 20 ms. Printed per case: what the host
+answered, whether that is the agreed outcome, how many times the request ran, the
+probe's ping p50 / p99 / max (ms), the host's peak RSS (MiB, ``VmHWM``) and what it
+added over the idle host, and the case's memory budget.
 
 Goal (issue 12): probe p99 ≤ 50 ms and peak RSS ≤ budget + 100 MB over the idle host in
 every case, on a 2-core machine. Not a timed test: the suite
@@ -17,6 +18,7 @@ Usage::
 
     python -m bench.isolation                      # every case, a markdown table
     python -m bench.isolation --cases 12.1,12.6-map-big-outputs --json
+    python -m bench.isolation --readme             # + the README's figures paragraph
 
 ``--cases`` takes case ids or item numbers (``12.4`` selects every 12.4 case). Exit
 status 1 when a case's outcome was not the agreed one, the host stopped serving, or a
@@ -48,6 +50,10 @@ from tests.hostile.harness import RSS_CONSTANT_MB, Case, CaseResult, run_case  #
 P99_GOAL_MS = 50.0
 """Issue 12's goal for the probe's p99 ping latency."""
 
+REPEAT_FOR = 2.0
+"""Seconds each case's hostile action is repeated for (at least once), so that even a
+request refused in a millisecond is measured over ~100 probe pings."""
+
 
 def select(spec: str) -> list[Case]:
     """The cases named by ``spec``: comma-separated ids or item numbers; all when empty.
@@ -78,6 +84,7 @@ def figures(result: CaseResult) -> dict[str, Any]:
         "outcome": result.summary,
         "agreed": not problems,
         "problems": problems,
+        "runs": result.runs,
         "pings": probe.count,
         "unanswered": probe.unanswered,
         "p50_ms": round(probe.quantile(0.5), 1),
@@ -100,16 +107,17 @@ def _mark(ok: bool) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a markdown table."""
     lines = [
-        "| case | outcome | agreed | probe p50 / p99 / max ms | host peak RSS MB (added) "
-        "| budget | goals (p99 ≤ 50 ms, RSS ≤ budget + 100 MB) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| case | outcome | agreed | runs | probe p50 / p99 / max ms (pings) "
+        "| host peak RSS MB (added) | budget | goals (p99 ≤ 50 ms, RSS ≤ budget + 100 MB) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
-        latency = f"{r['p50_ms']} / {r['p99_ms']} / {r['max_ms']}"
+        latency = f"{r['p50_ms']} / {r['p99_ms']} / {r['max_ms']} ({r['pings']}"
         if r["unanswered"]:
-            latency += f" ({r['unanswered']} unanswered)"
+            latency += f", {r['unanswered']} unanswered"
+        latency += ")"
         lines.append(
-            f"| {r['case']} | {r['outcome']} | {_mark(r['agreed'])} | {latency} "
+            f"| {r['case']} | {r['outcome']} | {_mark(r['agreed'])} | {r['runs']} | {latency} "
             f"| {r['peak_rss_mb']:.0f} (+{r['added_rss_mb']:.0f}) | {r['budget']} "
             f"| {_mark(r['p99_goal_met'])} {_mark(r['rss_goal_met'])} |"
         )
@@ -128,11 +136,33 @@ def machine() -> dict[str, Any]:
     }
 
 
+def readme_lines(where: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The README's figures line (one paragraph) for ``rows``: the worst p99, the slowest
+    ping and the largest RSS growth, each with its case, and whether every case met the
+    goals."""
+    worst_p99 = max(rows, key=lambda r: r["p99_ms"] if r["p99_ms"] == r["p99_ms"] else 0)
+    slowest = max(rows, key=lambda r: r["max_ms"] if r["max_ms"] == r["max_ms"] else 0)
+    biggest = max(rows, key=lambda r: r["added_rss_mb"])
+    agreed = sum(r["agreed"] for r in rows)
+    missed = [r["case"] for r in rows if not (r["p99_goal_met"] and r["rss_goal_met"])]
+    verdict = "met in every case" if not missed else "missed in " + ", ".join(missed)
+    return (
+        f"Measured {where['date']} on a {where['cpus']}-core {where['machine']} Linux machine "
+        f"(load {where['load_at_start']} at start), Python {where['python']}, "
+        f"`python -m bench.isolation` ({len(rows)} cases, {agreed} with the agreed outcome): "
+        f"probe p99 at most {worst_p99['p99_ms']:g} ms ({worst_p99['case']}), slowest ping "
+        f"{slowest['max_ms']:g} ms ({slowest['case']}); host peak RSS at most "
+        f"+{biggest['added_rss_mb']:.0f} MB over the idle host ({biggest['case']}, budget "
+        f"{biggest['budget_mb']:g} MB). Goals (p99 ≤ 50 ms, RSS ≤ budget + 100 MB) "
+        f"{verdict}."
+    )
+
+
 async def run(cases: list[Case]) -> list[dict[str, Any]]:
     rows = []
     for case in cases:
         with tempfile.TemporaryDirectory(prefix="a2e-isolation-") as tmp:
-            result = await run_case(case, "bench", Path(tmp))
+            result = await run_case(case, "bench", Path(tmp), repeat_for=REPEAT_FOR)
         row = figures(result)
         rows.append(row)
         print(f"{case.id}: {row['outcome']} · p99 {row['p99_ms']} ms · "
@@ -148,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cases", default="", help="comma-separated case ids or items")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--readme", action="store_true",
+                        help="also print the README's figures paragraph")
     args = parser.parse_args(argv)
     cases = select(args.cases)
     where = machine()
@@ -159,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{where['date']}, {where['cpus']} CPUs {where['machine']}, Python "
               f"{where['python']}, load {where['load_at_start']} at start\n")
         print(table(rows))
+        if args.readme:
+            print("\n" + readme_lines(where, rows))
         failed = [r for r in rows if not r["agreed"]]
         for r in failed:
             print(f"\n{r['case']}: " + "; ".join(r["problems"]))

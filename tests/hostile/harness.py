@@ -6,9 +6,9 @@ Shared by the suite (``tests/hostile/test_hostile.py``) and the benchmark
 
 Theory of operation, per case (:func:`run_case`):
 
-1. Files the case needs are written under a work directory (``root/`` is the host's
-   ``--root``, ``outside/`` a sibling the host must never reach, ``skills/`` the
-   declarative skills), then the real CLI is spawned: ``a2e-host serve --port 0`` for
+1. A work directory holds ``root/`` (the host's ``--root``), ``outside/`` (a sibling
+   the host must never reach) and ``skills/`` (the declarative skills); the real CLI is
+   spawned: ``a2e-host serve --port 0`` for
    most cases (a second session then shares the host process over its own connection),
    ``a2e-host stdio`` where the stdio transport is the point. Ceilings and host settings
    come from ``A2E_*`` variables; a name the host does not know is ignored by it, so
@@ -29,14 +29,14 @@ Theory of operation, per case (:func:`run_case`):
 
 Host processes and probes are driven by threads and blocking calls, never by the event
 loop of the test, so a :class:`HostPool` may keep a serving host (and its probe) for
-the next case that asks for the same one: a case without files of its own, on a host
-that came out of the last case healthy. Everything else gets a fresh host.
+the next case that asks for the same one, when it came out of the last case healthy.
 
 Units: seconds for times, MiB (2**20 bytes) for memory figures, ms for ping latencies.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -144,13 +144,10 @@ class Case:
             host's peak RSS may exceed its baseline by at most this plus
             :data:`RSS_CONSTANT_MB`.
         budget_note: what the budget is, for the benchmark's table (e.g. the ceiling).
-        setup: writes what the case needs under the work directory before the host
-            starts (a case with a setup always gets a fresh host).
         deadline: seconds the action may take before it is stopped as unanswered.
         test_env / bench_env: ``A2E_*`` settings for one mode only (the suite lowers
             ceilings to stay fast; the benchmark keeps the defaults where sensible).
         test_budget_mb: the budget under ``test_env`` when it differs.
-        bench_expect: the expectation under ``bench_env`` when it differs.
     """
 
     id: str
@@ -161,12 +158,10 @@ class Case:
     expect: Expectation
     budget_mb: float
     budget_note: str
-    setup: Callable[[Path], None] | None = None
     deadline: float = 15.0
     test_env: Mapping[str, str] = field(default_factory=dict)
     bench_env: Mapping[str, str] = field(default_factory=dict)
     test_budget_mb: float | None = None
-    bench_expect: Expectation | None = None
 
     def env(self, mode: Mode) -> dict[str, str]:
         """The ``A2E_*`` settings of the host in ``mode``."""
@@ -178,11 +173,6 @@ class Case:
         if mode == "test" and self.test_budget_mb is not None:
             return self.test_budget_mb
         return self.budget_mb
-
-    def expectation(self, mode: Mode) -> Expectation:
-        if mode == "bench" and self.bench_expect is not None:
-            return self.bench_expect
-        return self.expect
 
 
 async def poll(predicate: Callable[[], bool], seconds: float, interval: float = 0.02) -> bool:
@@ -676,10 +666,11 @@ class _Served:
 class HostPool:
     """Hosts (with their probes) kept for the next case that asks for the same one.
 
-    A case may reuse a host when it has no ``setup`` (no files of its own), its host is
-    a ``serve`` host whose stderr is read, and the host came out of the last case
-    healthy (answered the after-case chain, probe intact). Use as a context manager, or
-    call :meth:`close`.
+    A case may reuse a host when its host is a ``serve`` host whose stderr is read and
+    that host came out of the last case healthy (answered the after-case chain, probe
+    intact). Actions make the files they need in directories of their own
+    (:meth:`CaseContext.fresh_dirs`), so a reused root holds nothing they trip on. Use
+    as a context manager, or call :meth:`close`.
 
     Args:
         base: a directory for the shared hosts' work directories.
@@ -693,7 +684,7 @@ class HostPool:
     @staticmethod
     def shareable(case: Case) -> bool:
         spec = case.host
-        return case.setup is None and spec.transport == "serve" and spec.read_stderr
+        return spec.transport == "serve" and spec.read_stderr
 
     @staticmethod
     def key(case: Case, mode: Mode) -> str:
@@ -750,6 +741,9 @@ def _start(case: Case, mode: Mode, workdir: Path) -> _Served:
 # ── one case ───────────────────────────────────────────────────────────────────
 
 
+_runs = itertools.count(1)
+
+
 class CaseContext:
     """What an action gets: the host, its root, and ways to open hostile sessions."""
 
@@ -770,6 +764,19 @@ class CaseContext:
     @property
     def url(self) -> str:
         return self.host.url
+
+    def fresh_dirs(self, name: str) -> tuple[str, Path, Path]:
+        """A new directory under the host's root and one under ``outside/``, for one run
+        of an action (a shared host's root may hold earlier runs' files).
+
+        Returns:
+            ``(path relative to the root, the directory inside, the one outside)``.
+        """
+        rel = f"{name}-{next(_runs)}"
+        inside, outside = self.root / rel, self.workdir / "outside" / rel
+        inside.mkdir()
+        outside.mkdir()
+        return rel, inside, outside
 
     async def connect(self, *, local_host: str = "", **limits: int) -> Client:
         """A hostile session, handshake done: a new WebSocket connection (serve), or the
@@ -810,6 +817,7 @@ class CaseResult:
     case: Case
     mode: Mode
     outcome: dict[str, Any] | None = None
+    runs: int = 0
     action_error: str = ""
     expect_error: str = ""
     probe: ProbeStats = field(default_factory=ProbeStats)
@@ -956,9 +964,25 @@ async def _still_serves(host: HostProcess, case: Case) -> tuple[bool, str]:
     return True, ""
 
 
-async def run_case(case: Case, mode: Mode, workdir: Path, pool: HostPool | None = None
-                   ) -> CaseResult:
-    """Run ``case`` once and record what happened.
+async def _act(case: Case, ctx: CaseContext, repeat_for: float, result: CaseResult
+               ) -> dict[str, Any]:
+    """Run the action once, then again while less than ``repeat_for`` seconds passed and
+    each outcome was the agreed one; the last outcome."""
+    started = time.monotonic()
+    while True:
+        outcome = await case.action(ctx)
+        result.runs += 1
+        if time.monotonic() - started >= repeat_for:
+            return outcome
+        try:
+            case.expect(outcome)
+        except AssertionError:
+            return outcome
+
+
+async def run_case(case: Case, mode: Mode, workdir: Path, pool: HostPool | None = None,
+                   *, repeat_for: float = 0.0) -> CaseResult:
+    """Run ``case`` and record what happened.
 
     Args:
         case: the case.
@@ -967,6 +991,10 @@ async def run_case(case: Case, mode: Mode, workdir: Path, pool: HostPool | None 
             ``outside/``, ``skills/`` are made in it).
         pool: where a host may be reused from and given back to; None runs the case on a
             fresh host, stopped at the end.
+        repeat_for: seconds: repeat the hostile action (on the same host, the probe
+            pinging throughout) until this long has passed, so that a quick request still
+            gives the probe enough pings for its percentiles; 0 runs it once. The
+            deadline then applies to the whole run plus ``repeat_for``.
 
     Returns:
         The :class:`CaseResult`; :meth:`CaseResult.problems` lists what went wrong.
@@ -975,8 +1003,6 @@ async def run_case(case: Case, mode: Mode, workdir: Path, pool: HostPool | None 
     result = CaseResult(case, mode)
     (workdir / "root").mkdir(parents=True, exist_ok=True)
     (workdir / "outside").mkdir(exist_ok=True)
-    if case.setup is not None:
-        case.setup(workdir)
     started = time.monotonic()
     if pool is None:
         served = await anyio.to_thread.run_sync(_start, case, mode, workdir)
@@ -1000,10 +1026,11 @@ async def run_case(case: Case, mode: Mode, workdir: Path, pool: HostPool | None 
         watchdog = _Watchdog(host, result.baseline_kib + int(limit_mb * 1024))
         watchdog.start()
         try:
-            with anyio.move_on_after(case.deadline) as scope:
-                result.outcome = await case.action(ctx)
+            deadline = case.deadline + repeat_for
+            with anyio.move_on_after(deadline) as scope:
+                result.outcome = await _act(case, ctx, repeat_for, result)
             if scope.cancelled_caught:
-                result.action_error = f"no answer within the case's deadline of {case.deadline:g} s"
+                result.action_error = f"no answer within the case's deadline of {deadline:g} s"
         except Exception as exc:
             result.action_error = f"{type(exc).__name__}: {exc}"
         finally:
@@ -1017,7 +1044,7 @@ async def run_case(case: Case, mode: Mode, workdir: Path, pool: HostPool | None 
             await ctx.aclose()
         if result.outcome is not None and not result.action_error:
             try:
-                case.expectation(mode)(result.outcome)
+                case.expect(result.outcome)
             except AssertionError as exc:
                 result.expect_error = str(exc) or "the outcome is not the agreed one"
         if "deadline" in result.action_error:

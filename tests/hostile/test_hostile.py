@@ -37,3 +37,9 @@ async def test_hostile_request_is_contained_while_another_session_is_answered(
     assert not problems, (
         f"{case.id} ({case.title}):\n- " + "\n- ".join(problems) + f"\n{figures}{log}"
     )
+
+
+def test_every_item_of_issue_12_has_a_case_and_every_case_a_budget_note() -> None:
+    items = {case.item for case in CASES}
+    assert items == {f"12.{n}" for n in range(1, 14)}, sorted(items)
+    assert all(case.budget_note and case.budget_mb >= 0 for case in CASES)
