@@ -281,8 +281,11 @@ class WsClient(Client):
         await self.ws.send(json.dumps(message) if isinstance(message, dict) else message)
 
     async def recv(self, wait: float = RECV_TIMEOUT) -> dict[str, Any]:
-        with anyio.fail_after(wait):
-            data = await self.ws.recv()
+        try:
+            with anyio.fail_after(wait):
+                data = await self.ws.recv()
+        except TimeoutError:
+            raise TimeoutError(f"no message from the host for {wait:g} s") from None
         message = json.loads(data)
         assert isinstance(message, dict), data[:200]
         return message
@@ -805,9 +808,12 @@ class CaseContext:
         return client
 
     async def aclose(self) -> None:
-        for client in self._clients:
-            with suppress(Exception):
-                await client.aclose()
+        """Close every session :meth:`connect` opened (after each run of the action)."""
+        clients, self._clients = self._clients, []
+        with anyio.CancelScope(shield=True):  # even when the action's deadline passed
+            for client in clients:
+                with suppress(Exception):
+                    await client.aclose()
 
 
 @dataclass
@@ -970,7 +976,10 @@ async def _act(case: Case, ctx: CaseContext, repeat_for: float, result: CaseResu
     each outcome was the agreed one; the last outcome."""
     started = time.monotonic()
     while True:
-        outcome = await case.action(ctx)
+        try:
+            outcome = await case.action(ctx)
+        finally:
+            await ctx.aclose()  # repeated runs must not pile up connections
         result.runs += 1
         if time.monotonic() - started >= repeat_for:
             return outcome
