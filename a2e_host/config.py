@@ -58,6 +58,8 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
             is sent, queued per peer address: n failures from one peer take at least
             n x this long however many connections it opens. 0 disables.
         outbox_high_water: queued outgoing frames per connection before producers wait.
+        outbox_high_water_bytes: queued outgoing bytes per connection before producers
+            wait (int bytes; whichever of the two marks is passed first applies).
         log_format: ``auto`` (console on a TTY, JSON otherwise), ``console`` or ``json``.
         log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
             for ``a2e-host stdio`` (an agent that spawns the host may never read its
@@ -83,6 +85,7 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_connections_per_peer: int = 64
     auth_failure_delay: float = 1.0
     outbox_high_water: int = 1024
+    outbox_high_water_bytes: int = 8 * 1024 * 1024
     log_format: str = "auto"
     log_level: str = "auto"
 
@@ -333,6 +336,7 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "max_connections_per_peer": _positive_int,
     "auth_failure_delay": _seconds,
     "outbox_high_water": _positive_int,
+    "outbox_high_water_bytes": _positive_int,
     "log_format": _choice(_LOG_FORMATS),
     "log_level": _choice(_LOG_LEVELS),
 }

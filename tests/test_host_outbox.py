@@ -73,3 +73,26 @@ async def test_a_closed_outbox_discards_frames_and_ends_the_writer() -> None:
     assert [decode_message(f).id for f in await outbox.receive_batch()] == ["kept"]
     with pytest.raises(anyio.EndOfStream):
         await outbox.receive_batch()
+
+
+@pytest.mark.asyncio
+async def test_a_few_big_frames_hold_producers_back_by_bytes_not_only_by_count() -> None:
+    outbox = Outbox(high_water=1000, high_water_bytes=1000)
+    outbox.send_frame_nowait(b"x" * 600)
+    outbox.send_frame_nowait(b"y" * 600)  # 2 frames, far under the count, over the bytes
+    assert outbox.queued_bytes == 1200
+    resumed = anyio.Event()
+
+    async def producer() -> None:
+        await outbox.wait_writable()
+        resumed.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(producer)
+        await anyio.wait_all_tasks_blocked()
+        assert not resumed.is_set()
+        batch = await outbox.receive_batch(max_frames=1)
+        assert batch == [b"x" * 600]
+        assert outbox.queued_bytes == 600
+        with anyio.fail_after(5):
+            await resumed.wait()

@@ -125,7 +125,9 @@ class HostConnection:
         self.transport = transport
         self.conn_id = conn_id or f"c{next(_conn_ids)}"
         self.log = host.log.bind(conn_id=self.conn_id, transport=transport.kind)
-        self.outbox = Outbox(self.config.outbox_high_water)
+        self.outbox = Outbox(
+            self.config.outbox_high_water, self.config.outbox_high_water_bytes
+        )
         self.sessions = ConnectionSession(
             self.config,
             host.served_capabilities(),

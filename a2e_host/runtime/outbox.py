@@ -3,8 +3,10 @@
 Layer: runtime (anyio). Producers (the dispatcher, chains) call :meth:`Outbox.send_nowait`,
 which encodes and queues at once: it never blocks and never drops, so a response can
 always be queued, even from cleanup code. Producers that can produce without bound call
-``await wait_writable()`` at safe points: it waits while more than ``high_water`` frames
-are queued, so a slow reader slows them down instead of growing memory. One writer task
+``await wait_writable()`` at safe points: it waits while more than ``high_water`` frames,
+or more than ``high_water_bytes`` bytes, are queued, so a slow reader slows them down
+instead of growing memory (a frame count alone would let a few thousand 1 MiB events
+queue up). One writer task
 per connection drains the queue to the transport in batches, in order.
 """
 
@@ -25,12 +27,17 @@ class Outbox:
 
     Args:
         high_water: queued frames above which :meth:`wait_writable` waits (> 0).
+        high_water_bytes: queued bytes above which :meth:`wait_writable` waits (> 0).
     """
 
-    def __init__(self, high_water: int) -> None:
+    def __init__(self, high_water: int, high_water_bytes: int = 8 * 1024 * 1024) -> None:
         if high_water <= 0:
             raise ValueError("outbox high_water must be > 0")
+        if high_water_bytes <= 0:
+            raise ValueError("outbox high_water_bytes must be > 0")
         self.high_water = high_water
+        self.high_water_bytes = high_water_bytes
+        self._bytes = 0
         self._frames: deque[bytes] = deque()
         self._sending = 0
         self._closed = False
@@ -43,6 +50,14 @@ class Outbox:
     def __len__(self) -> int:
         """Frames queued and not yet taken by the writer."""
         return len(self._frames)
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of the frames queued and not yet taken by the writer."""
+        return self._bytes
+
+    def _full(self) -> bool:
+        return len(self._frames) > self.high_water or self._bytes > self.high_water_bytes
 
     @property
     def closed(self) -> bool:
@@ -61,16 +76,18 @@ class Outbox:
         if self._closed:
             return
         self._frames.append(frame)
+        self._bytes += len(frame)
         self._not_empty.set()
         if self._flushed.is_set():
             self._flushed = anyio.Event()
-        if len(self._frames) > self.high_water and self._writable.is_set():
+        if self._writable.is_set() and self._full():
             self._writable = anyio.Event()
 
     async def wait_writable(self) -> None:
-        """Wait while more than ``high_water`` frames are queued (returns at once after
-        :meth:`close`, so producers never hang on a dead connection)."""
-        while len(self._frames) > self.high_water and not self._closed:
+        """Wait while more than ``high_water`` frames or ``high_water_bytes`` bytes are
+        queued (returns at once after :meth:`close`, so producers never hang on a dead
+        connection)."""
+        while self._full() and not self._closed:
             await self._writable.wait()
 
     async def receive_batch(self, max_frames: int = 256) -> list[bytes]:
@@ -89,8 +106,9 @@ class Outbox:
             await self._not_empty.wait()
         count = min(max_frames, len(self._frames))
         batch = [self._frames.popleft() for _ in range(count)]
+        self._bytes -= sum(len(frame) for frame in batch)
         self._sending += count
-        if len(self._frames) <= self.high_water:
+        if not self._full():
             self._writable.set()
         return batch
 
