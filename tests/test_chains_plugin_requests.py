@@ -331,3 +331,50 @@ async def test_a_skill_fan_out_within_max_total_nodes_runs(tmp_path: Path) -> No
         request("ok", [{"node_id": "go", "kind": "skill", "name": "s0"}], streaming=False),
     )
     assert outbox.responses()[0].success, outbox.responses()[0].error
+
+
+@pytest.mark.asyncio
+async def test_under_the_default_limits_s0_to_s8_fails_at_once_not_after_87000_nodes(
+    tmp_path: Path,
+) -> None:
+    """issue 12.7, the deeper fan-out: s0…s8 each running 4 copies of the next nests one
+    level past the default max_depth (8) on every path. Its roots always start, so it is
+    sure to fail: it fails when s0 would start, instead of after expanding ~87,000
+    nodes (47 s and 750 MB on a 2-core machine before)."""
+    plugin, session = plugin_and_session(skills=fan_out_skills(tmp_path, levels=9, copies=4))
+    t = time.perf_counter()
+    outbox = await handle_all(
+        plugin, session, request("deep", [{"node_id": "go", "kind": "skill", "name": "s0"}])
+    )
+    assert time.perf_counter() - t < 5.0
+    error = error_of(outbox.responses()[0])
+    assert (error["code"], error["node_id"]) == ("chain_limit", "go"), error
+    assert error["details"] == {"ceiling": "max_depth", "scope": "host", "limit": 8,
+                                "requested": 9}
+    assert [(m.node_id, m.phase) for m in outbox.sent if m.TYPE == "chain/event"] == [
+        ("go", "start"), ("go", "error")
+    ]
+
+
+@pytest.mark.asyncio
+async def test_a_skill_whose_deep_calls_are_not_certain_still_runs_until_max_depth(
+    tmp_path: Path,
+) -> None:
+    """Only root nodes under on_error abort make nesting certain: behind a branch (or
+    under skip) the sub-chain runs, and max_depth refuses the level that passes it."""
+    (tmp_path / "down.yaml").write_text(
+        "name: down\nentry_node: b\nnodes:\n"
+        "  - {node_id: b, kind: branch, condition: 'input.go', true_node: again}\n"
+        "  - {node_id: again, kind: skill, name: down, input: {go: true}}\n",
+        encoding="utf-8",
+    )
+    plugin, session = plugin_and_session(skills=tmp_path, max_depth=3)
+    outbox = await handle_all(plugin, session, request(
+        "d", [{"node_id": "go", "kind": "skill", "name": "down", "input": {"go": True}}]
+    ))
+    error = error_of(outbox.responses()[0])
+    assert error["details"]["ceiling"] == "max_depth" and error["details"]["requested"] == 4
+    started = [m.node_id for m in outbox.sent if m.TYPE == "chain/event"
+               and getattr(m, "phase", "") == "start"]
+    assert started == ["go", "go/b", "go/again", "go/again/b", "go/again/again",
+                       "go/again/again/b", "go/again/again/again"], started

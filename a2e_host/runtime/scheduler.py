@@ -219,8 +219,9 @@ class ChainRunner:
         events: a parent's event writer (sub-chains); None creates one.
         prefix: node id prefix for events (``"outer/"`` inside a skill).
         depth: skill nesting depth (0 at top level).
-        subchain_planner: turns ``(skill_name, nodes, entry_node)`` into a plan for
-            ``run_subchain``; None disables sub-chains.
+        subchain_planner: turns ``(skill_name, nodes, entry_node, depth)`` into a plan
+            for ``run_subchain`` at that nesting depth, or raises (a ``ChainError`` fails
+            the skill node); None disables sub-chains.
         log: a structlog logger bound with the request's ids.
         budget: the request's budget (sub-chains share their parent's); None creates one.
     """
@@ -238,7 +239,7 @@ class ChainRunner:
         events: _Events | None = None,
         prefix: str = "",
         depth: int = 0,
-        subchain_planner: Callable[[str, list[ChainNode], str], ChainPlan] | None = None,
+        subchain_planner: Callable[[str, list[ChainNode], str, int], ChainPlan] | None = None,
         log: Any = None,
         budget: _RequestBudget | None = None,
     ) -> None:
@@ -828,7 +829,7 @@ class ChainRunner:
                     f"skill {skill_name!r} in node {shown!r} would nest {depth} deep, "
                     f"over max_depth {self.limits.max_depth}",
                 )
-            plan = planner(skill_name, nodes, entry_node)
+            plan = planner(skill_name, nodes, entry_node, depth)
             child = ChainRunner(
                 plan,
                 executors=self.executors,

@@ -34,7 +34,13 @@ import anyio
 import anyio.lowlevel
 
 from a2e_host.config import HostConfig
-from a2e_host.exceptions import Busy, ChainInvalid, InvalidMessage, UnknownSession
+from a2e_host.exceptions import (
+    Busy,
+    ChainInvalid,
+    ChainLimitExceeded,
+    InvalidMessage,
+    UnknownSession,
+)
 from a2e_host.limits import SessionLimits
 from a2e_host.messages import ChainCancel, ChainNode, ChainRequest, ChainResponse, Message
 from a2e_host.plugin import Plugin, PluginContext, SessionInfo
@@ -279,10 +285,20 @@ class ChainPlugin(Plugin):
         return plan
 
     def _planner(self, session: SessionInfo) -> Any:
-        """Plans for declared skills' sub-chains, validated once per skill and session."""
-        plans = self._skill_plans.setdefault(session.session_id, {})
+        """Plans for declared skills' sub-chains, validated once per skill and session.
 
-        def plan_skill(name: str, nodes: list[ChainNode], entry_node: str) -> ChainPlan:
+        The planner is called with the depth the sub-chain would run at, and refuses
+        (``max_depth``) a skill whose root nodes — which always start — start skills,
+        which start skills … past ``max_depth``: such a sub-chain is sure to fail with
+        ``max_depth``, and failing now spares expanding every level of it first (a
+        fan-out of 4 per level, 9 levels deep, would start ~87,000 nodes before the
+        deepest one is refused).
+        """
+        plans = self._skill_plans.setdefault(session.session_id, {})
+        declared = self.toolbox.skills.declared
+        nesting: dict[str, int] = {}  # skill → levels its roots certainly nest below it
+
+        def plan_of(name: str, nodes: list[ChainNode], entry_node: str) -> ChainPlan:
             key = (name, id(nodes))
             plan = plans.get(key)
             if plan is None:
@@ -293,15 +309,63 @@ class ChainPlugin(Plugin):
                 plans[key] = plan
             return plan
 
+        def certain_nesting(name: str, limit: int) -> int:
+            """Levels of sub-chains the skill ``name`` is sure to start below itself
+            through root skill nodes under ``on_error: abort``; at most ``limit``."""
+            stack = [name]
+            entered: set[str] = set()
+            while stack:
+                current = stack[-1]
+                if current in nesting:
+                    stack.pop()
+                    continue
+                entered.add(current)
+                skill = declared[current]
+                try:
+                    plan = plan_of(current, skill.nodes, skill.entry_node)
+                except ChainInvalid:
+                    nesting[current] = 0  # refused when it starts, nothing below it
+                    stack.pop()
+                    continue
+                children = [
+                    plan.nodes[r].node.name
+                    for r in plan.roots
+                    if plan.nodes[r].kind == "skill" and plan.nodes[r].on_error == "abort"
+                    and plan.nodes[r].node.name in declared
+                ]
+                pending = [c for c in children if c not in nesting and c not in entered]
+                if pending:
+                    stack.extend(pending)
+                    continue
+                stack.pop()
+                # a child still being entered is on a cycle: it nests without end
+                nesting[current] = min(limit, max(
+                    (1 + nesting.get(c, limit) for c in children), default=0
+                ))
+            return nesting[name]
+
+        def plan_skill(name: str, nodes: list[ChainNode], entry_node: str, depth: int) -> ChainPlan:
+            plan = plan_of(name, nodes, entry_node)
+            max_depth = session.limits.effective.max_depth
+            if name in declared and depth + certain_nesting(name, max_depth + 1) > max_depth:
+                err = session.limits.refusal("max_depth", max_depth + 1)
+                assert err is not None
+                raise ChainLimitExceeded(
+                    f"skill {name!r} would nest past max_depth {err.details['limit']}: its "
+                    "root nodes always start skills whose root nodes start skills … deeper "
+                    "than that",
+                    details=err.details,
+                )
+            return plan
+
         return plan_skill
 
     async def session_closed(self, session: SessionInfo) -> None:
         """Cancel the session's chains (their tasks are also cancelled by the host) and
         forget its skill plans."""
         self._skill_plans.pop(session.session_id, None)
-        for runner in list(self._running.get(session.session_id, {}).values()):
-            if runner is not None:
-                runner.cancel()
+        for flight in list(self._running.get(session.session_id, {}).values()):
+            flight.cancel()
 
 
 def worst_case_node_count(
