@@ -80,9 +80,9 @@ def quick_json_size(value: Any) -> tuple[int, bool] | None:
         room = _QUICK_ELEMENTS - len(value)
         if room < 0:
             return None
-        todo = [value]
-        while todo:
-            container = todo.pop()
+        todo: list[Any] | None = None
+        container: Any = value
+        while True:
             if type(container) is dict:
                 for key in container:
                     if type(key) is not str or len(key) > _QUICK_STRING:
@@ -93,15 +93,23 @@ def quick_json_size(value: Any) -> tuple[int, bool] | None:
                 if tx is str:
                     if len(x) > _QUICK_STRING:
                         return None
+                elif tx is int or tx is bool or x is None:
+                    pass
                 elif tx is dict or tx is list:
                     room -= len(x)
                     if room < 0:
                         return None
-                    todo.append(x)
+                    if todo is None:
+                        todo = [x]
+                    else:
+                        todo.append(x)
                 elif tx is float:
                     non_finite = non_finite or not math.isfinite(x)
-                elif tx not in _SCALARS:
+                else:
                     return None
+            if not todo:
+                break
+            container = todo.pop()
     elif t is str:
         if len(value) > _QUICK_STRING:
             return None

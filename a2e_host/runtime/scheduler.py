@@ -575,7 +575,14 @@ class ChainRunner:
         if quick is None:
             return -1
         size, non_finite = quick
-        self._checked_size(size, True, non_finite, shown, node_id)
+        budget = self._budget
+        total = budget.output_bytes + size
+        if non_finite or size > self.limits.max_output_bytes or (
+            total > self.limits.max_chain_output_bytes
+        ):
+            self._checked_size(size, True, non_finite, shown, node_id)  # raises
+        budget.output_bytes = total
+        self._kept += size
         return size
 
     async def _keep_large_output(self, output: Any, shown: str, node_id: str) -> int:
@@ -645,8 +652,8 @@ class ChainRunner:
         """Count ``count`` node executions against ``max_total_nodes``, or refuse them."""
         budget = self._budget
         total = budget.nodes + count
-        cap = self.limits.max_total_nodes
-        if total > cap:
+        if total > self.limits.max_total_nodes:
+            cap = self.limits.max_total_nodes
             what = f"its {count} items" if items else "it"
             self._refuse(
                 "max_total_nodes",
