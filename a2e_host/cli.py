@@ -1,207 +1,317 @@
-"""The ``a2e-host`` command line (typer). Parsing only: each command's work lives in
-:mod:`a2e_host.commands`.
+"""The ``a2e-host`` command line. Parsing only: each command's work lives in
+:mod:`a2e_host.commands`, imported when that command runs.
 
-Exit codes: 0 success, 1 failure (a chain failed, a chain is invalid for ``validate``),
-2 usage or invalid input.
+Layer: CLI. Built on :mod:`argparse` (standard library) so that start-up stays short:
+``a2e-host stdio`` is spawned by agents, and everything imported before the
+``handshake/resp`` is latency they wait for. This module imports nothing beyond the
+standard library and the package's ``__init__``.
+
+Every list flag (``--tools``, ``--allow-proc``, ``--skills``, ``--allow-origin``) takes
+a comma-separated list, may be repeated, or both: ``--tools fs,json`` is
+``--tools fs --tools json`` is ``A2E_TOOLS=fs,json``. ``--tools +PACK`` adds PACK to the
+packs the command would otherwise enable (see :mod:`a2e_host.commands.common`).
+
+Exit codes: 0 success; 1 failure (a chain failed, a chain is invalid for ``validate``);
+2 usage or invalid input (one line on stderr says which and how to fix it); 130
+interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
-import typer
+from . import __version__
 
-app = typer.Typer(
-    name="a2e-host",
-    help="An A2E protocol host: runs chain DAGs for agents over WebSocket or stdio.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+__all__ = ["build_parser", "main"]
 
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", help="TOML configuration file.", dir_okay=False)
-]
-ToolsOpt = Annotated[
-    list[str] | None, typer.Option("--tools", help="Enable a tool pack (repeatable).")
-]
-AllowProcOpt = Annotated[
-    list[str] | None,
-    typer.Option("--allow-proc", help="Allow proc nodes to run this executable (repeatable)."),
-]
-SkillsOpt = Annotated[
-    list[Path] | None, typer.Option("--skills", help="Directory of declarative skills.")
-]
-RootOpt = Annotated[
-    Path | None, typer.Option("--root", help="Directory file tools and procs are confined to.")
-]
-LogFormatOpt = Annotated[
-    str | None, typer.Option("--log-format", help="auto, console or json (stderr).")
-]
-LogLevelOpt = Annotated[
-    str | None, typer.Option("--log-level", help="debug, info, warning, error.")
-]
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
-def _overrides(**values: Any) -> dict[str, Any]:
-    """CLI values that were given (None and empty lists mean 'not given')."""
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+class _ListAction(argparse.Action):
+    """Append comma-separated values: ``--tools fs,json --tools text`` → fs, json, text."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        items = list(getattr(namespace, self.dest, None) or [])
+        items.extend(part.strip() for part in str(values).split(",") if part.strip())
+        setattr(namespace, self.dest, items)
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer 0-65535 (0 picks a free port), got {text!r}"
+        )
+    return value
+
+
+_FORMATTER = argparse.RawDescriptionHelpFormatter
+
+
+def _add_config(parser: argparse.ArgumentParser, *, root: bool = True) -> None:
+    group = parser.add_argument_group("configuration (command line > A2E_* environment > file)")
+    group.add_argument("-c", "--config", metavar="FILE",
+                       help="TOML configuration file (default: $A2E_CONFIG, if set)")
+    group.add_argument("--tools", action=_ListAction, metavar="PACK[,PACK...]",
+                       help="tool packs to enable (repeatable); +PACK adds to the packs "
+                            "enabled otherwise")
+    group.add_argument("--allow-proc", action=_ListAction, metavar="EXE[,EXE...]",
+                       help="executables proc nodes may run (repeatable)")
+    group.add_argument("--skills", action=_ListAction, metavar="DIR[,DIR...]",
+                       help="directories of declarative skills (repeatable)")
+    if root:
+        group.add_argument("--root", metavar="DIR",
+                           help="directory file tools and proc nodes are confined to "
+                                "(default: the working directory)")
+
+
+def _add_logging(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("logging (always on stderr)")
+    group.add_argument("--log-format", choices=("auto", "console", "json"),
+                       help="auto: console on a terminal, JSON lines otherwise")
+    group.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+
+
+def _command(
+    sub: Any, name: str, summary: str, description: str, handler: Callable[[Any], int]
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=summary, description=f"{summary}\n\n{description}".rstrip(),
+        formatter_class=_FORMATTER,
+    )
+    parser.set_defaults(handler=handler, command_parser=parser)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line, every sub-command included (nothing heavy is imported)."""
+    parser = _Parser(
+        prog="a2e-host",
+        description="An A2E protocol host: runs chain DAGs for agents over WebSocket or "
+                    "stdio, or locally from a file.",
+        epilog="Run 'a2e-host COMMAND --help' for a command's options.",
+        formatter_class=_FORMATTER,
+        allow_abbrev=False,
+    )
+    parser.add_argument("-V", "--version", action="version",
+                        version=f"a2e-host {__version__} (Python {sys.version.split()[0]})")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
+
+    p = _command(sub, "serve", "Serve A2E over WebSocket (subprotocol a2e.v1).",
+                 "Prints 'a2e-host listening on ws://HOST:PORT' on stderr once listening; "
+                 "SIGINT/SIGTERM stop it\ngracefully. Enables only the tool packs you name.",
+                 _serve)
+    p.add_argument("--host", metavar="ADDR", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, metavar="PORT",
+                   help="TCP port (default 8765; 0 picks a free one)")
+    _add_config(p)
+    p.add_argument("--auth-token", metavar="TOKEN",
+                   help="require this token in handshake/req or 'Authorization: Bearer'")
+    p.add_argument("--allow-origin", action=_ListAction, metavar="ORIGIN[,ORIGIN...]",
+                   help="accept this browser Origin (repeatable)")
+    _add_logging(p)
+
+    p = _command(sub, "stdio", "Speak A2E as NDJSON on stdin/stdout (logs on stderr).",
+                 "One JSON message per line. Closing stdin lets chains in flight finish, then "
+                 "exits 0.\nEnables only the tool packs you name.", _stdio)
+    _add_config(p)
+    _add_logging(p)
+
+    p = _command(sub, "run", "Run a chain file in-process, with live progress.",
+                 "Exit codes: 0 the chain succeeded, 1 it failed, 2 invalid chain or usage, "
+                 "130 interrupted.\nTool packs fs, text and json are enabled when none is "
+                 "named (--tools +PACK adds one).", _run)
+    p.add_argument("chain", metavar="CHAIN.json", help="a chain/req body (JSON)")
+    p.add_argument("--input", metavar="JSON|@FILE",
+                   help="initial_input as a JSON object (or @file.json), merged over the "
+                        "file's")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the chain/resp only, as JSON")
+    out.add_argument("--final", action="store_true",
+                     help="print final_output only, as one line of JSON (the host is asked "
+                          "for no events and no outputs)")
+    p.add_argument("--events", action="store_true",
+                   help="with --json: each chain/event as an NDJSON line before the response")
+    _add_config(p)
+    _add_logging(p)
+
+    p = _command(sub, "validate", "Check a chain file without running it.",
+                 "Validates as 'run' would, against this configuration's tools, skills and "
+                 "proc allowlist.\nExit codes: 0 valid, 1 invalid, 2 unreadable file or bad "
+                 "configuration.", _validate)
+    p.add_argument("chain", metavar="CHAIN.json", help="a chain/req body (JSON)")
+    p.add_argument("--json", action="store_true", help="diagnostics as one JSON object")
+    _add_config(p, root=True)
+
+    p = _command(sub, "graph", "Print the chain as a Mermaid or Graphviz diagram.", "", _graph)
+    p.add_argument("chain", metavar="CHAIN.json", help="a chain/req body (JSON)")
+    p.add_argument("--format", default="mermaid", metavar="mermaid|dot",
+                   help="diagram language (default mermaid)")
+
+    p = _command(sub, "tools", "List the tools, skills and proc allowlist a configuration "
+                 "exposes.", "With --all, also the installed tool packs that are not enabled.",
+                 _tools)
+    p.add_argument("--json", action="store_true", help="as JSON, with input/output schemas")
+    p.add_argument("--all", action="store_true", dest="all_packs",
+                   help="also list installed tool packs that are not enabled")
+    _add_config(p)
+
+    p = _command(sub, "schema", "Write a JSON Schema for every message.",
+                 "Default: print them as one document.", _schema)
+    p.add_argument("--out", metavar="DIR", help="write one file per message into DIR")
+    return parser
+
+
+# ── handlers: import the command's module only now ───────────────────────────
+
+
+def _overrides(args: argparse.Namespace, **fields: str) -> dict[str, Any]:
+    """CLI values that were given, by HostConfig field name (``fields``: field → attr)."""
     out: dict[str, Any] = {}
-    for key, value in values.items():
+    for field, attr in fields.items():
+        value = getattr(args, attr, None)
         if value is None or value == []:
             continue
-        if isinstance(value, list):
-            value = tuple(str(v) for v in value)
-        elif isinstance(value, Path):
-            value = str(value)
-        out[key] = value
+        out[field] = tuple(value) if isinstance(value, list) else value
     return out
 
 
-@app.command()
-def serve(
-    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1).")] = None,
-    port: Annotated[int | None, typer.Option(help="TCP port (default 8765; 0 = any).")] = None,
-    config: ConfigOpt = None,
-    tools: ToolsOpt = None,
-    allow_proc: AllowProcOpt = None,
-    skills: SkillsOpt = None,
-    root: RootOpt = None,
-    auth_token: Annotated[str | None, typer.Option(help="Require this token.")] = None,
-    allow_origin: Annotated[
-        list[str] | None, typer.Option(help="Accept this browser Origin (repeatable).")
-    ] = None,
-    log_format: LogFormatOpt = None,
-    log_level: LogLevelOpt = None,
-) -> None:
-    """Serve A2E over WebSocket (subprotocol a2e.v1)."""
+_CONFIG_FIELDS = {"tools": "tools", "allow_proc": "allow_proc", "skills_dirs": "skills",
+                  "root": "root"}
+_LOG_FIELDS = {"log_format": "log_format", "log_level": "log_level"}
+
+
+def _import_host_without_rich() -> None:
+    """Import the host's modules for ``serve`` / ``stdio`` without loading :mod:`rich`.
+
+    structlog imports rich at import time when it is installed (for pretty tracebacks
+    in its console renderer), ~40 ms of start-up the host never uses: its renderer is
+    given ``plain_traceback``. A ``None`` entry in :data:`sys.modules` makes that optional
+    import fail as if rich were absent (the import system's documented way to block a
+    module); the entry is removed again, so later code may import rich normally.
+    """
+    if "structlog" in sys.modules or "rich" in sys.modules:
+        return
+    sys.modules["rich"] = None  # type: ignore[assignment]
+    try:
+        import structlog  # noqa: F401
+    finally:
+        del sys.modules["rich"]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    _import_host_without_rich()
     from .commands.serve import serve_main
 
-    serve_main(
-        config,
-        _overrides(
-            host=host, port=port, tools=tools, allow_proc=allow_proc, skills_dirs=skills,
-            root=root, auth_token=auth_token, allowed_origins=allow_origin,
-            log_format=log_format, log_level=log_level,
-        ),
-    )
+    serve_main(args.config, _overrides(
+        args, host="host", port="port", auth_token="auth_token",
+        allowed_origins="allow_origin", **_CONFIG_FIELDS, **_LOG_FIELDS,
+    ))
+    return 0
 
 
-@app.command()
-def stdio(
-    config: ConfigOpt = None,
-    tools: ToolsOpt = None,
-    allow_proc: AllowProcOpt = None,
-    skills: SkillsOpt = None,
-    root: RootOpt = None,
-    log_format: LogFormatOpt = None,
-    log_level: LogLevelOpt = None,
-) -> None:
-    """Speak A2E as NDJSON on stdin/stdout (logs on stderr)."""
+def _stdio(args: argparse.Namespace) -> int:
+    _import_host_without_rich()
     from .commands.serve import stdio_main
 
-    stdio_main(
-        config,
-        _overrides(
-            tools=tools, allow_proc=allow_proc, skills_dirs=skills, root=root,
-            log_format=log_format, log_level=log_level,
-        ),
-    )
+    stdio_main(args.config, _overrides(args, **_CONFIG_FIELDS, **_LOG_FIELDS))
+    return 0
 
 
-@app.command()
-def run(
-    chain: Annotated[Path, typer.Argument(help="Chain file: a chain/req body (JSON).")],
-    input: Annotated[
-        str | None, typer.Option("--input", help="initial_input as JSON, or @file.json.")
-    ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the chain/resp only.")] = False,
-    events: Annotated[
-        bool, typer.Option("--events", help="With --json: NDJSON events too.")
-    ] = False,
-    config: ConfigOpt = None,
-    tools: ToolsOpt = None,
-    allow_proc: AllowProcOpt = None,
-    skills: SkillsOpt = None,
-    root: RootOpt = None,
-    log_format: LogFormatOpt = None,
-    log_level: LogLevelOpt = None,
-) -> None:
-    """Run a chain file in-process, with live progress."""
+def _run(args: argparse.Namespace) -> int:
+    if args.events and not args.json:
+        print("a2e-host run: --events goes with --json (see 'a2e-host run --help')",
+              file=sys.stderr)
+        return EXIT_USAGE
+    from pathlib import Path
+
     from .commands.run import run_main
 
-    raise typer.Exit(
-        run_main(
-            chain, input, json_out=json_out, events=events, config_path=config,
-            overrides=_overrides(
-                tools=tools, allow_proc=allow_proc, skills_dirs=skills, root=root,
-                log_format=log_format, log_level=log_level,
-            ),
-        )
+    return run_main(
+        Path(args.chain), args.input, json_out=args.json, events=args.events,
+        final_only=args.final, config_path=args.config,
+        overrides=_overrides(args, **_CONFIG_FIELDS, **_LOG_FIELDS),
     )
 
 
-@app.command()
-def validate(
-    chain: Annotated[Path, typer.Argument(help="Chain file: a chain/req body (JSON).")],
-    json_out: Annotated[bool, typer.Option("--json", help="Diagnostics as JSON.")] = False,
-    config: ConfigOpt = None,
-    tools: ToolsOpt = None,
-    allow_proc: AllowProcOpt = None,
-    skills: SkillsOpt = None,
-) -> None:
-    """Check a chain file without running it; exit 1 when invalid."""
+def _validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from .commands.validate import validate_main
 
-    raise typer.Exit(
-        validate_main(
-            chain, json_out=json_out, config_path=config,
-            overrides=_overrides(tools=tools, allow_proc=allow_proc, skills_dirs=skills),
-        )
-    )
+    return validate_main(Path(args.chain), json_out=args.json, config_path=args.config,
+                         overrides=_overrides(args, **_CONFIG_FIELDS))
 
 
-@app.command()
-def graph(
-    chain: Annotated[Path, typer.Argument(help="Chain file: a chain/req body (JSON).")],
-    format: Annotated[str, typer.Option("--format", help="mermaid or dot.")] = "mermaid",
-) -> None:
-    """Print the chain as a Mermaid or Graphviz diagram."""
+def _graph(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from .commands.graph import graph_main
 
-    raise typer.Exit(graph_main(chain, format))
+    return graph_main(Path(args.chain), args.format)
 
 
-@app.command("tools")
-def tools_cmd(
-    json_out: Annotated[bool, typer.Option("--json", help="As JSON, with schemas.")] = False,
-    config: ConfigOpt = None,
-    tools: ToolsOpt = None,
-    allow_proc: AllowProcOpt = None,
-    skills: SkillsOpt = None,
-    root: RootOpt = None,
-) -> None:
-    """List the tools, skills and proc allowlist this configuration exposes."""
+def _tools(args: argparse.Namespace) -> int:
     from .commands.tools import tools_main
 
-    raise typer.Exit(
-        tools_main(
-            json_out=json_out, config_path=config,
-            overrides=_overrides(tools=tools, allow_proc=allow_proc, skills_dirs=skills, root=root),
-        )
-    )
+    return tools_main(json_out=args.json, all_packs=args.all_packs, config_path=args.config,
+                      overrides=_overrides(args, **_CONFIG_FIELDS))
 
 
-@app.command()
-def schema(
-    out: Annotated[Path | None, typer.Option("--out", help="Directory (default: print).")] = None,
-) -> None:
-    """Write a JSON Schema for every message (default: schemas/ printed as one document)."""
+def _schema(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from .commands.schema import schema_main
 
-    raise typer.Exit(schema_main(out))
+    return schema_main(Path(args.out) if args.out else None)
 
 
-def main() -> None:
-    """Console-script entry point."""
-    app()
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point: parse ``argv`` (default ``sys.argv[1:]``) and run the
+    command; exits with its code.
+
+    Ctrl-C outside a command's own handling exits 130 without a traceback; a closed
+    stdout (``a2e-host tools | head``) ends the command quietly.
+    """
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # name the sub-command whose help lists what it takes
+        getattr(args, "command_parser", parser).error(
+            f"unrecognized arguments: {' '.join(extra)}"
+        )
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        sys.exit(EXIT_USAGE)
+    try:
+        code = handler(args)
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # the reader went away: say nothing, and keep the interpreter's final flush quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(1)
+    sys.exit(code)

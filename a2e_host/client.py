@@ -8,6 +8,10 @@ Layer: client (anyio; not used by the host itself). It speaks the same wire as a
 * :func:`connect_memory` — an in-process :class:`~a2e_host.host.Host` (what ``a2e-host run``
   uses, so a local run takes exactly the path a wire request takes).
 
+:func:`serve_ws` starts a host for you (``a2e-host serve --port 0`` as a child process, on
+a free 127.0.0.1 port) and yields a client connected to it; :func:`open_ws_server` starts
+only the server (:class:`WsServer`), for several clients.
+
 Each is an async context manager that handshakes on enter and yields a :class:`Client`::
 
     async with connect_ws("ws://127.0.0.1:8765", agent_caps=["chains"]) as client:
@@ -21,17 +25,30 @@ one client. Those per-request streams are unbounded: a run nobody iterates keeps
 events in memory until it is closed (:meth:`ChainRun.aclose`). When the connection ends,
 every waiter gets :class:`ConnectionLost`.
 
+A message no waiter claims — the answer to a ``chain/cancel`` sent after its chain
+ended (``error invalid_message``), an ``error`` without ``req_id`` — is kept in
+:attr:`Client.unrouted` (the last 100).
+
+The messages are :mod:`a2e_host.messages` structs: :class:`~a2e_host.messages.ChainEvent`,
+:class:`~a2e_host.messages.ChainResponse` (also exported by the package:
+``from a2e_host import ChainEvent, ChainResponse``).
+
 Errors: :class:`HostError` (the host answered with an ``error`` message; ``code`` is the
 wire code, e.g. ``busy``), :class:`HandshakeFailed` (``ok`` false; ``reason``),
-:class:`ConnectionLost`, and :class:`TimeoutError` for a bounded wait that passed.
+:class:`ConnectionLost`, :class:`ServerFailed` (:func:`serve_ws` could not start the
+server), and :class:`TimeoutError` for a bounded wait that passed.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import signal
+import sys
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -66,10 +83,14 @@ __all__ = [
     "HandshakeFailed",
     "HostError",
     "MessageStream",
+    "ServerFailed",
     "StdioStream",
+    "WsServer",
     "connect_memory",
     "connect_ws",
     "open_client",
+    "open_ws_server",
+    "serve_ws",
     "spawn_stdio",
 ]
 
@@ -138,6 +159,14 @@ class ConnectionLost(ClientError):
     """The connection ended while a request was waiting for its answer."""
 
     code = "connection_lost"
+
+
+class ServerFailed(ClientError):
+    """:func:`open_ws_server` could not start the server: it exited (a bad flag, a
+    configuration it refuses) or did not say where it listens in time. The message ends
+    with the server's last stderr lines."""
+
+    code = "server_failed"
 
 
 # ── transports ──────────────────────────────────────────────────────────────
@@ -377,7 +406,12 @@ class Client:
         limits: the session's effective ceilings (PROTOCOL.md §6), from the ``chains`` metadata.
         max_parallel: chains in flight per session the host allows.
         transport: the underlying :class:`MessageStream` (e.g. :class:`StdioStream`).
-        unrouted: recent messages no waiter claimed (e.g. an ``error`` with no ``req_id``).
+        unrouted: the last 100 messages no waiter claimed: the ``error`` answering a
+            ``chain/cancel`` sent after its chain ended (:meth:`cancel` does not wait for
+            one), an ``error`` without ``req_id``, a message of a request already closed.
+        url: the WebSocket URL (:func:`connect_ws`, :func:`serve_ws`), else ``""``.
+        server: the :class:`WsServer` a :func:`serve_ws` client was started with, else
+            None; it stays readable after the block (``client.server.returncode``).
     """
 
     def __init__(self, stream: MessageStream) -> None:
@@ -389,6 +423,8 @@ class Client:
         self.limits: dict[str, int] = {}
         self.max_parallel = 0
         self.unrouted: deque[Message] = deque(maxlen=100)
+        self.url = ""
+        self.server: WsServer | None = None
         self._routes: dict[str, MemoryObjectSendStream[Message]] = {}
         self._closed = False
         self._closed_reason = ""
@@ -693,6 +729,7 @@ async def connect_ws(
             agent_id=agent_id,
             handshake_timeout=open_timeout,
         ) as client:
+            client.url = url
             yield client
 
 
@@ -814,3 +851,206 @@ async def connect_memory(
         if len(group.exceptions) == 1:
             raise group.exceptions[0] from None
         raise
+
+
+# ── a server of your own ────────────────────────────────────────────────────
+
+_LISTENING = re.compile(r"a2e-host listening on (ws://\S+)")
+
+SERVE_COMMAND: tuple[str, ...] = (sys.executable, "-m", "a2e_host", "serve")
+"""The default server command: this interpreter's ``a2e-host serve``."""
+
+
+@dataclass
+class WsServer:
+    """A running ``a2e-host serve`` child process (:func:`open_ws_server`).
+
+    Attributes:
+        url: where it listens, e.g. ``ws://127.0.0.1:40419``.
+        process: the :class:`anyio.abc.Process`.
+        stderr_lines: its last 1,000 stderr lines (its log) when captured; empty when
+            passed through.
+        returncode: its exit status once it has stopped (0 after an orderly stop), else
+            None.
+    """
+
+    url: str
+    process: Process
+    stderr_lines: deque[str] = field(default_factory=lambda: deque(maxlen=1000))
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    def connect(self, **kwargs: Any) -> AbstractAsyncContextManager[Client]:
+        """:func:`connect_ws` to this server; ``kwargs`` as for it (``agent_caps``,
+        ``auth_token``, …). Use as ``async with server.connect() as client:``."""
+        return connect_ws(self.url, **kwargs)
+
+
+@asynccontextmanager
+async def open_ws_server(
+    args: Sequence[str] = (),
+    *,
+    command: Sequence[str] = SERVE_COMMAND,
+    stderr: Literal["inherit", "capture"] = "capture",
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    start_timeout: float = 30.0,
+    close_timeout: float = 15.0,
+) -> AsyncIterator[WsServer]:
+    """Start ``a2e-host serve`` on a free 127.0.0.1 port as a child process; stop it on exit.
+
+    The server is the real thing — its own process, configuration and signal handling —
+    so a test of an agent exercises what a deployment runs. It is started with
+    ``--host 127.0.0.1 --port 0`` after ``args`` and found by the line it prints once
+    listening. On exit it gets SIGTERM (the orderly stop: chains in flight are given
+    ``shutdown_grace`` seconds, then cancelled), then ``close_timeout`` seconds to exit,
+    then SIGKILL.
+
+    Args:
+        args: ``serve`` flags, e.g. ``["--tools", "conformance", "--allow-proc", "wc"]``
+            (not ``--host`` / ``--port``).
+        command: the server command; default this interpreter's ``python -m a2e_host
+            serve``, so no PATH lookup is involved.
+        stderr: ``capture`` keeps the server's log in :attr:`WsServer.stderr_lines`;
+            ``inherit`` copies it to this process's stderr as it comes.
+        cwd / env: for the child (env None = inherit; ``A2E_*`` variables apply).
+        start_timeout: seconds to wait for the server to listen.
+        close_timeout: seconds the server gets to exit after SIGTERM.
+
+    Raises:
+        ServerFailed: the server exited first (e.g. an unknown tool pack: its message is
+            in the exception) or did not listen within ``start_timeout``.
+        OSError: the command cannot be started.
+    """
+    import subprocess
+
+    argv = [*command, *args, "--host", "127.0.0.1", "--port", "0"]
+    process = await anyio.open_process(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=cwd, env=env,
+    )
+    server = WsServer(url="", process=process)
+    listening = anyio.Event()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_read_server_stderr, server, stderr, listening)
+            with anyio.move_on_after(start_timeout):
+                await listening.wait()
+            if not server.url:
+                with anyio.move_on_after(1):
+                    await process.wait()  # let the last lines of a failed start arrive
+                tail = "\n".join(list(server.stderr_lines)[-10:])
+                state = (f"exited with status {process.returncode}"
+                         if process.returncode is not None
+                         else f"did not listen within {start_timeout:g} s")
+                raise ServerFailed(f"the server {state}: {' '.join(argv)}"
+                                   + (f"\n{tail}" if tail else ""))
+            try:
+                yield server
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await _stop(process, close_timeout, signal.SIGTERM)
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop(process, close_timeout, signal.SIGTERM)
+
+
+async def _read_server_stderr(
+    server: WsServer, mode: str, listening: anyio.Event
+) -> None:
+    """Keep the server's stderr flowing (a full pipe would block its log), note where it
+    listens, and keep or copy each line."""
+    assert server.process.stderr is not None
+    splitter = LineSplitter(1 << 20)
+    try:
+        async for chunk in server.process.stderr:
+            for line in splitter.receive_data(chunk):
+                if not isinstance(line, bytes):
+                    continue
+                text = line.decode("utf-8", "replace")
+                if not server.url:
+                    match = _LISTENING.search(text)
+                    if match:
+                        server.url = match.group(1)
+                        listening.set()
+                if mode == "inherit":
+                    print(text, file=sys.stderr, flush=True)
+                else:
+                    server.stderr_lines.append(text)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass
+    listening.set()  # the server exited: stop waiting
+
+
+async def _stop(process: Process, close_timeout: float, signum: signal.Signals) -> None:
+    """Signal the child, wait ``close_timeout`` seconds, then kill it."""
+    if process.returncode is not None:
+        return
+    try:
+        process.send_signal(signum)
+    except ProcessLookupError:
+        pass
+    with anyio.move_on_after(close_timeout):
+        await process.wait()
+        return
+    if process.returncode is None:
+        process.kill()
+        with anyio.move_on_after(5):
+            await process.wait()
+
+
+@asynccontextmanager
+async def serve_ws(
+    args: Sequence[str] = (),
+    *,
+    agent_caps: Sequence[str] = DEFAULT_AGENT_CAPS,
+    auth_token: str = "",
+    limits: dict[str, int] | None = None,
+    agent_id: str = "a2e-host-client",
+    command: Sequence[str] = SERVE_COMMAND,
+    stderr: Literal["inherit", "capture"] = "capture",
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    start_timeout: float = 30.0,
+    close_timeout: float = 15.0,
+    open_timeout: float = 10.0,
+) -> AsyncIterator[Client]:
+    """Start a WebSocket host on a free 127.0.0.1 port and yield a client connected to it.
+
+    :func:`open_ws_server` then :func:`connect_ws`; on exit the client closes and the
+    server stops (SIGTERM). The client's :attr:`Client.url` says where the server listens
+    and :attr:`Client.server` is the :class:`WsServer` (its ``returncode`` readable after
+    the block)::
+
+        async with serve_ws(["--tools", "conformance"], agent_caps=["chains"]) as client:
+            async for message in client.run_chain(nodes, "a"):
+                print(message)
+
+    Args:
+        args: ``serve`` flags, e.g. ``["--tools", "conformance"]`` (see
+            :func:`open_ws_server`).
+        agent_caps / auth_token / limits / agent_id / open_timeout: see :func:`connect_ws`.
+        command / stderr / cwd / env / start_timeout / close_timeout: see
+            :func:`open_ws_server`.
+
+    Raises:
+        ServerFailed: the server did not start (see :func:`open_ws_server`).
+        HandshakeFailed / HostError / TimeoutError / ConnectionLost: see :func:`open_client`.
+    """
+    async with open_ws_server(
+        args, command=command, stderr=stderr, cwd=cwd, env=env, start_timeout=start_timeout,
+        close_timeout=close_timeout,
+    ) as server:
+        async with server.connect(
+            agent_caps=agent_caps, auth_token=auth_token, limits=limits, agent_id=agent_id,
+            open_timeout=open_timeout,
+        ) as client:
+            client.server = server
+            yield client

@@ -91,11 +91,38 @@ def decode_message(data: bytes | bytearray | memoryview | str) -> Message:
         msg = _decoder.decode(data)
     except _DECODE_FAILURES as exc:
         return _decode_slowly(data, exc)
+    if not (type(data) is bytes and data.isascii()) and not isinstance(data, str):
+        _check_utf8(data)  # the typed decode skipped unknown fields unread
     if msg.a2e is not msgspec.UNSET or not _speaks(msg.version):
         err = _adopt_version(msg)
         if err is not None:
             raise _with_id(err, _read_id(data))
     return msg
+
+
+def _check_utf8(data: bytes | bytearray | memoryview) -> None:
+    """Refuse bytes that are not UTF-8 anywhere, fields the decoder skipped included.
+
+    The typed decoder checks the strings it keeps but skips unknown fields unread, so a
+    message that decoded may still hold invalid bytes (PROTOCOL.md §2: not UTF-8 is
+    ``parse_error``). ASCII, by far the common case, is checked by ``isascii`` alone.
+
+    Raises:
+        ParseError: naming the first invalid byte and its offset.
+    """
+    raw = data if not isinstance(data, memoryview) else data.tobytes()
+    if raw.isascii():
+        return
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = raw[exc.start]
+        err = ParseError(
+            f"message is not valid UTF-8 (byte 0x{bad:02x} at offset {exc.start}); "
+            "send UTF-8 JSON",
+            detail={"offset": exc.start},
+        )
+        raise _with_id(err, None) from None
 
 
 def _read_id(data: bytes | bytearray | memoryview | str) -> str:

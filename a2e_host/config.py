@@ -34,6 +34,8 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
             paths). Empty: proc nodes are refused.
         proc_env_allow: environment variable names passed through to child processes
             (beside a minimal ``PATH``, ``LANG``, ``HOME``).
+        proc_env_keys: environment variable names a proc node's ``env`` may set. Empty (the
+            default): a node may set none. ``LD_*`` / ``DYLD_*`` are refused even if listed.
         root: the directory file tools and proc ``cwd`` are confined to; None = the
             working directory at start.
         host / port: WebSocket bind address (loopback by default).
@@ -45,9 +47,21 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
             events are small and mostly on loopback, where compressing each frame costs
             more CPU than it saves.
         shutdown_grace: seconds chains may run on after SIGINT/SIGTERM before cancel.
+        handshake_timeout: seconds a connection may stay open without completing a
+            handshake; then it gets ``error`` ``timeout`` and is closed (WebSocket 1008;
+            stdio: the host exits). Must be > 0.
+        max_connections: WebSocket connections open at once, all peers together; past
+            it a new one is refused with HTTP 503 before the WebSocket upgrade.
+        max_connections_per_peer: WebSocket connections open at once from one peer
+            address (an IPv4 address, or an IPv6 /64 prefix); past it HTTP 503.
+        auth_failure_delay: seconds a wrong ``auth_token`` waits before ``auth_failed``
+            is sent, queued per peer address: n failures from one peer take at least
+            n x this long however many connections it opens. 0 disables.
         outbox_high_water: queued outgoing frames per connection before producers wait.
         log_format: ``auto`` (console on a TTY, JSON otherwise), ``console`` or ``json``.
-        log_level: ``debug``, ``info``, ``warning`` or ``error``.
+        log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
+            for ``a2e-host stdio`` (an agent that spawns the host may never read its
+            stderr), ``info`` otherwise.
     """
 
     limits: Limits = Limits()
@@ -55,6 +69,7 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     skills_dirs: tuple[str, ...] = ()
     allow_proc: tuple[str, ...] = ()
     proc_env_allow: tuple[str, ...] = ()
+    proc_env_keys: tuple[str, ...] = ()
     root: str | None = None
     host: str = "127.0.0.1"
     port: int = 8765
@@ -63,9 +78,13 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     keepalive_interval: float | None = 20.0
     ws_compression: bool = False
     shutdown_grace: float = 10.0
+    handshake_timeout: float = 10.0
+    max_connections: int = 512
+    max_connections_per_peer: int = 64
+    auth_failure_delay: float = 1.0
     outbox_high_water: int = 1024
     log_format: str = "auto"
-    log_level: str = "info"
+    log_level: str = "auto"
 
     @property
     def root_path(self) -> Path:
@@ -76,8 +95,10 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
 # ── loading: file < environment < CLI ───────────────────────────────────────
 
 _LOG_FORMATS = ("auto", "console", "json")
-_LOG_LEVELS = ("debug", "info", "warning", "error")
-_LIST_FIELDS = ("tools", "skills_dirs", "allow_proc", "proc_env_allow", "allowed_origins")
+_LOG_LEVELS = ("auto", "debug", "info", "warning", "error")
+_LIST_FIELDS = (
+    "tools", "skills_dirs", "allow_proc", "proc_env_allow", "proc_env_keys", "allowed_origins"
+)
 _PATH_FIELDS = ("root", "skills_dirs")
 
 
@@ -260,6 +281,13 @@ def _seconds(key: str, raw: Any, source: str) -> float:
     return value
 
 
+def _positive_seconds(key: str, raw: Any, source: str) -> float:
+    value = _seconds(key, raw, source)
+    if value == 0:
+        raise _bad(key, source, "a number of seconds > 0", raw)
+    return value
+
+
 def _optional_seconds(key: str, raw: Any, source: str) -> float | None:
     if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "off")):
         return None
@@ -291,6 +319,7 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "skills_dirs": _string_list,
     "allow_proc": _string_list,
     "proc_env_allow": _string_list,
+    "proc_env_keys": _string_list,
     "root": _optional_path,
     "host": _string,
     "port": _port,
@@ -299,6 +328,10 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "keepalive_interval": _optional_seconds,
     "ws_compression": _flag,
     "shutdown_grace": _seconds,
+    "handshake_timeout": _positive_seconds,
+    "max_connections": _positive_int,
+    "max_connections_per_peer": _positive_int,
+    "auth_failure_delay": _seconds,
     "outbox_high_water": _positive_int,
     "log_format": _choice(_LOG_FORMATS),
     "log_level": _choice(_LOG_LEVELS),

@@ -7,8 +7,11 @@ registers), orders them by ``priority``, and serves any number of connections, e
 through :class:`~a2e_host.runtime.connection.HostConnection` whatever the transport.
 
 Served capabilities (``handshake/resp.accepted_caps``, PROTOCOL.md §2): each loaded
-plugin's ``capability``; when ``chains`` is served, also the node kinds it runs:
-``tools`` and ``skill`` always, ``proc`` only when ``config.allow_proc`` is non-empty.
+plugin's ``capability``, and nothing else: a capability is granted only when a plugin
+handles its messages. The node kinds ``skill`` and ``proc`` are *gates* of ``chains``
+(PROTOCOL.md §8): an agent lists them in ``agent_caps`` to use those kinds, they are
+granted with ``chains`` (``proc`` only when ``config.allow_proc`` is non-empty) and
+published in the ``chains`` entry's metadata as ``"gates"``, never as capabilities.
 """
 
 from __future__ import annotations
@@ -20,22 +23,26 @@ from typing import Any
 
 import anyio
 
+from .admission import AuthThrottle
 from .config import HostConfig
 from .exceptions import RemoteProtocolError
 from .logs import get_logger
 from .messages import ErrorMessage
 from .plugin import Plugin, SessionInfo
 from .runtime.connection import HostConnection
-from .session import MetadataFn
+from .session import MetadataFn, Session
 from .transports import CloseCode, Transport
 
-__all__ = ["Host", "load_plugins", "PLUGIN_GROUP", "NODE_KIND_CAPABILITIES"]
+__all__ = ["Host", "load_plugins", "PLUGIN_GROUP", "NODE_KIND_GATES", "GATES_FEATURE"]
 
 PLUGIN_GROUP = "a2e_host.plugins"
 """The entry-point group plugins register in (``name = "module:PluginClass"``)."""
 
-NODE_KIND_CAPABILITIES = ("tools", "proc", "skill")
-"""Capabilities the ``chains`` plugin serves as node kinds (PROTOCOL.md §2, §8)."""
+NODE_KIND_GATES = ("proc", "skill")
+"""Gates of ``chains``: names in ``agent_caps`` that unlock node kinds (PROTOCOL.md §8)."""
+
+GATES_FEATURE = "handshake/gates"
+"""The ``features`` entry saying the ``chains`` metadata carries ``"gates"``."""
 
 
 def load_plugins(config: HostConfig, *, log: Any = None) -> list[Plugin]:
@@ -92,6 +99,7 @@ class Host:
         self.connections: set[HostConnection] = set()
         self._shutdown = anyio.Event()
         self._grace: float | None = None
+        self.auth_throttle = AuthThrottle(config.auth_failure_delay)
 
     @property
     def uptime_seconds(self) -> float:
@@ -106,17 +114,28 @@ class Host:
         return None
 
     def served_capabilities(self) -> Mapping[str, MetadataFn | None]:
-        """Capability name → metadata function (None: empty metadata), as served."""
+        """Capability name → metadata function (None: empty metadata): one per plugin
+        capability, in priority order. The ``chains`` metadata gains ``"gates"`` (the
+        session's granted gates, sorted) and :data:`GATES_FEATURE` in ``features``."""
         served: dict[str, MetadataFn | None] = {}
         for plugin in self.plugins:
             if plugin.capability and plugin.capability not in served:
                 served[plugin.capability] = plugin.metadata
-        if "chains" in served:
-            for cap in NODE_KIND_CAPABILITIES:
-                if cap == "proc" and not self.config.allow_proc:
-                    continue
-                served.setdefault(cap, None)
+        chains = served.get("chains")
+        if chains is not None:
+            served["chains"] = _with_gates(chains)
         return served
+
+    def gates(self) -> Mapping[str, str]:
+        """Gate name → the capability that owns it, as this host offers them: ``skill``
+        always and ``proc`` when an executable is allowed, both owned by ``chains``."""
+        if not any(p.capability == "chains" for p in self.plugins):
+            return {}
+        return {
+            gate: "chains"
+            for gate in NODE_KIND_GATES
+            if gate != "proc" or self.config.allow_proc
+        }
 
     # ── the one place exceptions become wire errors ───────────────────────
 
@@ -216,3 +235,18 @@ class Host:
                 await plugin.aclose()
             except Exception as exc:
                 self.log.error("plugin failed to close", plugin=plugin.capability, exc_info=exc)
+
+
+def _with_gates(metadata: MetadataFn) -> MetadataFn:
+    """``metadata`` plus the session's granted gates (PROTOCOL.md §2, §8)."""
+
+    def with_gates(session: Session) -> dict[str, Any]:
+        meta = dict(metadata(session))
+        features = list(meta.get("features") or [])
+        if GATES_FEATURE not in features:
+            features.append(GATES_FEATURE)
+        meta["features"] = features
+        meta["gates"] = sorted(session.gates)
+        return meta
+
+    return with_gates

@@ -14,16 +14,19 @@ Theory of operation. A connection holds at most one session. Its state moves alo
 What each state does with a message (``core`` = ``ping`` and ``shutdown``, answered in
 every state but CLOSED; ``work`` = anything routed to a plugin):
 
-=====================  =========================  ============================  ==========
+=====================  =========================  ============================  =============
 state                  handshake/req              work                          core
-=====================  =========================  ============================  ==========
-AWAITING_HANDSHAKE     negotiate                  ``handshake_required``        answered
+=====================  =========================  ============================  =============
+AWAITING_HANDSHAKE     negotiate                  ``handshake_required``        answered [2]_
 OPEN                   ``invalid_message``        checked, then routed          answered
 CLOSING                ``invalid_message``        checked, then routed [1]_     answered
 CLOSED                 dropped                    dropped                       dropped
-=====================  =========================  ============================  ==========
+=====================  =========================  ============================  =============
 
 .. [1] the plugin sees ``ctx.closing`` and refuses new work (``chain/cancel`` still works).
+.. [2] when the host has an ``auth_token``, core messages before a successful handshake
+   get ``handshake_required`` too (:meth:`ConnectionSession.check_core`): an
+   unauthenticated peer is answered only its ``handshake/req``.
 
 Decisions where PROTOCOL.md §2 is silent:
 
@@ -35,6 +38,11 @@ Decisions where PROTOCOL.md §2 is silent:
   other value that is not this connection's gets ``unknown_session``.
 - ``accepted_caps`` lists, in the order asked and without duplicates, each capability
   both asked and served. ``max_parallel`` is the session's effective ceiling.
+- *Gates* (``proc``, ``skill``) are names an agent lists in ``agent_caps`` to unlock
+  node kinds of a served capability (PROTOCOL.md §8). They are not capabilities (no
+  plugin serves ``proc/*`` or ``skill/*``): never in ``accepted_caps``, never enough for
+  a session on their own; a gate is granted only with the capability that owns it, and
+  :attr:`Session.granted` holds it beside the accepted capabilities.
 - Bad ``handshake/req.limits`` (an unknown ceiling, a value that is not a positive
   integer) is ``error`` ``schema_violation`` with ``detail.path`` ``$.limits.<name>``;
   no session is created.
@@ -88,14 +96,17 @@ class Session:
     Attributes:
         session_id: unguessable: 32 hex digits from :mod:`secrets`.
         agent_id: as the agent gave it in ``handshake/req``.
-        granted: the capability names in ``accepted_caps``.
+        granted: the capability names in ``accepted_caps`` and the gates granted with
+            them (what work and node kinds are checked against).
         limits: the host's ceilings lowered by ``handshake/req.limits`` (PROTOCOL.md §6).
+        gates: the gates among ``granted`` (``proc``, ``skill``; PROTOCOL.md §8).
     """
 
     session_id: str
     agent_id: str
     granted: frozenset[str]
     limits: SessionLimits
+    gates: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +131,8 @@ class ConnectionSession:
         config: the host configuration (ceilings, ``auth_token``).
         served: capability name → its metadata function (None: empty metadata), in the
             order the host serves them.
+        gates: gate name → the served capability that owns it (e.g.
+            ``{"skill": "chains"}``); a gate is granted when asked and its owner granted.
         bearer_token: a token the transport already received (WebSocket
             ``Authorization: Bearer``); it satisfies auth like ``handshake/req.auth_token``.
     """
@@ -129,10 +142,12 @@ class ConnectionSession:
         config: HostConfig,
         served: Mapping[str, MetadataFn | None],
         *,
+        gates: Mapping[str, str] | None = None,
         bearer_token: str = "",
     ) -> None:
         self.config = config
         self.served = dict(served)
+        self.gates = {g: owner for g, owner in (gates or {}).items() if g not in self.served}
         self.bearer_token = bearer_token
         self.state = SessionState.AWAITING_HANDSHAKE
         self.session: Session | None = None
@@ -170,11 +185,13 @@ class ConnectionSession:
         granted = [cap for cap in asked if cap in self.served]
         if not granted:
             return HandshakeOutcome(self._refusal(request, "no_caps"), None)
+        gates = frozenset(g for g in asked if self.gates.get(g) in granted)
         session = Session(
             session_id=secrets.token_hex(16),
             agent_id=request.agent_id,
-            granted=frozenset(granted),
+            granted=frozenset(granted) | gates,
             limits=limits,
+            gates=gates,
         )
         accepted = []
         for cap in granted:
@@ -191,6 +208,11 @@ class ConnectionSession:
         self.session = session
         self.state = SessionState.OPEN
         return HandshakeOutcome(response, session)
+
+    @property
+    def auth_required(self) -> bool:
+        """Whether the host has an ``auth_token`` a handshake must present."""
+        return bool(self.config.auth_token)
 
     def _authorized(self, auth_token: str) -> bool:
         expected = self.config.auth_token
@@ -223,7 +245,23 @@ class ConnectionSession:
             reason=reason,
         )
 
-    # ── work ───────────────────────────────────────────────────────────────
+    # ── core messages and work ─────────────────────────────────────────────
+
+    def check_core(self, message: Message) -> None:
+        """Whether a core message (``ping``, ``shutdown``) may be answered now.
+
+        Before a successful handshake on a host with an ``auth_token``, only
+        ``handshake/req`` is answered (docs/DECISIONS.md): an unauthenticated peer learns
+        nothing and can do nothing but authenticate.
+
+        Raises:
+            HandshakeRequired: an auth token is configured and no session is open yet.
+        """
+        if self.session is None and self.auth_required:
+            raise HandshakeRequired(
+                f"this host requires authentication: send handshake/req with its auth_token "
+                f"before {message.TYPE!r}"
+            )
 
     def check_work(self, message: Message, capability: str) -> Session:
         """The session a work message belongs to, checked (PROTOCOL.md §2).

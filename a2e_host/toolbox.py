@@ -55,9 +55,17 @@ class Toolbox:
         against the tools and policy).
 
         Raises:
-            ValueError: an unknown tool pack or an ``allow_proc`` entry not found.
+            ValueError: the root is missing or not a directory, an unknown tool pack, or an
+                ``allow_proc`` entry not found.
             SkillLoadError: (a ValueError) a broken skill file, naming it.
         """
+        root = config.root_path
+        if not root.is_dir():
+            what = "does not exist" if not root.exists() else "is not a directory"
+            raise ValueError(
+                f"root {str(root)!r} {what}; pass an existing directory with --root "
+                f"(file tools and proc cwd are confined to it)"
+            )
         box = cls(load_tools(config), None, ProcPolicy.from_config(config))
         box.skills = load_skills(config, box)
         box.executors["skill"] = box.skills.run_skill

@@ -25,11 +25,19 @@ Theory of operation:
 7. ``entry_node`` must name a root. Literal ``items_path`` lists are held to
    ``max_map_items``.
 
+Validation is near-linear in the size of the request, also when it is hostile:
+expressions are bounded in length and nesting before they are parsed
+(:data:`~a2e_host.expressions.MAX_EXPRESSION_NESTING`), every walk is iterative, and
+"did you mean" suggestions are bounded: among many names a lookup goes through an index
+of one-character deletions (names within about two edits), and only the first
+:data:`_SUGGESTIONS` lookups of one validation are made (every problem is still reported).
+
 Every problem is a dict ``{"code", "node_id", "field", "message", "hint"}`` (cycles add
 ``"path"``; ceilings add ``"ceiling", "scope", "limit", "requested"``; syntax errors add
 ``"column"``). All of them are raised together in one
 :class:`~a2e_host.exceptions.ChainInvalid` whose code follows the precedence
-``chain_cycle`` > ``chain_limit`` > ``chain_invalid``.
+``chain_cycle`` > ``chain_limit`` > ``chain_invalid``; when that first problem is a
+ceiling, its four fields are also at the top of ``details`` (PROTOCOL.md §6).
 """
 
 from __future__ import annotations
@@ -43,7 +51,15 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from .exceptions import ChainInvalid, ChainLimitExceeded
-from .expressions import Expression, ExpressionError, compile_expression
+from .expressions import (
+    MAX_EXPRESSION_CHARS,
+    MAX_EXPRESSION_NESTING,
+    Expression,
+    ExpressionError,
+    ExpressionTooComplex,
+    clip,
+    compile_expression,
+)
 from .limits import SessionLimits
 from .messages import ChainNode, ChainRequest
 
@@ -69,6 +85,12 @@ RESERVED_IDS = CONTEXT_KEYS | {"abort", "skip"}
 
 CHAIN_CYCLE, CHAIN_LIMIT, CHAIN_INVALID = "chain_cycle", "chain_limit", "chain_invalid"
 _PRECEDENCE = (CHAIN_CYCLE, CHAIN_LIMIT, CHAIN_INVALID)
+_LIMIT_FIELDS = ("ceiling", "scope", "limit", "requested")
+
+_SUGGESTIONS = 64  # "did you mean" lookups one validation makes; later problems get none
+_FEW_NAMES = 256  # up to this many names, a lookup compares the word with each one
+_LONGEST_INDEXED = 64  # among many names, longer words and names are never suggested
+_CANDIDATES = 64  # names ranked by one lookup among many
 
 # Fields only one kind may set (an empty string means absent, PROTOCOL.md §4).
 _KIND_ONLY_FIELDS = (
@@ -198,8 +220,19 @@ def validate_chain(
     Raises:
         ChainInvalid: one or more problems; ``details["errors"]`` lists every one, and
             ``code`` is ``chain_cycle``, else ``chain_limit``, else ``chain_invalid``.
+            When the code is ``chain_limit``, the first problem's ``ceiling``, ``scope``,
+            ``limit`` and ``requested`` are also at the top of ``details``.
     """
-    return _Validator(request, catalog, limits, granted).run()
+    try:
+        return _Validator(request, catalog, limits, granted).run()
+    except RecursionError:  # a last resort: every walk here is meant to be iterative
+        message = ("the chain nests too deeply to validate (an expression or a value inside "
+                   "one is nested beyond what the host can walk)")
+        problem = _problem(CHAIN_INVALID, "", "nodes", message,
+                           f"keep expressions within {MAX_EXPRESSION_NESTING} levels of "
+                           "nesting and split deep structures over several nodes")
+        raise ChainInvalid(f"chain is invalid (1 problem); first: {message}",
+                           details={"errors": [problem]}) from None
 
 
 # ── problems ────────────────────────────────────────────────────────────────
@@ -216,10 +249,55 @@ def _limit_problem(err: ChainLimitExceeded, node_id: str, field: str, hint: str)
     return _problem(CHAIN_LIMIT, node_id, field, err.message, hint, **err.details)
 
 
-def _suggest(word: str, choices: Iterable[str]) -> str:
-    """``"; did you mean 'x'?"`` when a choice is close to ``word``, else ``""``."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+class _Suggester:
+    """"Did you mean" over one set of names, in time independent of the set's size.
+
+    Up to :data:`_FEW_NAMES` names, the word is compared with each (difflib, cutoff 0.6).
+    Among more, the names are indexed once by themselves and each one-character deletion
+    of them, so a lookup finds the names within about two edits of the word (a
+    substitution, insertion, deletion or swap) in ``len(word)`` dict lookups, and ranks at
+    most :data:`_CANDIDATES` of them with difflib.
+    """
+
+    __slots__ = ("names", "_index")
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = list(names)
+        self._index: dict[str, list[str]] | None = None
+
+    def best(self, word: str) -> str | None:
+        if len(self.names) <= _FEW_NAMES:
+            close = difflib.get_close_matches(word, self.names, n=1, cutoff=0.6)
+            return close[0] if close else None
+        if len(word) > _LONGEST_INDEXED:
+            return None
+        index = self._index if self._index is not None else self._build()
+        candidates: dict[str, None] = {}
+        for variant in _deletions(word):
+            for name in index.get(variant, ()):
+                candidates[name] = None
+                if len(candidates) >= _CANDIDATES:
+                    break
+            if len(candidates) >= _CANDIDATES:
+                break
+        close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+        return close[0] if close else None
+
+    def _build(self) -> dict[str, list[str]]:
+        index: dict[str, list[str]] = {}
+        entry = index.setdefault
+        for name in self.names:
+            if len(name) <= _LONGEST_INDEXED:
+                entry(name, []).append(name)
+                for i in range(len(name)):  # a repeated letter may list a name twice
+                    entry(name[:i] + name[i + 1 :], []).append(name)
+        self._index = index
+        return index
+
+
+def _deletions(word: str) -> set[str]:
+    """``word`` and every string one character shorter that it contains."""
+    return {word, *(word[:i] + word[i + 1 :] for i in range(len(word)))}
 
 
 def _at(node_id: str, field: str) -> str:
@@ -266,12 +344,42 @@ class _Validator:
         self.declared: dict[tuple[int, int], tuple[str, str]] = {}
         self._tools: Collection[str] | None = None
         self._skills: Collection[str] | None = None
+        self._suggesters: dict[str, _Suggester] = {}
+        self._suggested: dict[tuple[str, str], str] = {}
 
     def add(self, problem: dict[str, Any]) -> None:
         self.problems.append(problem)
 
     def invalid(self, node_id: str, field: str, message: str, hint: str, **extra: Any) -> None:
         self.add(_problem(CHAIN_INVALID, node_id, field, message, hint, **extra))
+
+    def suggest(self, word: str, among: str) -> str:
+        """``"; did you mean 'x'?"`` when a name of the set ``among`` (``"ids"``,
+        ``"roots"``, ``"kinds"``, ``"tools"``, ``"skills"``) is close to ``word``, else
+        ``""``; bounded to :data:`_SUGGESTIONS` lookups per validation."""
+        key = (among, word)
+        found = self._suggested.get(key)
+        if found is not None:
+            return found
+        if len(self._suggested) >= _SUGGESTIONS:
+            return ""
+        suggester = self._suggesters.get(among)
+        if suggester is None:
+            suggester = self._suggesters[among] = _Suggester(self.names_of(among))
+        best = suggester.best(word)
+        found = self._suggested[key] = f"; did you mean {best!r}?" if best else ""
+        return found
+
+    def names_of(self, among: str) -> Iterable[str]:
+        if among == "ids":
+            return self.by_id
+        if among == "roots":
+            return [*self.by_id, *sorted(CONTEXT_KEYS)]
+        if among == "kinds":
+            return KINDS
+        if among == "tools":
+            return self.tool_names()
+        return self.skill_names()
 
     # 1. the chain as a whole
 
@@ -330,7 +438,7 @@ class _Validator:
         if j is None:
             nid = self.nodes[i].node_id
             self.invalid(nid, field, f"{field} names {target!r}, which is not a node of "
-                         f"this chain{_suggest(target, self.by_id)}",
+                         f"this chain{self.suggest(target, 'ids')}",
                          f"declare a node {target!r} or point {field} at an existing node")
         return j
 
@@ -339,7 +447,7 @@ class _Validator:
         nid = node.node_id
         kind = node.kind
         if kind not in KINDS:
-            self.invalid(nid, "kind", f"unknown kind {kind!r}{_suggest(kind, KINDS)}",
+            self.invalid(nid, "kind", f"unknown kind {kind!r}{self.suggest(kind, 'kinds')}",
                          f"use one of: {', '.join(KINDS)}")
         else:
             self.check_kind(i, node)
@@ -365,14 +473,16 @@ class _Validator:
                          f"ask for {cap!r} in handshake/req agent_caps (the host must serve "
                          f"it), or replace the {kind} node")
         if kind == "tool":
-            self.check_name(nid, node.name, "tool", self.tool_names())
+            self.check_name(nid, node.name, "tool", self.tool_names(), "tools")
         elif kind == "skill":
-            self.check_name(nid, node.name, "skill", self.skill_names())
+            self.check_name(nid, node.name, "skill", self.skill_names(), "skills")
         elif kind == "proc":
             refusal = self.catalog.check_proc(node)
             if refusal:
                 self.invalid(nid, "input", refusal,
-                             "run an executable the host allows (see `a2e-host tools`)")
+                             "fix the proc input as the message says: argv[0] one of the "
+                             "allowed names (see `a2e-host tools`), env keys from "
+                             "proc_env_keys, no NUL bytes")
         elif kind == "branch":
             if not node.condition:
                 self.invalid(nid, "condition", "branch node has no condition",
@@ -396,12 +506,14 @@ class _Validator:
             else:
                 self.template_i[i] = self.resolve(i, "map_node", node.map_node)
 
-    def check_name(self, nid: str, name: str, what: str, names: Collection[str]) -> None:
+    def check_name(
+        self, nid: str, name: str, what: str, names: Collection[str], among: str
+    ) -> None:
         if not name:
             self.invalid(nid, "name", f"{what} node has no name",
                          f"set 'name' to a registered {what} (see `a2e-host tools`)")
         elif name not in names:
-            self.invalid(nid, "name", f"unknown {what} {name!r}{_suggest(name, names)}",
+            self.invalid(nid, "name", f"unknown {what} {name!r}{self.suggest(name, among)}",
                          f"use a registered {what} (see `a2e-host tools`) or enable the "
                          "pack that provides it")
 
@@ -418,9 +530,18 @@ class _Validator:
     def compile_one(self, nid: str, field: str, text: str) -> Expression | None:
         try:
             return compile_expression(text)
+        except ExpressionTooComplex as exc:
+            self.invalid(nid, field, f"expression {clip(text)} {exc.message}",
+                         "split it over several nodes (each reads the one before) or simplify "
+                         f"it; an expression may nest at most {MAX_EXPRESSION_NESTING} levels "
+                         f"and have at most {MAX_EXPRESSION_CHARS:,} characters (put large "
+                         "data in initial_input and read it as input.x)",
+                         **({"column": exc.column} if exc.column is not None else {}))
+            return None
         except ExpressionError as exc:
             where = f" at column {exc.column}" if exc.column is not None else ""
-            self.invalid(nid, field, f"JMESPath syntax error in {text!r}{where}: {exc.message}",
+            self.invalid(nid, field, f"JMESPath syntax error in {clip(text)}{where}: "
+                         f"{exc.message}",
                          "literals go in backticks (`0`, `\"text\"`); fields are read from "
                          "the context root (read.output, input.x)", column=exc.column)
             return None
@@ -540,7 +661,7 @@ class _Validator:
                     if src is None:
                         self.invalid(bid, field, f"{expr.text!r} reads {root!r}, which is neither "
                                      "a node of this chain nor a context key"
-                                     f"{_suggest(root, [*self.by_id, *CONTEXT_KEYS])}",
+                                     f"{self.suggest(root, 'roots')}",
                                      "read a declared node's output (<node_id>.output) or a "
                                      f"context key: {', '.join(sorted(CONTEXT_KEYS))}")
                     elif self.is_template(src):
@@ -594,8 +715,11 @@ class _Validator:
             order = {code: rank for rank, code in enumerate(_PRECEDENCE)}
             problems = sorted(self.problems, key=lambda p: order[p["code"]])
             first = problems[0]
+            details: dict[str, Any] = {"errors": problems}
+            if first["code"] == CHAIN_LIMIT and all(k in first for k in _LIMIT_FIELDS):
+                details = {**{k: first[k] for k in _LIMIT_FIELDS}, "errors": problems}
             raise ChainInvalid(_summary(problems), code=first["code"],
-                               node_id=first["node_id"], details={"errors": problems})
+                               node_id=first["node_id"], details=details)
         return self.plan(preds, control, entry)
 
     def count_preds(self) -> tuple[list[int], list[bool]]:
@@ -620,7 +744,7 @@ class _Validator:
         i = self.by_id.get(entry)
         if i is None:
             self.invalid("", "entry_node", f"entry_node {entry!r} is not a node of this chain"
-                         f"{_suggest(entry, self.by_id)}", hint)
+                         f"{self.suggest(entry, 'ids')}", hint)
             return None
         if self.is_template(i):
             mid = self.nodes[self.template_of[i]].node_id  # type: ignore[index]

@@ -11,6 +11,9 @@ once from the events' ``ts`` fields (host clock) and once from our receive times
 The host's peak RSS (VmHWM) is read from /proc at the end.
 
 Prints one JSON object; ``status: "unavailable"`` when the CLI does not exist yet.
+``WORKLOAD`` may be a comma list (``a,b,c``): the workloads then run one after another on
+one host process and session, one JSON line each (``bench --quick`` does this: it checks
+correctness, and a host start per workload costs more than the workload).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 import msgspec
 
 from bench.common import REQUEST_DECODER, Plan
-from bench.workloads import NAMES, Workload, check_response
+from bench.workloads import NAMES, QUICK_SIZES, Workload, check_response
 
 STDIO_ARGV = ["stdio", "--tools", "bench"]
 SERVE_ARGV = ["serve", "--host", "127.0.0.1", "--port", "{port}", "--tools", "bench"]
@@ -142,13 +145,16 @@ class _NotUp(Exception):
     """The host did not get as far as a successful handshake: reported as unavailable."""
 
 
-async def _session(conn: Any, w: Workload, runs: int, warmup: int, pid: int) -> dict[str, Any]:
+async def _session(conn: Any, ws: list[Workload], runs: int, warmup: int, pid: int,
+                   results: list[dict[str, Any]]) -> None:
+    """Handshake, then run each workload in turn, appending its result to ``results``."""
     try:
         async with asyncio.timeout(HANDSHAKE_TIMEOUT):
             sid = await _handshake(conn)
     except (OSError, ConnectionError, KeyError, ValueError, RuntimeError, TimeoutError) as exc:
         raise _NotUp(f"{type(exc).__name__}: {exc}") from exc
-    return await _runs(conn, sid, w, runs, warmup, pid)
+    for w in ws:
+        results.append(await _runs(conn, sid, w, runs, warmup, pid))
 
 
 async def _handshake(conn: Any) -> str:
@@ -219,18 +225,29 @@ def host_command(host: str) -> list[str] | None:
 
 async def run(transport: str, w: Workload, runs: int, warmup: int,
               host: str = "ours") -> dict[str, Any]:
+    """One workload on a host process of its own (what a full benchmark run measures)."""
+    return (await run_many(transport, [w], runs, warmup, host))[0]
+
+
+async def run_many(transport: str, ws: list[Workload], runs: int, warmup: int,
+                   host: str = "ours") -> list[dict[str, Any]]:
+    """Several workloads one after another on one host process and session; one result
+    per workload, in order. Once one fails, the rest are reported as not run (the
+    session's state is unknown). The host's peak RSS is then the peak so far."""
     cmd = host_command(host)
     if cmd is None:
-        return {"status": "unavailable", "reason": "no a2e-host executable"}
+        return [{"status": "unavailable", "reason": "no a2e-host executable"} for _ in ws]
     exe, *pre = cmd
     errlog = tempfile.TemporaryFile()  # the host's stderr, quoted when it fails
+    results: list[dict[str, Any]] = []
     try:
         if transport == "stdio":
             proc = await asyncio.create_subprocess_exec(
                 exe, *pre, *STDIO_ARGV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=errlog, limit=STREAM_LIMIT, env=_host_env())
             try:
-                return await _session(_Stdio(proc), w, runs, warmup, proc.pid)
+                await _session(_Stdio(proc), ws, runs, warmup, proc.pid, results)
+                return results
             finally:
                 assert proc.stdin is not None
                 proc.stdin.close()  # EOF = client gone (PROTOCOL.md §1)
@@ -246,16 +263,17 @@ async def run(transport: str, w: Workload, runs: int, warmup: int,
             deadline = time.monotonic() + 15
             while True:
                 try:
-                    ws = await connect(f"ws://127.0.0.1:{port}",
-                                       subprotocols=[Subprotocol(SUBPROTOCOL)],
-                                       max_size=None, compression=None)
+                    websocket = await connect(f"ws://127.0.0.1:{port}",
+                                              subprotocols=[Subprotocol(SUBPROTOCOL)],
+                                              max_size=None, compression=None)
                     break
                 except OSError:
                     if proc.returncode is not None or time.monotonic() > deadline:
                         raise _NotUp(f"nothing listens on port {port}") from None
                     await asyncio.sleep(0.05)
-            async with ws:
-                return await _session(_Ws(ws), w, runs, warmup, proc.pid)
+            async with websocket:
+                await _session(_Ws(websocket), ws, runs, warmup, proc.pid, results)
+                return results
         finally:
             if proc.returncode is None:
                 proc.terminate()
@@ -263,15 +281,19 @@ async def run(transport: str, w: Workload, runs: int, warmup: int,
     except _NotUp as exc:
         errlog.seek(0)
         tail = errlog.read().decode(errors="replace").strip().splitlines()[-1:]
-        return {"status": "unavailable",
-                "reason": f"host not up (no handshake): {exc} {' '.join(tail)}".strip()}
+        return [{"status": "unavailable",
+                 "reason": f"host not up (no handshake): {exc} {' '.join(tail)}".strip()}
+                for _ in ws]
     except (OSError, RuntimeError, ConnectionError, AssertionError, KeyError,
             TimeoutError) as exc:
         # A wrong result is an error; a host that cannot run the workload has "failed".
         kind = "error" if isinstance(exc, AssertionError) else "failed"
         errlog.seek(0)
         tail = errlog.read().decode(errors="replace").strip().splitlines()[-3:]
-        return {"status": kind, "error": f"{type(exc).__name__}: {exc}", "host_stderr": tail}
+        results.append({"status": kind, "error": f"{type(exc).__name__}: {exc}",
+                        "host_stderr": tail})
+        return results + [{"status": "failed", "error": "not run: an earlier workload "
+                           "failed on this host"} for _ in ws[len(results):]]
     finally:
         errlog.close()
 
@@ -287,23 +309,32 @@ async def _reap(proc: asyncio.subprocess.Process) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.e2e")
     ap.add_argument("transport", choices=["stdio", "ws"])
-    ap.add_argument("workload")
+    ap.add_argument("workload", help="a..e or a name; a comma list runs them one after "
+                    "another on one host process, printing one JSON line each")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--size", type=int, default=None)
+    ap.add_argument("--quick-sizes", action="store_true",
+                    help="each workload at its --quick size (bench.workloads.QUICK_SIZES)")
     ap.add_argument("--host", choices=["ours", "reference"], default="ours",
                     help="ours: a2e-host; reference: bench.fake_host (minimal reference)")
     a = ap.parse_args(argv)
-    key = next((k for k, v in NAMES.items() if a.workload in (k, v)), None)
-    if key is None:
-        ap.error(f"unknown workload {a.workload!r}")
-    w = Workload(key, a.size)
-    res = {"host": a.host, "transport": a.transport, "workload": w.name, "key": key, "size": a.size,
-           "units": w.units, "events": w.events}
-    res |= asyncio.run(run(a.transport, w, a.runs, a.warmup, a.host))
-    json.dump(res, sys.stdout)
-    sys.stdout.write("\n")
-    return 1 if res["status"] == "error" else 0
+    keys = []
+    for part in a.workload.split(","):
+        key = next((k for k, v in NAMES.items() if part.strip() in (k, v)), None)
+        if key is None:
+            ap.error(f"unknown workload {part!r}")
+        keys.append(key)
+    sizes = [QUICK_SIZES[k] if a.quick_sizes else a.size for k in keys]
+    ws = [Workload(k, size) for k, size in zip(keys, sizes, strict=True)]
+    results = asyncio.run(run_many(a.transport, ws, a.runs, a.warmup, a.host))
+    for k, size, w, found in zip(keys, sizes, ws, results, strict=True):
+        res = {"host": a.host, "transport": a.transport, "workload": w.name, "key": k,
+               "size": size, "units": w.units, "events": w.events}
+        res |= found
+        json.dump(res, sys.stdout)
+        sys.stdout.write("\n")
+    return 1 if any(r["status"] == "error" for r in results) else 0
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ Writes ``<out>/latest.json`` and ``<out>/latest.md`` (``--quick``: ``quick.json`
 a number) or a reference failed; "unavailable" (the host's API or CLI not there yet) is
 not a failure.
 
-``--quick``: small versions of each workload, 1 run, no warm-up, no micro figures: a
-correctness check for CI.
+``--quick``: small versions of each workload, 1 run, no warm-up, no micro figures, three
+measurement processes at once (``--jobs``), and end to end one host process per host and
+transport running every workload in turn: a correctness check for CI.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import platform
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +72,24 @@ def _run_json(argv: list[str]) -> dict[str, Any]:
     return res
 
 
+def _run_json_lines(argv: list[str], expected: int) -> list[dict[str, Any]]:
+    """Like :func:`_run_json` for a command printing one JSON line per result."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    try:
+        p = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=SUBPROCESS_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return [{"status": "failed", "error": f"timed out after {SUBPROCESS_TIMEOUT} s"}
+                ] * expected
+    found = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if len(found) != expected:
+        tail = p.stderr.strip().splitlines()[-5:]
+        return [{"status": "failed", "error": f"exit {p.returncode}, {len(found)} of "
+                 f"{expected} results", "stderr": tail}] * expected
+    return found
+
+
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -93,16 +115,31 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _run_all(tasks: list[Callable[[], Any]], jobs: int) -> list[Any]:
+    """Call each task in a thread, ``jobs`` at once (each starts and waits for a
+    measurement process); results in task order."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(lambda task: task(), tasks))
+
+
 def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bool,
-            e2e: bool, micro: bool, e2e_runs: int, rounds: int = 1) -> dict[str, Any]:
+            e2e: bool, micro: bool, e2e_runs: int, rounds: int = 1,
+            jobs: int = 1) -> dict[str, Any]:
+    """Run every measurement. ``jobs`` > 1 runs that many measurement processes at once
+    (for ``--quick``, where only correctness counts: concurrent runs disturb the times);
+    with 1 they run one after another, as timing needs."""
     results: dict[str, Any] = {
         "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                     "python": platform.python_version(), "processor": platform.processor()},
-        "settings": {"runs": runs, "warmup": warmup, "quick": quick, "rounds": rounds},
+        "settings": {"runs": runs, "warmup": warmup, "quick": quick, "rounds": rounds,
+                     "jobs": jobs},
         "loadavg_at_start": os.getloadavg(),
         "inprocess": {}, "e2e": [], "micro": None,
     }
+    if jobs > 1:
+        return _collect_concurrently(results, keys, impls, runs, warmup, quick, e2e, micro,
+                                     e2e_runs, rounds, jobs)
     for k in keys:
         size = QUICK_SIZES[k] if quick else None
         by_impl: dict[str, list[dict[str, Any]]] = {i: [] for i in impls}
@@ -111,34 +148,106 @@ def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bo
             for impl in impls:
                 if impl in gone:
                     continue
-                argv = ["-m", "bench.measure", impl, k, "--runs", str(runs),
-                        "--warmup", str(warmup)]
-                if size:
-                    argv += ["--size", str(size)]
-                res = _run_json(argv)
+                res = _run_json(_measure_argv(impl, k, runs, warmup, size))
                 by_impl[impl].append(res)
                 _progress(f"{NAMES[k]:>18} {impl:>13} (round {rnd + 1}): {_brief(res)}")
                 if res.get("status") == "unavailable":
                     gone.add(impl)
         results["inprocess"][k] = {i: merge_rounds(rs) for i, rs in by_impl.items() if rs}
-    if e2e:
+    if e2e and quick:
+        for host in ("reference", "ours"):
+            for transport in ("stdio", "ws"):
+                found = _run_json_lines(_e2e_quick_argv(transport, keys, host, e2e_runs,
+                                                        warmup), len(keys))
+                _add_e2e(results, host, transport, keys, found)
+    elif e2e:
         for host in ("reference", "ours"):
             for transport in ("stdio", "ws"):
                 for k in keys:
-                    argv = ["-m", "bench.e2e", transport, k, "--host", host,
-                            "--runs", str(e2e_runs), "--warmup", str(warmup)]
-                    if quick:
-                        argv += ["--size", str(QUICK_SIZES[k])]
-                    res = _run_json(argv)
-                    res.setdefault("host", host)
-                    res.setdefault("transport", transport)
-                    res.setdefault("key", k)
+                    res = _e2e_result(_run_json(_e2e_argv(transport, k, host, e2e_runs,
+                                                          warmup)), host, transport, k)
                     results["e2e"].append(res)
                     _progress(f"{NAMES[k]:>18} {host}/{transport}: {_brief(res)}")
                     if res.get("status") == "unavailable":
                         break  # the same for every workload
     if micro:
         results["micro"] = _run_json(["-m", "bench.micro"])
+    return results
+
+
+def _measure_argv(impl: str, k: str, runs: int, warmup: int, size: int | None) -> list[str]:
+    argv = ["-m", "bench.measure", impl, k, "--runs", str(runs), "--warmup", str(warmup)]
+    return argv + (["--size", str(size)] if size else [])
+
+
+def _e2e_argv(transport: str, k: str, host: str, e2e_runs: int, warmup: int) -> list[str]:
+    """One workload on a host process of its own (a full run)."""
+    return ["-m", "bench.e2e", transport, k, "--host", host, "--runs", str(e2e_runs),
+            "--warmup", str(warmup)]
+
+
+def _e2e_quick_argv(transport: str, keys: list[str], host: str, e2e_runs: int,
+                    warmup: int) -> list[str]:
+    """Every workload, at its quick size, on one host process (``bench.e2e``)."""
+    return ["-m", "bench.e2e", transport, ",".join(keys), "--host", host, "--runs",
+            str(e2e_runs), "--warmup", str(warmup), "--quick-sizes"]
+
+
+def _add_e2e(results: dict[str, Any], host: str, transport: str, keys: list[str],
+             found: list[dict[str, Any]]) -> None:
+    """Record one host/transport's results, one per workload; an "unavailable" host
+    is recorded once, as for one process per workload."""
+    for k, res in zip(keys, found, strict=True):
+        res = _e2e_result(dict(res), host, transport, k)
+        results["e2e"].append(res)
+        _progress(f"{NAMES[k]:>18} {host}/{transport}: {_brief(res)}")
+        if res.get("status") == "unavailable":
+            break
+
+
+def _e2e_result(res: dict[str, Any], host: str, transport: str, k: str) -> dict[str, Any]:
+    res.setdefault("host", host)
+    res.setdefault("transport", transport)
+    res.setdefault("key", k)
+    return res
+
+
+def _collect_concurrently(results: dict[str, Any], keys: list[str], impls: list[str],
+                          runs: int, warmup: int, quick: bool, e2e: bool, micro: bool,
+                          e2e_runs: int, rounds: int, jobs: int) -> dict[str, Any]:
+    """:func:`collect` with ``jobs`` measurement processes at once; the same results."""
+
+    def measure(k: str, rnd: int, impl: str) -> dict[str, Any]:
+        res = _run_json(_measure_argv(impl, k, runs, warmup, QUICK_SIZES[k] if quick else None))
+        _progress(f"{NAMES[k]:>18} {impl:>13} (round {rnd + 1}): {_brief(res)}")
+        return res
+
+    def end_to_end(host: str, transport: str) -> list[dict[str, Any]]:
+        if quick:  # one host process for every workload: correctness only
+            return _run_json_lines(_e2e_quick_argv(transport, keys, host, e2e_runs, warmup),
+                                   len(keys))
+        return [_run_json(_e2e_argv(transport, k, host, e2e_runs, warmup)) for k in keys]
+
+    inproc = [(k, rnd, impl) for k in keys for rnd in range(rounds) for impl in impls]
+    ends = [(host, transport) for host in ("reference", "ours")
+            for transport in ("stdio", "ws")] if e2e else []
+    tasks: list[Callable[[], Any]] = [partial(end_to_end, h, t) for h, t in ends]
+    tasks += [partial(measure, k, rnd, impl) for k, rnd, impl in inproc]
+    if micro:
+        tasks.append(partial(_run_json, ["-m", "bench.micro"]))
+    everything = _run_all(tasks, jobs)
+    for (host, transport), found in zip(ends, everything, strict=False):
+        _add_e2e(results, host, transport, keys, found)
+    measured = everything[len(ends):]
+    for k in keys:
+        by_impl: dict[str, list[dict[str, Any]]] = {i: [] for i in impls}
+        for (key, _, impl), res in zip(inproc, measured, strict=False):
+            if key == k and not (by_impl[impl] and by_impl[impl][0].get("status")
+                                 == "unavailable"):
+                by_impl[impl].append(res)
+        results["inprocess"][k] = {i: merge_rounds(rs) for i, rs in by_impl.items() if rs}
+    if micro:
+        results["micro"] = everything[-1]
     return results
 
 
@@ -177,8 +286,10 @@ def report(r: dict[str, Any]) -> str:
     s = r["settings"]
     m = r["machine"]
     rounds = f" × {s['rounds']} interleaved rounds" if s.get("rounds", 1) > 1 else ""
-    kind = ("quick check: small sizes, one run, correctness only; the times are not "
-            "comparable with a full run" if s["quick"] else "full")
+    at_once = (f", {s['jobs']} measurements at once" if s.get("jobs", 1) > 1 else "")
+    kind = (f"quick check: small sizes, one run{at_once}, end to end one host per "
+            "transport for all workloads, correctness only; the times are not comparable "
+            "with a full run" if s["quick"] else "full")
     out = [f"# a2e-host benchmark ({kind})", "",
            f"{r['when']} · {m['platform']} · {m['cpus']} CPUs · Python {m['python']} · "
            f"load average at start {r.get('loadavg_at_start', ['?'])[0]:.2f} · "
@@ -304,6 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-e2e", action="store_true", help="skip the stdio/WebSocket runs")
     ap.add_argument("--e2e-runs", type=int, default=None, help="default: 5 (quick 1)")
     ap.add_argument("--no-micro", action="store_true")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="measurement processes at once (default 1; quick 3: the quick "
+                    "check's times are not comparable anyway)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="repeat each workload's implementations R times, interleaved, and "
                     "pool the runs (evens out load drift on a shared machine)")
@@ -323,8 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     if not a.quick and runs < 5:
         _progress(f"note: --runs {runs} < 5: medians of so few runs are noisy")
     e2e_runs = a.e2e_runs or (1 if a.quick else 5)
+    jobs = a.jobs or (3 if a.quick else 1)
+    if not a.quick and jobs > 1:
+        _progress(f"note: --jobs {jobs}: concurrent measurements disturb each other's times")
     r = collect(keys, impls, runs, warmup, a.quick, not a.no_e2e,
-                not (a.quick or a.no_micro), e2e_runs, a.rounds)
+                not (a.quick or a.no_micro), e2e_runs, a.rounds, jobs)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "quick" if a.quick else "latest"

@@ -11,9 +11,10 @@ Modules, bottom up:
 * :mod:`conformance.manifest` — ``requirements.json`` and coverage (pure).
 * :mod:`conformance.invariants` — per-request chain transcript checks (pure).
 * :mod:`conformance.transports` — stdio and WebSocket clients (asyncio).
-* :mod:`conformance.runner` — one case over one connection (asyncio).
-* :mod:`conformance.suite` — probe, gating, scheduling (asyncio).
-* :mod:`conformance.report`, :mod:`conformance.cli`, :mod:`conformance.pytest_plugin`.
+* :mod:`conformance.runner` — one case over one connection or a shared session (asyncio).
+* :mod:`conformance.suite` — probe, gating, scheduling, shared sessions (asyncio).
+* :mod:`conformance.report`, :mod:`conformance.cli` (the ``a2e-conformance`` command),
+  :mod:`conformance.pytest_plugin`.
 """
 
 __version__ = "0.1.0"

@@ -14,7 +14,15 @@ Case header::
      "features": ["chain/cancel"],              # host features it needs (else skipped)
      "needs": ["auth"],                         # runner conditions (see runner.CONDITIONS)
      "transports": ["ws"],                      # only on these transports (default: all)
+     "own_connection": true,                    # never share a session (see below)
      "timeout": 10}                             # seconds for the whole case
+
+Sessions. Over stdio the suite lets cases with the same handshake take turns on one
+session (one host process), each with its own ids; a case that needs a connection of
+its own -- one it closes, reconnects, expects the host to close, or handshakes itself
+(``"handshake": false``) -- gets one. Those four are recognised from the steps; any
+other reason is declared with ``"own_connection": true``. Over WebSocket every case
+has its own connection anyway.
 
 Steps (one key names the kind)::
 
@@ -47,7 +55,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CASES_DIR", "Case", "CaseError", "load_cases", "load_file", "STEP_KINDS"]
+__all__ = ["CASES_DIR", "CONNECTION_STEPS", "Case", "CaseError", "load_cases", "load_file",
+           "STEP_KINDS"]
 
 CASES_DIR = Path(__file__).parent / "cases"
 
@@ -58,7 +67,9 @@ STEP_KINDS = (
 )
 _STEP_OPTIONS = {"as", "for", "where", "exact", "within"}
 _HEADER_KEYS = {"case", "requires", "doc", "handshake", "features", "needs", "transports",
-                "timeout"}
+                "timeout", "own_connection"}
+#: Steps that end or replace the connection: a case using one never shares a session.
+CONNECTION_STEPS = ("close", "reconnect", "expect_close")
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
@@ -80,6 +91,19 @@ class Case:
     needs: tuple[str, ...] = ()
     transports: tuple[str, ...] = ()
     timeout: float = 10.0
+    own_connection: bool = False
+    """True when the case must not share a session with other cases (see module doc)."""
+
+
+def _needs_own_connection(header: dict[str, Any], steps: list[dict[str, Any]]) -> str | None:
+    """Why a case cannot share a session, read from its header and steps, or None."""
+    if header.get("handshake", {}) is False:
+        return "it handshakes itself"
+    for step in steps:
+        for kind in CONNECTION_STEPS:
+            if kind in step:
+                return f"it has a {kind!r} step"
+    return None
 
 
 def _header(obj: dict[str, Any], where: str) -> dict[str, Any]:
@@ -94,6 +118,8 @@ def _header(obj: dict[str, Any], where: str) -> dict[str, Any]:
     handshake = obj.get("handshake", {})
     if handshake is not False and not isinstance(handshake, dict):
         raise CaseError(f"{where}: handshake must be an object or false")
+    if not isinstance(obj.get("own_connection", False), bool):
+        raise CaseError(f"{where}: own_connection must be true or false")
     return obj
 
 
@@ -118,6 +144,10 @@ def _parse_file(path: Path) -> Iterable[Case]:
         if header is None:
             return None
         hs = header.get("handshake", {})
+        why = _needs_own_connection(header, steps)
+        if why and header.get("own_connection") is False:
+            raise CaseError(f"{path.name}:{start}: case {header['case']!r} says "
+                            f"own_connection false, but {why}; drop the key")
         return Case(
             id=header["case"], requires=tuple(header["requires"]),
             doc=header.get("doc", ""), steps=tuple(steps), source=f"{path.name}:{start}",
@@ -125,6 +155,7 @@ def _parse_file(path: Path) -> Iterable[Case]:
             features=tuple(header.get("features", ())), needs=tuple(header.get("needs", ())),
             transports=tuple(header.get("transports", ())),
             timeout=float(header.get("timeout", 10.0)),
+            own_connection=bool(why) or bool(header.get("own_connection", False)),
         )
 
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

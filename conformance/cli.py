@@ -1,4 +1,7 @@
-"""Command line: ``python -m conformance (--stdio CMD | --ws URL) [options]``.
+"""Command line: ``a2e-conformance (--stdio CMD | --ws URL) [options]``.
+
+Installed with the package as the ``a2e-conformance`` console script;
+``python -m conformance`` is the same from a checkout.
 
 Layer: entry point. Exit status: 0 all selected cases passed (or were skipped),
 1 some failed, 2 the host could not be reached or the kit itself is broken.
@@ -12,7 +15,9 @@ import json
 import os
 import sys
 
-from .cases import CaseError, load_cases
+from websockets.exceptions import InvalidURI
+
+from .cases import Case, CaseError, load_cases
 from .manifest import (
     README,
     coverage_problems,
@@ -24,14 +29,15 @@ from .report import json_report, text_report
 from .runner import CaseResult
 from .suite import Target, run_suite
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "select"]
 
 
 def default_jobs(target: Target) -> int:
     """Cases at once: 8 over WebSocket; over stdio 2 × CPUs, clamped to 2..8.
 
-    Each stdio case spawns a host process, whose start-up is CPU-bound, so running
-    more at once than the machine has cores only adds contention.
+    Over stdio a case that cannot share a session spawns a host process, whose
+    start-up is CPU-bound, so running more at once than the machine has cores only
+    adds contention.
     """
     if target.transport == "ws":
         return 8
@@ -40,19 +46,26 @@ def default_jobs(target: Target) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m conformance",
+        prog="a2e-conformance",
         description="Run the A2E chains conformance cases against a host.")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--stdio", metavar="CMD",
                        help='host command speaking NDJSON on stdin/stdout, e.g. '
-                            '"a2e-host stdio --tools conformance" (one process per case)')
+                            '"a2e-host stdio --tools conformance"')
     where.add_argument("--ws", metavar="URL", help="WebSocket URL, e.g. ws://127.0.0.1:8765")
-    parser.add_argument("-k", metavar="PATTERN", help="only cases whose id or requirement "
-                                                       "ids contain PATTERN")
+    parser.add_argument("-k", metavar="PATTERN", action="append",
+                        help="only cases whose id or requirement ids contain PATTERN "
+                             "(repeat for any of several)")
     parser.add_argument("--json", action="store_true", help="print a JSON report instead")
     parser.add_argument("-j", "--jobs", type=int, default=None,
                         help="cases run at once (default: 8 over WebSocket; over stdio, where "
-                             "each case starts a host process, twice the CPU count, 2..8)")
+                             "a connection is a host process, twice the CPU count, 2..8)")
+    parser.add_argument("--shared", type=int, default=None, metavar="N",
+                        help="over stdio, cases with the same handshake take turns on shared "
+                             "sessions (one host process each): N for the largest group, one "
+                             "for each other group (default 2; 0 = a process per case)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="every case on a connection of its own (same as --shared 0)")
     parser.add_argument("--stderr", choices=("capture", "pass", "drop"), default="capture",
                         help="stdio host's stderr: shown on failure (capture, default), "
                              "passed through, or dropped")
@@ -71,8 +84,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def select(cases: list[Case], patterns: list[str] | None) -> list[Case]:
+    """The cases whose id or any requirement id contains any of ``patterns``
+    (case-insensitive); all of them when no pattern is given."""
+    if not patterns:
+        return cases
+    needles = [p.lower() for p in patterns]
+    return [c for c in cases
+            if any(n in c.id.lower() or any(n in r.lower() for r in c.requires)
+                   for n in needles)]
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line (the ``a2e-conformance`` console script).
+
+    Returns:
+        The exit status: 0 every selected case passed or was skipped, 1 some failed,
+        2 the host could not be reached or the kit is broken, 130 interrupted.
+    """
     args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `a2e-conformance --list | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         requirements = load_requirements()
         all_cases = load_cases()
@@ -91,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print("conformance kit is broken:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 2
-    cases = load_cases(pattern=args.k)
+    cases = select(all_cases, args.k)
     if args.list:
         for case in cases:
             print(f"{case.id:<48} {', '.join(case.requires)}")
@@ -108,10 +149,14 @@ def main(argv: list[str] | None = None) -> int:
             mark = {"passed": ".", "failed": "F", "skipped": "s"}[result.status]
             print(mark, end="", flush=True, file=sys.stderr)
 
+    shared = 0 if args.fresh else args.shared
+    if shared is not None and shared < 0:
+        print("--shared must be 0 or more", file=sys.stderr)
+        return 2
     try:
         results = asyncio.run(run_suite(cases, target, args.jobs or default_jobs(target),
-                                        progress))
-    except (RuntimeError, OSError) as exc:
+                                        progress, shared=shared))
+    except (RuntimeError, OSError, ValueError, InvalidURI) as exc:
         print(f"\ncannot run against the host: {exc}", file=sys.stderr)
         return 2
     if args.json:

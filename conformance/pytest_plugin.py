@@ -7,14 +7,16 @@ Usage (from the repository root)::
     pytest -p conformance.pytest_plugin --a2e-ws ws://127.0.0.1:8765 conformance/cases -k cycle
 
 Without ``--a2e-stdio`` / ``--a2e-ws`` the plugin collects nothing, so loading it in
-an ordinary test run is harmless. Items run one at a time, each on a fresh
-connection; the host is probed once per session.
+an ordinary test run is harmless. Items run one at a time on one event loop kept for
+the test session; the host is probed once. Over stdio, items with the same handshake
+take turns on one shared session (one host process), as ``a2e-conformance`` does
+(:mod:`conformance.suite`); ``--a2e-fresh`` gives every item a connection of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ import pytest
 
 from .cases import CASES_DIR, Case, load_file
 from .runner import CaseResult
-from .suite import Probe, Target, probe_host, run_case
+from .suite import Probe, SharedSession, Target, probe_host, run_case, session_key
 
 __all__ = ["pytest_addoption", "pytest_collect_file"]
 
@@ -34,6 +36,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--a2e-auth-token", metavar="TOKEN", help="token the host requires")
     group.addoption("--a2e-host-defaults", action="store_true",
                     help="the host runs with PROTOCOL.md §6 default ceilings")
+    group.addoption("--a2e-fresh", action="store_true",
+                    help="every case on a connection of its own (over stdio: a host process "
+                         "per case) instead of shared sessions")
 
 
 def _target(config: pytest.Config) -> Target | None:
@@ -73,20 +78,24 @@ class CaseItem(pytest.Item):
         for rid in case.requires:
             self.add_marker(pytest.mark.a2e_requirement(rid), append=True)
 
-    def _probe(self, target: Target) -> Probe:
-        stash_key = _PROBE_KEY
-        if stash_key not in self.config.stash:
-            self.config.stash[stash_key] = asyncio.run(probe_host(target))
-        return self.config.stash[stash_key]
-
     def runtest(self) -> None:
         target = _target(self.config)
         assert target is not None
-        result: CaseResult = asyncio.run(run_case(self.case, target, self._probe(target)))
+        state = _state(self.config)
+        if state.probe is None:
+            state.probe = state.run(probe_host(target))
+        shared = None
+        if target.transport == "stdio" and not self.config.getoption("--a2e-fresh"):
+            key = session_key(self.case, target, state.probe)
+            if key is not None:
+                shared = state.sessions.setdefault(
+                    key, SharedSession(str(len(state.sessions) + 1)))
+        result: CaseResult = state.run(run_case(self.case, target, state.probe, shared))
         if result.status == "skipped":
             pytest.skip(result.problems[0])
         if result.status == "failed":
-            raise CaseFailed("\n".join([*result.problems, result.diagnostics]).strip())
+            raise CaseFailed("\n".join([*result.problems, result.diagnostics,
+                                        *result.notes]).strip())
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
@@ -99,8 +108,43 @@ class CaseItem(pytest.Item):
         return self.path, 0, f"a2e case {self.case.id}"
 
 
-_PROBE_KEY = pytest.StashKey[Probe]()
+class _State:
+    """The test session's event loop, probe and shared sessions."""
+
+    def __init__(self) -> None:
+        self.runner = asyncio.Runner()
+        self.probe: Probe | None = None
+        self.sessions: dict[str, SharedSession] = {}
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return self.runner.run(coro)
+
+    def close(self) -> None:
+        async def close_all() -> None:
+            for session in self.sessions.values():
+                await session.aclose()
+
+        try:
+            self.runner.run(close_all())
+        finally:
+            self.runner.close()
+
+
+_STATE_KEY = pytest.StashKey[_State]()
+
+
+def _state(config: pytest.Config) -> _State:
+    if _STATE_KEY not in config.stash:
+        config.stash[_STATE_KEY] = _State()
+    return config.stash[_STATE_KEY]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "a2e_requirement(id): the requirement a case checks")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(_STATE_KEY, None)
+    if state is not None:
+        state.close()
+        del session.config.stash[_STATE_KEY]

@@ -64,6 +64,10 @@ def text_report(requirements: list[Requirement], results: list[CaseResult],
         lines += [f"    {p}" for p in result.problems]
         if result.diagnostics:
             lines += [f"    | {d}" for d in result.diagnostics.splitlines()]
+        lines += [f"    note: {n}" for n in result.notes]
+    for result in results:
+        if result.notes and result.status != "failed":
+            lines += [f"note on {result.case.id}: {n}" for n in result.notes]
     if verbose:
         for result in results:
             if result.status == "skipped":
@@ -92,7 +96,8 @@ def json_report(requirements: list[Requirement], results: list[CaseResult],
                     for s in ("passed", "failed", "skipped")},
         "cases": [{"id": r.case.id, "status": r.status, "requires": list(r.case.requires),
                    "source": r.case.source, "seconds": round(r.seconds, 3),
-                   "problems": r.problems, "diagnostics": r.diagnostics} for r in results],
+                   "problems": r.problems, "diagnostics": r.diagnostics, "notes": r.notes}
+                  for r in results],
         "requirements": [{"id": r.id, "source": r.source, "statement": r.statement,
                           "status": statuses[r.id]} for r in requirements],
     }

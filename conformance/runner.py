@@ -3,12 +3,14 @@
 Layer: I/O (asyncio) over :mod:`conformance.transports`; the checks themselves are
 pure (:mod:`conformance.matchers`, :mod:`conformance.invariants`).
 
-A :class:`CaseRun` owns the case's connection (a ``reconnect`` step opens a fresh
-one). It keeps every received frame that no step
-has consumed yet in ``pending``; ``expect`` takes the first pending frame (of the
-request named by ``for``, if given), ``expect_chain`` takes every frame of one request
-up to its ``chain/resp``. At the end, a frame nobody consumed fails the case: a host
-must not send what the transcript did not ask for.
+A :class:`CaseRun` runs over the case's connection (a ``reconnect`` step opens a fresh
+one), or over a session an earlier case with the same handshake opened and left clean
+(``session``: the handshake is not repeated, the case gets that session's variables;
+:meth:`CaseRun.settle` checks every passed case left nothing behind). It keeps every
+received frame that no step has consumed yet in ``pending``; ``expect`` takes the first
+pending frame (of the request named by ``for``, if given), ``expect_chain`` takes every
+frame of one request up to its ``chain/resp``. At the end, a frame nobody consumed fails
+the case: a host must not send what the transcript did not ask for.
 
 Every received frame must be one strict JSON object with the envelope (``type``,
 ``id``, ``version`` ``1.x``, ``ts``), and no two host messages may share an ``id``.
@@ -24,6 +26,7 @@ name (a sent message, or a received one).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -31,16 +34,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cases import Case
+from .cases import CONNECTION_STEPS, Case
 from .invariants import check_chain, partial_top
 from .matchers import MatcherError, match
 from .templates import expand, fill_envelope
 from .transports import Connection, Frame
 
-__all__ = ["CaseResult", "CaseRun", "CaseFailure", "chains_entry", "ENVELOPE"]
+__all__ = ["CaseResult", "CaseRun", "CaseFailure", "chains_entry", "ENVELOPE", "SESSION_VARS"]
+
+#: The case variables a handshake sets; a case sharing a session inherits them.
+SESSION_VARS = ("session", "session_id", "chains", "limits", "features")
 
 ENVELOPE = {"type": {"$type": "str"}, "id": {"$type": "str"}, "version": {"$regex": r"^1\."},
             "ts": {"$type": "number"}}
+
+
+_PARSE_SENT_BELOW = 2**20  # raw text sent is read back for its chain/req id when this small
+BARRIER_TIMEOUT = 10.0  # seconds for the pong to the ping that ends a passed case
 
 
 class CaseFailure(Exception):
@@ -60,6 +70,8 @@ class CaseResult:
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
     diagnostics: str = ""
+    notes: list[str] = field(default_factory=list)
+    """What the runner did beside the verdict, e.g. replaced a shared session after it."""
 
 
 def chains_entry(handshake_resp: dict[str, Any]) -> dict[str, Any] | None:
@@ -75,19 +87,35 @@ class CaseRun:
 
     def __init__(self, case: Case, connection: Connection, variables: dict[str, Any],
                  connect: Callable[[], Awaitable[Connection]] | None = None,
-                 token: str | None = None) -> None:
+                 token: str | None = None, session: dict[str, Any] | None = None,
+                 seen_ids: set[str] | None = None) -> None:
+        """Args:
+            case: the transcript to run.
+            connection: where to run it.
+            variables: suite variables (``probe``, ``auth_token``, ...).
+            connect: opens a fresh connection, for ``reconnect`` steps.
+            token: the auth token to handshake with.
+            session: the :data:`SESSION_VARS` of a session already handshaken on
+                ``connection`` by an earlier case; the case then skips its handshake.
+            seen_ids: ids of host messages already seen on ``connection``.
+        """
         self.case = case
         self.conn = connection
-        self.connections = [connection]  # every connection opened, for cleanup
+        self.connections = [connection]  # every connection used, for cleanup
         self._connect = connect
         self._token = token
         now = time.time()
         self.vars: dict[str, Any] = {"nonce": uuid.uuid4().hex[:12], "case": case.id,
                                      "clock": {"min": now - 86400, "max": now + 86400},
                                      **variables}
+        self.inherited = session
         self.pending: list[Frame] = []
-        self.seen_ids: set[str] = set()  # ids of every host message, to catch reuse
+        # ids of every host message on this connection, to catch reuse
+        self.seen_ids: set[str] = set() if seen_ids is None else seen_ids
         self.responded: set[str] = set()  # req_ids whose chain/resp has arrived
+        self.requested: set[str] = set()  # ids of every chain/req sent
+        self.refused: set[str] = set()  # req_ids an error message answered
+        self.anonymous_errors = 0  # errors with req_id "": the message's id was unreadable
         self.history: dict[str, list[Frame]] = {}  # req_id → frames consumed by `expect`
         self.last_sent: dict[str, Any] | None = None
         self.closed = False
@@ -105,6 +133,10 @@ class CaseRun:
                                f"by another message: {frame.raw[:300]}"])
         self.seen_ids.add(frame.message["id"])
         mtype, req_id = frame.message.get("type"), frame.message.get("req_id")
+        if mtype == "error" and isinstance(req_id, str):
+            self.refused.add(req_id)
+            if req_id == "":
+                self.anonymous_errors += 1
         if mtype in ("chain/event", "chain/resp") and isinstance(req_id, str):
             if req_id in self.responded:
                 raise CaseFailure([f"CHAIN-EVT-BEFORE-RESP: a {mtype} for request {req_id!r} "
@@ -149,6 +181,21 @@ class CaseRun:
             raise MatcherError(f"'for': {label!r} names no sent message with an id")
         return str(sent["id"])
 
+    def _note_request(self, message: Any) -> None:
+        """Remember a sent chain/req's id, to tell at the end whether it was answered."""
+        if (isinstance(message, dict) and message.get("type") == "chain/req"
+                and isinstance(message.get("id"), str)):
+            self.requested.add(message["id"])
+
+    def unanswered(self) -> list[str]:
+        """Ids of chain/req sent that got neither a chain/resp nor an error.
+
+        An error with ``req_id`` ``""`` (PROTOCOL.md §2: the offending message had no
+        readable id, e.g. it was too large to read) is taken to answer one of them.
+        """
+        left = sorted(self.requested - self.responded - self.refused)
+        return left if len(left) > self.anonymous_errors else []
+
     # ---- steps ------------------------------------------------------------------
     async def do_send(self, step: dict[str, Any]) -> None:
         message = expand(step["send"], self.vars)
@@ -158,17 +205,23 @@ class CaseRun:
             self.vars[step["as"]] = message
         if isinstance(message, dict) and message.get("type") == "chain/req":
             self.last_sent = message
+        self._note_request(message)
         await self.conn.send_text(json.dumps(message, ensure_ascii=False))
 
     async def do_send_text(self, step: dict[str, Any]) -> None:
         text = expand(step["send_text"], self.vars)
         if isinstance(text, list):  # pieces, so a case can build huge or odd frames
             text = "".join(str(piece) for piece in text)
+        message: Any = None
         if "as" in step:  # name a raw message for `for` / `$ref` (Python's last-wins decode)
             message = json.loads(text)
             self.vars[step["as"]] = message
             if message.get("type") == "chain/req":
                 self.last_sent = message
+        elif len(text) < _PARSE_SENT_BELOW:
+            with contextlib.suppress(ValueError, RecursionError):  # odd frames stay odd
+                message = json.loads(text)
+        self._note_request(message)
         await self.conn.send_text(text)
 
     async def do_send_bytes(self, step: dict[str, Any]) -> None:
@@ -329,7 +382,9 @@ class CaseRun:
 
     async def run(self, token: str | None) -> None:
         """Run every step; raise :class:`CaseFailure` on the first that fails."""
-        if self.case.handshake is not None:
+        if self.inherited is not None:
+            self.vars.update(self.inherited)
+        elif self.case.handshake is not None:
             await self.handshake(token)
         for number, step in enumerate(self.case.steps, 1):
             kind = next(k for k in step if k in _STEPS)
@@ -340,6 +395,59 @@ class CaseRun:
                 raise
         if self.pending:
             raise CaseFailure([f"unexpected messages at the end: {self.pending_text()}"])
+
+
+    def session_facts(self) -> dict[str, Any]:
+        """The :data:`SESSION_VARS` of this case's session, for a case that shares it."""
+        return {name: self.vars[name] for name in SESSION_VARS if name in self.vars}
+
+    async def settle(self) -> str | None:
+        """After a passed case: did the host send anything more for it?
+
+        When the case has a session and kept its connection, sends a ``ping`` and reads
+        up to its ``pong``. Anything else arriving first was sent by the host after the
+        case's last step: that fails the case, as unconsumed messages at the end always
+        do (without this, a message sent just after the last one a case waits for
+        would go unseen).
+
+        Returns:
+            None when the session is clean and can be shared on, else why not (the
+            case closed or replaced its connection, has no session, left a chain/req
+            unanswered; the connection closed; no pong within :data:`BARRIER_TIMEOUT`).
+
+        Raises:
+            CaseFailure: the host sent more for this case than its steps consumed.
+        """
+        if any(kind in step for step in self.case.steps for kind in CONNECTION_STEPS):
+            return "the case closed or replaced its connection"
+        if "session_id" not in self.vars:
+            return "the case has no session"
+        left = self.unanswered()
+        if left:
+            return f"request(s) {', '.join(left)} got no chain/resp or error"
+        if self.closed:
+            return "the connection closed"
+        barrier = fill_envelope({"type": "ping", "id": f"{self.vars['nonce']}-settle"},
+                                self.vars)
+        await self.conn.send_text(json.dumps(barrier))
+        deadline = time.monotonic() + BARRIER_TIMEOUT
+        while True:
+            try:
+                frame = await asyncio.wait_for(self.conn.receive(),
+                                               max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return f"no pong to the ping ending the case within {BARRIER_TIMEOUT} s"
+            if frame is None:
+                self.closed = True
+                return "the connection closed"
+            if frame.message is not None and frame.message.get("req_id") == barrier["id"]:
+                self.seen_ids.add(str(frame.message.get("id")))
+                break
+            self._check_frame(frame)
+            self.pending.append(frame)
+        if self.pending:
+            raise CaseFailure([f"unexpected messages at the end: {self.pending_text()}"])
+        return None
 
 
 _STEPS: dict[str, Callable[[CaseRun, dict[str, Any]], Awaitable[None]]] = {

@@ -3,27 +3,37 @@
 Layer: I/O (asyncio). Talks only the wire protocol; never imports a host.
 
 The suite first *probes* the host once (a handshake asking for every capability the
-kit knows) to learn what it advertises, then runs each case on a **fresh
-connection** (a fresh process over stdio), several at a time, each bounded by its
-own timeout. A case is *skipped* when it needs a feature the host does not
-advertise (``chains`` metadata ``features``, PROTOCOL.md §2), a transport other than
-the one in use, or a runner condition (:data:`CONDITIONS`) that is not met.
+kit knows) to learn what it advertises, then runs the cases several at a time, each
+bounded by its own timeout. Over WebSocket each case gets a **fresh connection**.
+Over stdio, where a connection is a host process, cases with the same handshake take
+turns on a few **shared sessions** (:class:`SharedSession`): each case sends its own
+ids, must leave nothing unanswered or unread, and a case that fails (or leaves the
+session unclean) has the process replaced before the next case; cases that need a
+connection of their own (:attr:`~conformance.cases.Case.own_connection`) get one.
+
+A case is *skipped* when it needs a feature the host does not advertise (``chains``
+metadata ``features``, PROTOCOL.md §2), a transport other than the one in use, or a
+runner condition (:data:`CONDITIONS`) that is not met.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .cases import Case
+from .matchers import MatcherError
 from .runner import CaseFailure, CaseResult, CaseRun, chains_entry
+from .templates import expand
 from .transports import Connection, StdioConnection, WebSocketConnection
 
-__all__ = ["Target", "Probe", "probe_host", "run_case", "run_suite", "CONDITIONS"]
+__all__ = ["Target", "Probe", "SharedSession", "probe_host", "run_case", "run_suite",
+           "session_key", "suite_variables", "default_shared_sessions", "CONDITIONS"]
 
 #: Runner conditions a case may list in ``needs``, and what enables each.
 CONDITIONS = {
@@ -112,21 +122,96 @@ def skip_reason(case: Case, target: Target, probe: Probe) -> str | None:
     return None
 
 
-async def run_case(case: Case, target: Target, probe: Probe) -> CaseResult:
-    """Run one case on a fresh connection; never raises for a host misbehaviour."""
+def suite_variables(target: Target, probe: Probe) -> dict[str, Any]:
+    """The variables every case starts with, before its handshake."""
+    return {"probe": probe.handshake, "probe_limits": probe.limits,
+            "other_cap": next((c for c in probe.served if c != "chains"), None),
+            "auth_token": target.auth_token}
+
+
+def session_key(case: Case, target: Target, probe: Probe) -> str | None:
+    """Cases with equal keys may take turns on one session; None = the case cannot share.
+
+    The key is the case's handshake as it would be sent (templates expanded with the
+    suite variables), so two cases lowering the same ceiling to the same value share.
+    """
+    if case.own_connection or case.handshake is None:
+        return None
+    variables = suite_variables(target, probe)
+    if any(re.split(r"[.\[]", ref, maxsplit=1)[0] not in variables
+           for ref in _refs(case.handshake)):
+        return None  # it depends on per-case variables (nonce, case, ...)
+    try:
+        fields = expand(case.handshake, variables)
+    except MatcherError:
+        return None  # the case's own run reports the broken template
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
+def _refs(value: Any) -> list[str]:
+    """Every ``$ref`` expression inside a template."""
+    if isinstance(value, dict):
+        own = [value["$ref"]] if isinstance(value.get("$ref"), str) else []
+        return own + [r for v in value.values() for r in _refs(v)]
+    if isinstance(value, list):
+        return [r for v in value for r in _refs(v)]
+    return []
+
+
+class SharedSession:
+    """One connection (one host process over stdio) that cases take turns on.
+
+    The first case opens it and handshakes as usual; when a case passes and
+    :meth:`~conformance.runner.CaseRun.settle` finds the session clean, the next case
+    runs on it with that session's variables. After a case fails or leaves the session
+    unclean, the connection is closed (over stdio: the process is stopped), the case's
+    result says so in ``notes``, and the next case opens a fresh one.
+    """
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.conn: Connection | None = None
+        self.facts: dict[str, Any] = {}
+        self.seen_ids: set[str] = set()
+        self.cases = 0  # cases run on the current connection
+        self.opened = 0  # connections opened over the suite
+
+    async def aclose(self) -> None:
+        """Close the current connection, if any."""
+        conn, self.conn = self.conn, None
+        self.facts, self.seen_ids, self.cases = {}, set(), 0
+        if conn is not None:
+            await conn.aclose()
+
+
+async def run_case(case: Case, target: Target, probe: Probe,
+                   shared: SharedSession | None = None) -> CaseResult:
+    """Run one case; never raises for a host misbehaviour.
+
+    Args:
+        case, target, probe: what to run, where, and what the host advertised.
+        shared: run on this session (opening it if it has no connection) and leave it
+            for the next case if the case passes clean; None = a connection of its own.
+    """
     reason = skip_reason(case, target, probe)
     if reason:
         return CaseResult(case, "skipped", [reason])
     started = time.monotonic()
-    variables = {"probe": probe.handshake, "probe_limits": probe.limits,
-                 "other_cap": next((c for c in probe.served if c != "chains"), None),
-                 "auth_token": target.auth_token}
+    variables = suite_variables(target, probe)
+    inherited = shared is not None and shared.conn is not None
     try:
-        conn = await target.connect()
+        if shared is not None and shared.conn is not None:
+            conn = shared.conn
+        else:
+            conn = await target.connect()
     except (OSError, RuntimeError) as exc:
         return CaseResult(case, "failed", [f"cannot connect: {exc}"])
-    run = CaseRun(case, conn, variables, target.connect, target.auth_token)
-    status, problems = "passed", []
+    if shared is not None and not inherited:
+        shared.conn, shared.opened = conn, shared.opened + 1
+    run = CaseRun(case, conn, variables, target.connect, target.auth_token,
+                  session=shared.facts if shared is not None and inherited else None,
+                  seen_ids=shared.seen_ids if shared is not None else None)
+    status, problems, notes = "passed", [], []
     try:
         async with asyncio.timeout(case.timeout):
             await run.run(target.auth_token)
@@ -137,18 +222,54 @@ async def run_case(case: Case, target: Target, probe: Probe) -> CaseResult:
         problems = [f"case timed out after {case.timeout} s; unconsumed: {run.pending_text()}"]
     except Exception as exc:  # a broken case or transport: report, keep the suite going
         status, problems = "failed", [f"runner error: {type(exc).__name__}: {exc}"]
-    finally:
-        for opened in run.connections:
-            await opened.aclose()
     diagnostics = ("\n".join(c.diagnostics() for c in run.connections).strip()
                    if status == "failed" else "")
-    return CaseResult(case, status, problems, time.monotonic() - started, diagnostics)
+    unclean: str | None = "the case failed"
+    if status == "passed":
+        try:
+            unclean = await run.settle()
+        except CaseFailure as failure:
+            status, problems, unclean = "failed", failure.problems, "the case failed"
+            diagnostics = "\n".join(c.diagnostics() for c in run.connections).strip()
+    if shared is not None:
+        if unclean is None:
+            shared.facts = run.session_facts()
+            shared.cases += 1
+        else:
+            what = "host process" if conn.kind == "stdio" else "connection"
+            notes.append(f"shared session {shared.label}: closed its {what} after this case "
+                         f"({unclean}, case {shared.cases + 1} on it); the next case there "
+                         f"opens a fresh one")
+            await shared.aclose()
+    for opened in run.connections:
+        if shared is None or opened is not shared.conn:
+            await opened.aclose()
+    return CaseResult(case, status, problems, time.monotonic() - started, diagnostics, notes)
+
+
+def default_shared_sessions(target: Target) -> int:
+    """Shared sessions for the largest group of cases: 2 over stdio, 0 over WebSocket.
+
+    Over WebSocket a connection costs little, so every case gets its own; over stdio a
+    connection is a host process, so cases take turns on a few.
+    """
+    return 2 if target.transport == "stdio" else 0
 
 
 async def run_suite(cases: list[Case], target: Target, jobs: int = 8,
                     on_result: Callable[[CaseResult], Awaitable[None] | None] | None = None,
-                    probe: Probe | None = None) -> list[CaseResult]:
+                    probe: Probe | None = None, shared: int | None = None) -> list[CaseResult]:
     """Probe the host, then run ``cases`` at most ``jobs`` at a time.
+
+    Args:
+        cases: what to run.
+        target: the host.
+        jobs: cases in progress at once.
+        on_result: called with each result as it comes.
+        probe: the host's probe, if already made.
+        shared: how many sessions the largest group of cases with the same handshake
+            takes turns on (smaller groups take one; :func:`session_key`); 0 = every
+            case on a connection of its own. Default :func:`default_shared_sessions`.
 
     Returns:
         One result per case, in the order of ``cases``.
@@ -157,15 +278,46 @@ async def run_suite(cases: list[Case], target: Target, jobs: int = 8,
         RuntimeError: the probe handshake failed (nothing else can run).
     """
     probe = probe or await probe_host(target)
+    shared = default_shared_sessions(target) if shared is None else shared
     gate = asyncio.Semaphore(max(1, jobs))
+    results: dict[int, CaseResult] = {}
 
-    async def one(case: Case) -> CaseResult:
-        async with gate:
-            result = await run_case(case, target, probe)
+    async def report(index: int, result: CaseResult) -> None:
+        results[index] = result
         if on_result is not None:
             maybe = on_result(result)
             if maybe is not None:
                 await maybe
-        return result
 
-    return list(await asyncio.gather(*(one(c) for c in cases)))
+    async def alone(index: int) -> None:
+        async with gate:
+            result = await run_case(cases[index], target, probe)
+        await report(index, result)
+
+    async def lane(queue: list[int], session: SharedSession) -> None:
+        try:
+            while queue:
+                index = queue.pop(0)
+                async with gate:
+                    result = await run_case(cases[index], target, probe, session)
+                await report(index, result)
+        finally:
+            await session.aclose()
+
+    groups: dict[str, list[int]] = {}
+    solo: list[int] = []
+    for index, case in enumerate(cases):
+        key = session_key(case, target, probe) if shared > 0 else None
+        if key is None or skip_reason(case, target, probe):
+            solo.append(index)
+        else:
+            groups.setdefault(key, []).append(index)
+    workers = [alone(i) for i in solo]
+    largest = max((len(g) for g in groups.values()), default=0)
+    for number, queue in enumerate(groups.values(), 1):
+        lanes = shared if len(queue) == largest else 1
+        for lane_number in range(1, min(lanes, len(queue)) + 1):
+            label = f"{number}.{lane_number}" if lanes > 1 else f"{number}"
+            workers.append(lane(queue, SharedSession(label)))
+    await asyncio.gather(*workers)
+    return [results[i] for i in range(len(cases))]

@@ -118,3 +118,53 @@ def test_cli_without_a_host_is_a_usage_error(capsys):
 
     assert main([]) == 2
     assert "--stdio" in capsys.readouterr().err
+
+
+def test_cases_that_close_reconnect_or_handshake_themselves_get_their_own_connection(
+        tmp_path: Path):
+    path = tmp_path / "c.jsonl"
+    lines = [
+        {"case": "plain", "requires": ["CORE-PING"]},
+        {"send": {"type": "ping"}},
+        {"case": "closes", "requires": ["CORE-PING"]},
+        {"close": {}},
+        {"case": "no-handshake", "requires": ["CORE-PING"], "handshake": False},
+        {"send": {"type": "ping"}},
+        {"case": "declared", "requires": ["CORE-PING"], "own_connection": True},
+        {"send": {"type": "ping"}},
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    assert {c.id: c.own_connection for c in load_file(path)} == {
+        "plain": False, "closes": True, "no-handshake": True, "declared": True}
+
+
+def test_a_case_cannot_deny_needing_its_own_connection(tmp_path: Path):
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"case": "x", "requires": ["CORE-PING"], "own_connection": False})
+                    + "\n" + json.dumps({"reconnect": {}}) + "\n", encoding="utf-8")
+    with pytest.raises(CaseError, match="own_connection false, but it has a 'reconnect' step"):
+        load_file(path)
+
+
+def test_kit_cases_needing_their_own_connection_are_the_ones_that_end_it(cases):
+    own = {c.id for c in cases if c.own_connection}
+    assert {"eof-finishes-chains-stdio", "shutdown-drains-chains", "close-cancels-chains-ws",
+            "handshake-resp-shape"} <= own
+    assert "ping-pong" not in own and len(own) < len(cases) // 4
+
+
+def test_cli_k_can_be_given_several_times(capsys):
+    from conformance.cli import main
+
+    assert main(["--list", "-k", "cycle-self-loop", "-k", "PING"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert {"cycle-self-loop", "ping-pong", "ping-twice-uptime-rises"} <= set(listed)
+    assert "cycle-two-nodes" not in listed
+
+
+def test_cli_with_an_unusable_url_says_so_in_one_line(capsys):
+    from conformance.cli import main
+
+    assert main(["--ws", "ws://127.0.0.1:notaport", "-k", "ping-pong"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot run against the host" in err and "Traceback" not in err

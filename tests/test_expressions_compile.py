@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from a2e_host.expressions import Expression, ExpressionError, compile_expression, is_truthy
+from a2e_host.expressions import (
+    MAX_EXPRESSION_CHARS,
+    MAX_EXPRESSION_NESTING,
+    Expression,
+    ExpressionError,
+    ExpressionTooComplex,
+    compile_expression,
+    is_truthy,
+)
 
 
 @pytest.mark.parametrize(
@@ -170,3 +178,91 @@ def test_expression_repr_names_the_text() -> None:
 def test_dotted_paths_get_the_same_tree_jmespath_would_parse(names: list[str]) -> None:
     text = ".".join(names)
     assert compile_expression(text).parsed == jmespath.compile(text).parsed
+
+
+# ── bounds at compile time (issue 12, item 2) ──────────────────────────────────
+
+NESTINGS = {
+    "parentheses": lambda n: "(" * n + "input" + ")" * n,
+    "brackets": lambda n: "[" * n + "input" + "]" * n,
+    "braces": lambda n: "{a: " * n + "input" + "}" * n,
+    "not": lambda n: "!" * n + "input",
+    "function calls": lambda n: "to_array(" * n + "input" + ")" * n,
+    "backtick literal": lambda n: "`" + "[" * n + "]" * n + "`",
+    "object literal": lambda n: "`" + '{"a": ' * n + "1" + "}" * n + "`",
+    "projections": lambda n: "input" + "[*].a" * n,
+    "value projections": lambda n: ".".join(["*"] * n),
+    "filters": lambda n: "input" + "[?a].b" * n,
+    "flattens": lambda n: "input" + "[]" * n,
+    "or chain": lambda n: " || ".join(["input"] * n),
+    "exprefs": lambda n: "map(&" * (n // 2) + "@" + ", [@])" * (n // 2),
+}
+
+
+@pytest.mark.parametrize("form", NESTINGS)
+def test_nesting_beyond_the_bound_is_refused_before_anything_recurses(form: str) -> None:
+    for depth in (MAX_EXPRESSION_NESTING + 2, 600, 5_000):
+        text = NESTINGS[form](depth)
+        with pytest.raises(ExpressionTooComplex) as info:
+            compile_expression(text)
+        assert f"at most {MAX_EXPRESSION_NESTING} are allowed" in info.value.message
+        assert "levels deep" in info.value.message
+
+
+@pytest.mark.parametrize("form", NESTINGS)
+def test_nesting_within_the_bound_compiles_and_evaluates(form: str) -> None:
+    text = NESTINGS[form](MAX_EXPRESSION_NESTING - 3)
+    expr = compile_expression(text)
+    try:
+        expr.search({"input": [{"a": [{"a": True, "b": 1}], "b": 1}]})
+    except jmespath.exceptions.JMESPathError:
+        pass  # a type error is an answer; a RecursionError would not be
+
+
+def test_a_long_pipe_chain_is_one_node_not_a_nesting() -> None:
+    text = " | ".join(["[@]"] * 500)
+    expr = compile_expression(text)
+    assert expr.parsed["type"] == "pipe" and len(expr.parsed["children"]) == 500
+    expected: Any = {}
+    for _ in range(500):
+        expected = [expected]
+    assert expr.search({}) == expected
+
+
+def test_an_expression_longer_than_the_bound_is_refused() -> None:
+    text = "[" + ", ".join(["a"] * (MAX_EXPRESSION_CHARS // 3 + 1)) + "]"
+    with pytest.raises(ExpressionTooComplex) as info:
+        compile_expression(text)
+    assert f"at most {MAX_EXPRESSION_CHARS:,} are allowed" in info.value.message
+
+
+def test_strings_and_quoted_names_do_not_count_as_nesting() -> None:
+    for text in ["'" + "(" * 500 + "'", '"' + "[" * 500 + '"', '`"' + "{" * 500 + '"`']:
+        compile_expression(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "input.items[?size > `10`].name", "sort_by(input.ys, &n)[-1].n", "input.a || input.b",
+        "input.xs[1:3]", "input.xs[::-1]", "{x: input.a, y: [input.b, `1`]}", "input.xs[]",
+        "length(input.xs) == `3`", "max_by(input.ys, &n).n", "*.a", "input.ys[*].n",
+        "not_null(input.z, input.a)", "join(', ', input.names)", "merge(input.o, `{\"k\": 2}`)",
+        "to_string(input.o)", "keys(input.o)", "input.xs[?@ == `2`] | [0]", "!input.z",
+        "input.a && input.b", "map(&n, input.ys)", "reverse(input.names)", "sum(input.xs)",
+        "contains(input.names, 'b')", "input.ys[?n == `1`].n | length(@)",
+    ],
+)
+def test_the_budgeted_interpreter_agrees_with_jmespath(text: str) -> None:
+    context = {"input": {"items": [{"size": 5, "name": "s"}, {"size": 50, "name": "l"}],
+                         "xs": [1, 2, 3], "ys": [{"n": 2}, {"n": 1}], "a": "A", "b": [],
+                         "z": None, "names": ["a", "b"], "o": {"k": 1, "j": [1]}}}
+    assert compile_expression(text).search(context) == jmespath.search(text, context)
+
+
+def test_the_cache_bounds_its_text_not_only_its_entries() -> None:
+    from a2e_host import expressions
+
+    for i in range(40):
+        compile_expression("[" + ", ".join(f"n{i}_{k}.output" for k in range(3000)) + "]")
+    assert sum(len(text) for text in expressions._CACHE) <= expressions._CACHE_CHARS

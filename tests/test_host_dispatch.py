@@ -3,7 +3,7 @@ connection path stdio and WebSocket use). PROTOCOL.md §2."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import pytest
@@ -22,6 +22,7 @@ from a2e_host.messages import (
     Pong,
     Shutdown,
 )
+from a2e_host.plugin import Plugin
 from a2e_host.transports.memory import MemoryClient, open_memory_connection
 from tests.test_host_fakes import FakeChainPlugin
 
@@ -81,20 +82,35 @@ async def test_handshake_grants_asked_and_served_caps_with_plugin_metadata() -> 
             client, agent_caps=["chains", "proc", "chains", "video"], limits={"max_parallel": 3}
         )
     assert resp.ok and resp.reason == ""
-    assert [c.capability for c in resp.accepted_caps] == ["chains", "proc"]
+    assert [c.capability for c in resp.accepted_caps] == ["chains"]
     assert resp.max_parallel == 3
     meta = resp.accepted_caps[0].metadata
-    assert meta["namespace"] == "chain/*" and meta["features"] == ["fake"]
+    assert meta["namespace"] == "chain/*"
+    assert meta["features"] == ["fake", "handshake/gates"]
+    assert meta["gates"] == ["proc"]
     assert meta["limits"]["max_parallel"] == 3
     assert len(resp.session_id) == 32
 
 
 @pytest.mark.asyncio
-async def test_proc_is_not_granted_when_no_executable_is_allowed() -> None:
+async def test_gates_are_published_in_chains_metadata_and_proc_needs_an_allowed_executable(
+) -> None:
     host, _ = make_host()
     async with open_memory_connection(host) as client:
         resp = await handshake(client, agent_caps=["chains", "proc", "skill", "tools"])
-    assert [c.capability for c in resp.accepted_caps] == ["chains", "skill", "tools"]
+    assert [c.capability for c in resp.accepted_caps] == ["chains"]
+    assert resp.accepted_caps[0].metadata["gates"] == ["skill"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("asked", [["tools"], ["skill"], ["proc"], ["tools", "proc", "skill"]])
+async def test_node_kind_names_alone_are_no_caps_since_nothing_serves_them(
+    asked: list[str],
+) -> None:
+    host, _ = make_host(allow_proc=("echo",))
+    async with open_memory_connection(host) as client:
+        resp = await handshake(client, agent_caps=asked)
+    assert (resp.ok, resp.reason, resp.accepted_caps) == (False, "no_caps", [])
 
 
 @pytest.mark.asyncio
@@ -152,11 +168,20 @@ async def test_wrong_session_id_is_unknown_session_and_empty_means_this_one() ->
     assert isinstance(ok, ChainResponse) and ok.req_id == "y"
 
 
+class VideoPlugin(Plugin):
+    """Serves another capability, so a session can be granted something but chains."""
+
+    capability: ClassVar[str] = "video"
+    namespace: ClassVar[str] = "video/*"
+
+
 @pytest.mark.asyncio
 async def test_work_on_a_session_without_the_capability_is_capability_missing() -> None:
-    host, _ = make_host()
+    cfg = HostConfig()
+    host = Host(cfg, plugins=[FakeChainPlugin(cfg), VideoPlugin(cfg)])
     async with open_memory_connection(host) as client:
-        await handshake(client, agent_caps=["tools"])
+        resp = await handshake(client, agent_caps=["video"])
+        assert [c.capability for c in resp.accepted_caps] == ["video"]
         client.send(chain("echo", id="c"))
         err = await receive(client)
     assert isinstance(err, ErrorMessage)

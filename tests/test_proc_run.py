@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -20,8 +21,8 @@ PY = sys.executable
 MiB = 1024 * 1024
 
 
-def policy(tmp_path: Path, **options: object) -> ProcPolicy:
-    config = HostConfig(allow_proc=("sh", PY), root=str(tmp_path))
+def policy(tmp_path: Path, env_keys: tuple[str, ...] = (), **options: object) -> ProcPolicy:
+    config = HostConfig(allow_proc=("sh", PY), root=str(tmp_path), proc_env_keys=env_keys)
     return ProcPolicy.from_config(config, **options)  # type: ignore[arg-type]
 
 
@@ -136,7 +137,7 @@ def test_stdin_env_and_cwd_reach_the_child(tmp_path: Path) -> None:
     }
     os.environ["SECRET_TOKEN"] = "leak"
     try:
-        out = anyio.run(run_proc, args, policy(tmp_path))
+        out = anyio.run(run_proc, args, policy(tmp_path, env_keys=("GREETING",)))
     finally:
         del os.environ["SECRET_TOKEN"]
     assert out["stdout"] == f"from stdin\n{(tmp_path / 'work').resolve()}\nhello\nunset\n"
@@ -185,3 +186,108 @@ def test_static_check_of_a_node(tmp_path: Path) -> None:
 def test_unknown_allow_proc_entry_is_a_configuration_error() -> None:
     with pytest.raises(ValueError, match="allow_proc entry 'no-such-exe-xyz' is not an executable"):
         ProcPolicy.from_config(HostConfig(allow_proc=("no-such-exe-xyz",)))
+
+
+# ── the allowlist runs exactly what it names (issue 12.9) ──
+
+
+def allow(tmp_path: Path, *names: str, env_keys: tuple[str, ...] = ()) -> ProcPolicy:
+    config = HostConfig(allow_proc=names, root=str(tmp_path), proc_env_keys=env_keys)
+    return ProcPolicy.from_config(config)
+
+
+@pytest.mark.parametrize(
+    ("allowed", "argv"),
+    [
+        ("rbash", ["/usr/bin/bash", "-c", "echo unrestricted"]),
+        ("rbash", ["bash", "-c", "echo unrestricted"]),
+        ("xzcat", ["/usr/bin/xz", "-z", "victim.txt"]),
+        ("xzcat", ["xz", "-z", "victim.txt"]),
+    ],
+)
+def test_another_name_for_an_allowed_file_is_refused(
+    tmp_path: Path, allowed: str, argv: list[str]
+) -> None:
+    if shutil.which(allowed) is None:
+        pytest.skip(f"{allowed} is not installed")
+    (tmp_path / "victim.txt").write_text("keep me")
+    with pytest.raises(NodeError, match=rf"executable {argv[0]!r} is not allowed .*{allowed}"):
+        anyio.run(run_proc, {"argv": argv}, allow(tmp_path, allowed))
+    assert (tmp_path / "victim.txt").read_text() == "keep me"
+
+
+def test_a_multi_call_binary_behaves_as_the_allowlisted_name(tmp_path: Path) -> None:
+    if shutil.which("rbash") is None or shutil.which("xzcat") is None:
+        pytest.skip("rbash or xzcat is not installed")
+    pol = allow(tmp_path, "rbash", "xzcat")
+    out = anyio.run(run_proc, {"argv": ["rbash", "-c", "cd /"], "check": False}, pol)
+    assert out["exit_code"] == 1 and "restricted" in out["stderr"], out
+    # the absolute path the entry resolved to also runs it under the allowlisted name
+    out = anyio.run(
+        run_proc, {"argv": [shutil.which("rbash"), "-c", "cd /"], "check": False}, pol
+    )
+    assert out["exit_code"] == 1 and "restricted" in out["stderr"], out
+    (tmp_path / "victim.txt").write_text("keep me")
+    out = anyio.run(run_proc, {"argv": ["xzcat", "-z", "victim.txt"], "check": False}, pol)
+    assert (tmp_path / "victim.txt").read_text() == "keep me"
+    assert not (tmp_path / "victim.txt.xz").exists()
+    assert out["stdout"].startswith("\ufffd7zXZ"), out  # compressed to stdout, as xzcat does
+
+
+def test_an_executable_replaced_since_start_is_refused(tmp_path: Path) -> None:
+    tool = tmp_path / "tool"
+    tool.write_text("#!/bin/sh\necho v1\n")
+    tool.chmod(0o755)
+    pol = allow(tmp_path, str(tool))
+    assert anyio.run(run_proc, {"argv": [str(tool)]}, pol)["stdout"] == "v1\n"
+    replacement = tmp_path / "tool.new"
+    replacement.write_text("#!/bin/sh\necho v2\n")
+    replacement.chmod(0o755)
+    replacement.replace(tool)
+    with pytest.raises(NodeError, match="was replaced since the host started"):
+        anyio.run(run_proc, {"argv": [str(tool)]}, pol)
+
+
+def test_argv_with_a_nul_byte_is_refused_statically_and_at_run_time(tmp_path: Path) -> None:
+    pol = policy(tmp_path)
+    node = ChainNode(node_id="p", kind="proc", input={"argv": ["sh", "-c", "echo a\x00b"]})
+    assert pol.static_check(node) == (
+        "proc node 'p': input 'argv' element 2 contains a NUL byte, which no program can "
+        "receive; remove it"
+    )
+    with pytest.raises(NodeError, match="element 2 contains a NUL byte"):
+        anyio.run(run_proc, {"argv": ["sh", "-c", "echo a\x00b"]}, pol)
+
+
+# ── env is an allowlist (proc_env_keys) ──
+
+
+def test_an_env_key_not_listed_in_proc_env_keys_is_refused_naming_key_and_setting(
+    tmp_path: Path,
+) -> None:
+    for name in ("GCONV_PATH", "PYTHONPATH", "BASH_ENV", "PERL5OPT", "NODE_OPTIONS"):
+        with pytest.raises(NodeError) as info:
+            anyio.run(run_proc, {"argv": ["sh", "-c", "true"], "env": {name: "/x"}},
+                      policy(tmp_path))
+        assert f"env key {name!r} is not allowed (keys a node may set: none)" in (
+            info.value.message
+        )
+        assert "proc_env_keys" in info.value.message
+
+
+def test_listed_env_keys_reach_the_child_and_loader_variables_never_do(tmp_path: Path) -> None:
+    pol = policy(tmp_path, env_keys=("GREETING", "LD_PRELOAD"))
+    out = anyio.run(run_proc, {"argv": ["sh", "-c", 'echo "$GREETING"'],
+                               "env": {"GREETING": "hi"}}, pol)
+    assert out["stdout"] == "hi\n"
+    with pytest.raises(NodeError, match="env may not set LD_PRELOAD"):
+        anyio.run(run_proc, {"argv": ["sh", "-c", "true"], "env": {"LD_PRELOAD": "/x.so"}}, pol)
+
+
+def test_static_check_refuses_a_static_env_key(tmp_path: Path) -> None:
+    node = ChainNode(node_id="p", kind="proc",
+                     input={"argv": ["sh", "-c", "true"], "env": {"BASH_ENV": "/x"}})
+    refusal = policy(tmp_path).static_check(node)
+    assert refusal is not None and refusal.startswith(
+        "proc node 'p': env key 'BASH_ENV' is not allowed"
+    )

@@ -33,7 +33,8 @@ async def proc_stdio(root: Path, **env: str) -> AsyncIterator[Client]:
         await host.send({"type": "handshake/req", "id": "h", "agent_caps": CAPS})
         resp = await host.receive()
         assert resp["type"] == "handshake/resp" and resp["ok"], resp
-        assert [c["capability"] for c in resp["accepted_caps"]] == CAPS, resp
+        assert [c["capability"] for c in resp["accepted_caps"]] == ["chains"], resp
+        assert resp["accepted_caps"][0]["metadata"]["gates"] == ["proc"], resp  # a gate
         try:
             yield Client(host, resp)
         finally:

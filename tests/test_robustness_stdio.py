@@ -566,7 +566,7 @@ async def test_client_closing_stdin_and_stdout_mid_chain_ends_the_host_before_th
     read_end, write_end = os.pipe()  # our own pipe, so that its reader can really be closed
     process = await anyio.open_process(
         STDIO, stdin=subprocess.PIPE, stdout=write_end, stderr=subprocess.PIPE,
-        cwd=REPO, env=host_env(),
+        cwd=REPO, env=host_env(A2E_LOG_LEVEL="info"),
     )
     os.close(write_end)
     host = HostProcess(process)

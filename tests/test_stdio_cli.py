@@ -73,7 +73,7 @@ async def test_piped_requests_are_all_answered_and_the_host_exits_zero_at_eof() 
         json.dumps({"type": "ping", "id": f"p{i}"}).encode() + b"\n" for i in range(100)
     )
     async with anyio.create_task_group() as tg:
-        host = await start([*CLI, "stdio"], tg)
+        host = await start([*CLI, "stdio"], tg, A2E_LOG_LEVEL="info")
         await host.process.stdin.send(lines)  # type: ignore[union-attr]
         await host.process.stdin.aclose()  # type: ignore[union-attr]
         out = await host.read_rest()
@@ -126,7 +126,7 @@ async def test_stdin_and_stdout_closed_while_work_runs_cancels_it_and_exits() ->
     read_end, write_end = os.pipe()  # our own pipe, so that we can really close its reader
     process = await anyio.open_process(
         [*FAKE, "stdio"], stdin=subprocess.PIPE, stdout=write_end, stderr=subprocess.PIPE,
-        cwd=REPO, env=host_env(),
+        cwd=REPO, env=host_env(A2E_LOG_LEVEL="info"),
     )
     os.close(write_end)
     host = HostProcess(process)

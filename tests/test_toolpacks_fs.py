@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +124,81 @@ def test_list_dir_lists_sorted_entries(fs: ToolRegistry) -> None:
     out = call(fs, "list_dir", {"path": "."})
     assert [(e["name"], e["type"]) for e in out["entries"]] == [("a.txt", "file"), ("sub", "dir")]
     assert out["truncated"] is False
+
+
+def test_a_symlink_loop_anywhere_does_not_break_glob_star_star(
+    fs: ToolRegistry, root: Path
+) -> None:
+    (root / "loop").symlink_to(".")
+    (root / "self").symlink_to("self")
+    (root / "sub" / "back").symlink_to("..")
+    (root / "sub" / "ring1.txt").symlink_to("ring2.txt")
+    (root / "sub" / "ring2.txt").symlink_to("ring1.txt")
+    assert call(fs, "glob", {"pattern": "**/*.txt"}) == {
+        "paths": ["a.txt", "sub/b.txt"],
+        "count": 2,
+        "truncated": False,
+    }
+    assert call(fs, "glob", {"pattern": "**"})["paths"] == [".", "sub"]
+    # a pattern that names the link walks through it, inside the root
+    assert call(fs, "glob", {"pattern": "loop/sub/*.md"})["paths"] == ["loop/sub/c.md"]
+
+
+def test_glob_lists_symlinks_leading_inside_and_drops_those_leading_outside(
+    fs: ToolRegistry, root: Path
+) -> None:
+    (root / "in.txt").symlink_to("a.txt")
+    (root / "out.txt").symlink_to(root.parent / "secret.txt")
+    (root / "dangling.txt").symlink_to("nowhere.txt")
+    (root / "outdir").symlink_to(root.parent)
+    assert call(fs, "glob", {"pattern": "*.txt"})["paths"] == ["a.txt", "in.txt"]
+    assert call(fs, "glob", {"pattern": "outdir/*.txt"})["paths"] == []
+
+
+def test_many_double_stars_cost_one_walk(fs: ToolRegistry, root: Path) -> None:
+    deep = root.joinpath(*["d"] * 30)
+    deep.mkdir(parents=True)
+    (deep / "x.txt").write_text("x")
+    pattern = "**/d/" * 12 + "**/*.txt"
+    started = time.monotonic()
+    out = call(fs, "glob", {"pattern": pattern})
+    assert out["paths"] == ["/".join(["d"] * 30 + ["x.txt"])]
+    assert time.monotonic() - started < 10, "repeated ** must not multiply the walk"
+
+
+def test_stat_follows_links_inside_and_refuses_links_outside(fs: ToolRegistry, root: Path) -> None:
+    (root / "in").symlink_to("sub")
+    (root / "out").symlink_to(root.parent / "secret.txt")
+    st = call(fs, "stat", {"path": "in"})
+    assert (st["path"], st["type"], st["exists"]) == ("sub", "dir", True)
+    with pytest.raises(NodeError, match="resolves outside the root"):
+        call(fs, "stat", {"path": "out"})
+    assert call(fs, "stat", {"path": "a.txt/x"})["exists"] is False
+
+
+def test_list_dir_reports_symlinks_as_symlinks(fs: ToolRegistry, root: Path) -> None:
+    (root / "in").symlink_to("sub")
+    out = call(fs, "list_dir", {"path": "."})
+    assert [(e["name"], e["type"]) for e in out["entries"]] == [
+        ("a.txt", "file"), ("in", "symlink"), ("sub", "dir"),
+    ]
+    assert call(fs, "list_dir", {"path": "in"})["path"] == "sub"
+
+
+def test_write_file_refuses_a_directory_and_a_missing_parent(fs: ToolRegistry) -> None:
+    with pytest.raises(NodeError, match="'sub' is a directory"):
+        call(fs, "write_file", {"path": "sub", "text": "x"})
+    with pytest.raises(NodeError, match="pass make_dirs: true"):
+        call(fs, "write_file", {"path": "no/such.txt", "text": "x"})
+
+
+def test_write_file_truncates_unless_appending(fs: ToolRegistry, root: Path) -> None:
+    call(fs, "write_file", {"path": "a.txt", "text": "new"})
+    assert (root / "a.txt").read_text() == "new"
+    call(fs, "write_file", {"path": "a.txt", "text": "+", "append": True})
+    assert (root / "a.txt").read_text() == "new+"
+
+
+def test_a_missing_root_stops_the_pack_from_loading(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="pass an existing directory with --root"):
+        load_tools(HostConfig(tools=("fs",), root=str(tmp_path / "nope")))

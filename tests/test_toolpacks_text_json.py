@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
 import pytest
+from a2e_toolpacks.text import REGEX_TIMEOUT, pattern_size
 
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import NodeError
@@ -89,3 +91,98 @@ def test_bench_noop_returns_x_and_sleep_ms_waits(tools: ToolRegistry) -> None:
 def test_json_value_returns_its_value_unchanged(tools: ToolRegistry) -> None:
     assert call(tools, "json_value", {"value": {"a": [1, None, "é"]}}) == {"a": [1, None, "é"]}
     assert call(tools, "json_value", {"value": 3}) == 3
+
+
+# ── regex_findall under hostile patterns (issue 12.4) ──
+
+
+def test_the_issue_pattern_answers_at_once(tools: ToolRegistry) -> None:
+    """``(a+)+$`` over ``"a"*27 + "!"`` took 17 s with Python's re."""
+    started = time.monotonic()
+    out = call(tools, "regex_findall", {"text": "a" * 27 + "!", "pattern": "(a+)+$"})
+    assert out["count"] == 0
+    assert time.monotonic() - started < 5
+
+
+def test_catastrophic_backtracking_fails_the_node_within_the_tool_budget(
+    tools: ToolRegistry,
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(NodeError, match=r"did not finish within its 1 s budget") as info:
+        call(tools, "regex_findall", {"text": "a" * 40 + "!", "pattern": "(a|a)+$"})
+    assert info.value.details == {"timeout": REGEX_TIMEOUT}
+    assert time.monotonic() - started < 10
+
+
+def test_the_chain_deadline_shortens_the_regex_budget(tools: ToolRegistry) -> None:
+    """With 0.3 s left, the matching thread stops by then: no CPU is burnt after the
+    caller gave up (Python's re ran on for seconds in an abandoned thread)."""
+    tool = tools.get("regex_findall")
+    assert tool is not None
+
+    async def main() -> None:
+        with anyio.move_on_after(0.3):
+            await tool.invoke({"text": "a" * 40 + "!", "pattern": "(a|a)+$"})
+        await anyio.sleep(0.3)  # let the thread see its own deadline
+        cpu = time.process_time()
+        await anyio.sleep(1.0)
+        burnt = time.process_time() - cpu
+        assert burnt < 0.3, f"{burnt:.2f} s of CPU spent after the deadline"
+
+    anyio.run(main)
+
+
+def test_the_event_loop_keeps_running_while_a_regex_backtracks(tools: ToolRegistry) -> None:
+    tool = tools.get("regex_findall")
+    assert tool is not None
+    gaps: list[float] = []
+
+    async def ticker(done: anyio.Event) -> None:
+        last = time.monotonic()
+        while not done.is_set():
+            await anyio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    async def main() -> None:
+        done = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker, done)
+            with pytest.raises(NodeError, match="did not finish"):
+                await tool.invoke({"text": "a" * 40 + "!", "pattern": "(a|a)+$"})
+            done.set()
+
+    anyio.run(main)
+    assert len(gaps) > 10 and max(gaps) < 0.5, f"the loop stalled {max(gaps):.2f} s"
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"(?:a{65535}){65535}", "a{4294967294}", "(?:(?:x{100}){100}){100}", "a" * 30_000],
+)
+def test_a_pattern_that_would_expand_in_memory_is_refused_before_compiling(
+    tools: ToolRegistry, pattern: str
+) -> None:
+    with pytest.raises(NodeError, match=r"is too large: it compiles to more than 20000"):
+        call(tools, "regex_findall", {"text": "a", "pattern": pattern})
+
+
+@pytest.mark.parametrize(
+    ("pattern", "size"),
+    [
+        (r"\d{4}-\d{2}-\d{2}", 10),
+        (r"(?:ab){100}", 500),
+        (r"(?:(?:a{1,2}){1,1000}){1,1000}", 7),
+        (r"\x{263a}{2}", 2),
+        (r"[a{9999}]", 1),
+        ("a{,5}", 1),
+    ],
+)
+def test_pattern_size_counts_repeats_by_their_minimum(pattern: str, size: int) -> None:
+    assert pattern_size(pattern) == size
+
+
+def test_regex_syntax_extensions_work(tools: ToolRegistry) -> None:
+    out = call(tools, "regex_findall", {"text": "héllo wörld 42", "pattern": r"\p{L}+"})
+    assert out["matches"] == ["héllo", "wörld"]

@@ -34,7 +34,8 @@ def no_config_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def fake_catalog(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(command, "_catalog", lambda config: FakeCatalog())
+    granted = frozenset({"chains", "tools", "skill", "proc"})
+    monkeypatch.setattr(command, "_catalog", lambda config: (FakeCatalog(), granted))
 
 
 VALID = {

@@ -2,9 +2,9 @@
 
 Layer: command. No shortcut: a :class:`~a2e_host.host.Host` is built from the
 configuration, an in-memory connection is opened to it, the client handshakes (asking for
-``chains``, ``tools``, ``proc`` and ``skill``), sends the ``chain/req`` and reads its
-events until the ``chain/resp`` — the path a wire request takes (plugin, validation,
-scheduler).
+every capability the configuration serves: ``proc`` only with ``--allow-proc``; with the
+host's own ``auth_token`` when one is set), sends the ``chain/req`` and reads its events
+until the ``chain/resp`` — the path a wire request takes (plugin, validation, scheduler).
 
 Output:
 
@@ -12,21 +12,31 @@ Output:
   bar), then the final output as pretty JSON;
 * stdout not a TTY: one plain line per ``chain/event``, then the final output;
 * ``--json``: the ``chain/resp`` only, one JSON line (with ``--events``, each
-  ``chain/event`` as an NDJSON line before it).
+  ``chain/event`` as an NDJSON line before it);
+* ``--final``: ``final_output`` only, one JSON line; the request asks the host for no
+  events (``streaming: false``) and to leave ``outputs`` out of the response
+  (``include_outputs: false``).
+
+A failure goes to stderr: one summary line, then each validation problem, with the
+command-line fix where the host's hint speaks of the wire (``--allow-proc`` for a proc
+node; ``A2E_MAX_…`` or ``[limits]`` for a ceiling that refused the chain).
 
 Tool packs: when neither ``--tools`` nor the configuration (file or ``A2E_TOOLS``) names
 any, ``fs``, ``text`` and ``json`` are enabled
-(:data:`~a2e_host.config.LOCAL_TOOL_PACKS`, what the examples need). Host logs go to
-stderr at ``warning`` unless ``--log-level`` says otherwise.
+(:data:`~a2e_host.config.LOCAL_TOOL_PACKS`, what the examples need); ``--tools +PACK``
+adds PACK to them. Host logs go to stderr at ``warning`` unless ``--log-level`` says
+otherwise.
 
 Ctrl-C (SIGINT) or SIGTERM sends ``chain/cancel``: the host cancels the running nodes
 (processes killed) and the ``cancelled`` response is printed. A second Ctrl-C, or no
 response within :data:`CANCEL_WAIT` seconds, closes the connection (which cancels too).
 
-Exit codes: 0 the chain succeeded; 1 it failed (a node error, a timeout, cancelled);
-2 usage: the file cannot be read or is not a chain, ``--input`` is not a JSON object, the
-configuration is bad, or the host refused the chain as invalid (``chain_invalid``,
-``chain_cycle``, ``chain_limit`` at validation).
+Exit codes: 0 the chain succeeded; 1 it failed (a node error, a timeout); 2 usage: the
+file cannot be read or is not a chain, ``--input`` is not a JSON object, the
+configuration is bad (an unknown tool pack, an executable not on PATH, a missing skills
+directory), or the host refused the chain as invalid (``chain_invalid``,
+``chain_cycle``, ``chain_limit`` at validation); 128 + the signal's number when a signal
+interrupted the run, as a shell reports it: 130 for Ctrl-C (SIGINT), 143 for SIGTERM.
 """
 
 from __future__ import annotations
@@ -52,8 +62,6 @@ __all__ = [
     "run_main",
 ]
 
-"""Tool packs enabled when neither ``--tools`` nor the configuration names any."""
-
 CANCEL_WAIT = 10.0
 """Seconds to wait for the ``cancelled`` response after Ctrl-C before closing."""
 
@@ -66,7 +74,9 @@ class ChainFileError(ValueError):
     """A chain file or ``--input`` that cannot be used; the message says which and why."""
 
 
-def read_chain_request(path: Path, input_text: str | None = None) -> ChainRequest:
+def read_chain_request(
+    path: Path, input_text: str | None = None, *, extra: dict[str, Any] | None = None
+) -> ChainRequest:
     """Read a chain file: a ``chain/req`` body in JSON (``type``, ``id``, ``ts`` and
     ``session_id`` may be left out and are filled in).
 
@@ -74,6 +84,9 @@ def read_chain_request(path: Path, input_text: str | None = None) -> ChainReques
         path: the JSON file.
         input_text: ``--input``: a JSON object, or ``@file.json``; merged over the file's
             ``initial_input`` (its keys win). None keeps the file's.
+        extra: request fields to set over the file's (e.g. ``{"include_outputs": False}``);
+            a field this version's :class:`~a2e_host.messages.ChainRequest` does not
+            declare is dropped, as the decoder drops unknown fields.
 
     Returns:
         The request (``session_id`` empty: the client fills it in).
@@ -88,7 +101,7 @@ def read_chain_request(path: Path, input_text: str | None = None) -> ChainReques
             f"chain file {str(path)!r} has type {body['type']!r}; a chain file is a "
             "chain/req body (drop 'type' or set it to \"chain/req\")"
         )
-    body = {k: v for k, v in body.items() if k in _REQUEST_FIELDS}
+    body = {k: v for k, v in {**body, **(extra or {})}.items() if k in _REQUEST_FIELDS}
     body["type"] = "chain/req"
     body.setdefault("session_id", "")
     if input_text is not None:
@@ -151,6 +164,7 @@ def run_main(
     events: bool,
     config_path: Path | None,
     overrides: dict[str, Any],
+    final_only: bool = False,
 ) -> int:
     """Run the chain file ``chain`` through an in-process host and print the result.
 
@@ -160,31 +174,50 @@ def run_main(
         json_out: print the ``chain/resp`` only (one JSON line).
         events: with ``json_out``, print each ``chain/event`` as an NDJSON line first.
         config_path: the TOML configuration, None for defaults and ``A2E_*`` variables.
-        overrides: CLI values for the configuration (``tools``, ``allow_proc``, ``root`` …).
+        overrides: CLI values for the configuration (``tools``, ``allow_proc``, ``root`` …);
+            a ``tools`` list of ``+PACK`` entries adds to the defaults
+            (:func:`~a2e_host.commands.common.load_command_config`).
+        final_only: print ``final_output`` only, as one JSON line, and ask the host for
+            no events (``streaming: false``) and a response without ``outputs``
+            (``chain/req.include_outputs: false``).
 
     Returns:
-        The exit code: 0 success, 1 the chain failed, 2 usage or an invalid chain.
+        The exit code: 0 success, 1 the chain failed, 2 usage, a bad configuration or an
+        invalid chain, 128 + the signal number when interrupted (130 Ctrl-C, 143 SIGTERM).
     """
     try:
-        request = read_chain_request(chain, input)
+        # --final needs neither events nor outputs: ask for the response alone
+        extra = {"streaming": False, "include_outputs": False} if final_only else None
+        request = read_chain_request(chain, input, extra=extra)
     except ChainFileError as exc:
         print(f"a2e-host run: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        config = _load_config(config_path, overrides)
-    except ValueError as exc:
-        print(f"a2e-host run: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    from ..host import Host
     from ..logs import configure_logging
+    from .common import load_command_config
 
-    configure_logging(config.log_format, config.log_level)
-    if json_out:
-        display: _Display = _JsonDisplay(sys.stdout, events)
+    try:
+        config = load_command_config(
+            config_path, {"log_level": "warning", **overrides}, local_defaults=True
+        )
+        configure_logging(config.log_format, config.log_level)
+        host = Host(config)  # a plugin refusing the configuration raises ValueError
+    except ValueError as exc:
+        print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    hints = _Hints(request, config.allow_proc)
+    display: _Display
+    if final_only:
+        display = _FinalDisplay(sys.stdout, hints)
+    elif json_out:
+        display = _JsonDisplay(sys.stdout, events)
     elif sys.stdout.isatty():
-        display = _LiveDisplay(request)
+        display = _LiveDisplay(request, hints)
     else:
-        display = _PlainDisplay(request, sys.stdout)
-    response = anyio.run(_run, request, config, display)
+        display = _PlainDisplay(request, sys.stdout, hints)
+    response, signum = anyio.run(_run, request, host, display)
+    if signum is not None:
+        return 128 + signum
     if response is None:
         return EXIT_FAILED
     if response.success:
@@ -193,24 +226,36 @@ def run_main(
     return EXIT_USAGE if code in INVALID_CODES and response.nodes_run == 0 else EXIT_FAILED
 
 
-def _load_config(config_path: Path | None, overrides: dict[str, Any]) -> Any:
-    from ..config import load_config, with_local_tools
+class _Interrupt:
+    """Set by the first SIGINT/SIGTERM: ``event`` and the signal's number."""
 
-    overrides = dict(overrides)
-    overrides.setdefault("log_level", "warning")
-    return with_local_tools(load_config(config_path, overrides=overrides))
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.signum: int | None = None
 
 
-async def _run(request: ChainRequest, config: Any, display: _Display) -> ChainResponse | None:
+async def _run(
+    request: ChainRequest, host: Any, display: _Display
+) -> tuple[ChainResponse | None, int | None]:
+    """Run ``request`` on ``host`` over an in-memory connection.
+
+    Returns:
+        ``(response, signum)``: the response (None when the client failed) and the
+        number of the signal that interrupted the run, else None.
+    """
     from ..client import ClientError, ConnectionLost, connect_memory
-    from ..host import Host
+    from .common import local_capabilities
 
-    host = Host(config)
     response: ChainResponse | None = None
     failure: ClientError | None = None
-    interrupted = anyio.Event()
+    interrupted = _Interrupt()
     try:
-        async with connect_memory(host, agent_id="a2e-host run") as client:
+        # the session asks for what the configuration allows (proc with --allow-proc),
+        # and an in-process run authenticates with the host's own token
+        async with connect_memory(
+            host, agent_id="a2e-host run", agent_caps=local_capabilities(host),
+            auth_token=host.config.auth_token,
+        ) as client:
             run = client.send_request(request)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_cancel_on_signal, run, display, interrupted)
@@ -222,7 +267,7 @@ async def _run(request: ChainRequest, config: Any, display: _Display) -> ChainRe
                         else:
                             display.event(message)
                 except ConnectionLost as exc:
-                    if not interrupted.is_set():
+                    if not interrupted.event.is_set():
                         failure = exc
                 except ClientError as exc:
                     failure = exc
@@ -232,9 +277,11 @@ async def _run(request: ChainRequest, config: Any, display: _Display) -> ChainRe
         failure = exc
     finally:
         display.end()
+        with anyio.CancelScope(shield=True):
+            await host.aclose()
     if failure is not None:
         display.abort(f"a2e-host run: {failure}")
-        return None
+        return None, interrupted.signum
     if response is None:  # the connection was closed after an interrupt
         response = ChainResponse(
             req_id=request.id,
@@ -250,10 +297,10 @@ async def _run(request: ChainRequest, config: Any, display: _Display) -> ChainRe
             },
         )
     display.response(response)
-    return response
+    return response, interrupted.signum
 
 
-async def _cancel_on_signal(run: Any, display: _Display, interrupted: anyio.Event) -> None:
+async def _cancel_on_signal(run: Any, display: _Display, interrupted: _Interrupt) -> None:
     """First SIGINT/SIGTERM: ``chain/cancel``; a second one, or no answer within
     :data:`CANCEL_WAIT` seconds: close the connection (which cancels the chain too)."""
     try:
@@ -261,9 +308,10 @@ async def _cancel_on_signal(run: Any, display: _Display, interrupted: anyio.Even
     except (NotImplementedError, ValueError, RuntimeError):  # not the main thread
         return
     with receiver as signals:
-        async for _ in signals:
+        async for signum in signals:
+            interrupted.signum = int(signum)
             break
-        interrupted.set()
+        interrupted.event.set()
         display.note("cancelling the chain (Ctrl-C again to stop at once)…")
         try:
             await run.cancel()
@@ -277,6 +325,37 @@ async def _cancel_on_signal(run: Any, display: _Display, interrupted: anyio.Even
 
 
 # ── displays ────────────────────────────────────────────────────────────────
+
+
+class _Hints:
+    """What the failure report needs to add command-line fixes to the host's hints."""
+
+    def __init__(self, request: ChainRequest, allow_proc: tuple[str, ...]) -> None:
+        self.node_kinds = {node.node_id: node.kind for node in request.nodes}
+        self.allow_proc = allow_proc
+
+    def failure_lines(self, response: ChainResponse) -> list[str]:
+        """Indented lines under the failure summary: each validation problem, and how to
+        raise a ceiling that refused the chain."""
+        from .common import problem_hint, refusal_hint
+
+        error = response.error or {}
+        details = error.get("details") or {}
+        lines: list[str] = []
+        problems = details.get("errors") or []
+        for problem in problems:
+            if not isinstance(problem, dict):
+                continue
+            where = ".".join(str(p) for p in (problem.get("node_id"), problem.get("field")) if p)
+            line = f"  - {where + ': ' if where else ''}{problem.get('message', problem)}"
+            fix = problem_hint(problem, node_kinds=self.node_kinds,
+                               allow_proc=self.allow_proc)
+            lines.append(f"{line} (fix: {fix})" if fix else line)
+        if not problems and error.get("code") == "chain_limit":
+            fix = refusal_hint(details)
+            if fix:
+                lines.append(f"  - fix: {fix}")
+        return lines
 
 
 class _Display:
@@ -316,12 +395,47 @@ class _JsonDisplay(_Display):
         self.out.flush()
 
 
+class _FinalDisplay(_Display):
+    """``--final``: ``final_output`` alone as one JSON line; a failure on stderr only."""
+
+    def __init__(self, out: TextIO, hints: _Hints) -> None:
+        self.out = out
+        self.hints = hints
+
+    def response(self, response: ChainResponse) -> None:
+        if response.success:
+            self.out.write(msgspec.json.encode(response.final_output).decode("utf-8") + "\n")
+            self.out.flush()
+            return
+        _print_failure(response, _failure_summary(response), self.hints)
+
+
 def _pretty(value: Any) -> str:
     return json.dumps(msgspec.to_builtins(value), indent=2, ensure_ascii=False)
 
 
+def _failure_summary(response: ChainResponse) -> str:
+    err = response.error or {}
+    where = f" at node {err.get('node_id')!r}" if err.get("node_id") else ""
+    return (f"chain {response.chain_id} failed ({err.get('code', 'error')}){where}: "
+            f"{err.get('message', '')}")
+
+
+def _print_failure(
+    response: ChainResponse, summary: str, hints: _Hints, *, summary_shown: bool = False
+) -> None:
+    """The failure on stderr: the summary line (unless already on screen), then each
+    validation problem and the command-line fix where one applies."""
+    if not summary_shown:
+        print(f"a2e-host run: {summary}", file=sys.stderr)
+    for line in hints.failure_lines(response):
+        print(line, file=sys.stderr)
+    sys.stderr.flush()
+
+
 def _print_outcome(
-    response: ChainResponse, out: TextIO, summary: str, *, summary_shown: bool = False
+    response: ChainResponse, out: TextIO, summary: str, hints: _Hints, *,
+    summary_shown: bool = False,
 ) -> None:
     """The final output on success; else the failure (and each validation problem) on
     stderr. ``summary_shown``: the failure line is already on screen (the live table)."""
@@ -329,24 +443,17 @@ def _print_outcome(
         out.write(_pretty(response.final_output) + "\n")
         out.flush()
         return
-    if not summary_shown:
-        print(f"a2e-host run: {summary}", file=sys.stderr)
-    errors = ((response.error or {}).get("details") or {}).get("errors") or []
-    for problem in errors:
-        if isinstance(problem, dict):
-            where = ".".join(str(p) for p in (problem.get("node_id"), problem.get("field")) if p)
-            print(f"  - {where + ': ' if where else ''}{problem.get('message', problem)}",
-                  file=sys.stderr)
-    sys.stderr.flush()
+    _print_failure(response, summary, hints, summary_shown=summary_shown)
 
 
 class _PlainDisplay(_Display):
     """stdout not a TTY: one line per event, then the final output."""
 
-    def __init__(self, request: ChainRequest, out: TextIO) -> None:
+    def __init__(self, request: ChainRequest, out: TextIO, hints: _Hints) -> None:
         from ..progress import ChainProgress
 
         self.out = out
+        self.hints = hints
         self.progress = ChainProgress(request, time.monotonic())
 
     def event(self, event: ChainEvent) -> None:
@@ -359,19 +466,20 @@ class _PlainDisplay(_Display):
         self.progress.finish(response, time.monotonic())
         if response.success:
             self.out.write(self.progress.summary() + "\n")
-        _print_outcome(response, self.out, self.progress.summary())
+        _print_outcome(response, self.out, self.progress.summary(), self.hints)
 
 
 class _LiveDisplay(_Display):
     """A TTY: a rich live table while the chain runs, then the final output."""
 
-    def __init__(self, request: ChainRequest) -> None:
+    def __init__(self, request: ChainRequest, hints: _Hints) -> None:
         from rich.console import Console
         from rich.live import Live
 
         from ..progress import ChainProgress
 
         self.console = Console()
+        self.hints = hints
         self.progress = ChainProgress(request, time.monotonic())
         self.live = Live(
             console=self.console, refresh_per_second=8, transient=True,
@@ -395,4 +503,5 @@ class _LiveDisplay(_Display):
     def response(self, response: ChainResponse) -> None:
         self.progress.finish(response, time.monotonic())
         self.console.print(self.progress.render(time.monotonic()))
-        _print_outcome(response, sys.stdout, self.progress.summary(), summary_shown=True)
+        _print_outcome(response, sys.stdout, self.progress.summary(), self.hints,
+                       summary_shown=True)

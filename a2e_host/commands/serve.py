@@ -6,39 +6,45 @@ stop the host gracefully: stop accepting, let chains finish within
 ``config.shutdown_grace`` seconds, cancel the rest (their responses are still sent),
 close (WebSocket: 1001). A second signal cancels at once.
 
-Exit codes: 0 after an orderly stop (including stdin EOF and a closed stdout on stdio),
-1 when the server cannot start (e.g. the port is in use), 2 for a bad configuration.
+Exit codes: 0 after an orderly stop (including stdin EOF and a closed stdout on stdio);
+2 for a bad configuration or an address that cannot be bound (the port is in use, the
+address is not this machine's), with one line on stderr saying which.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
-from ..config import HostConfig, load_config
+from ..config import HostConfig
 from ..host import Host
-from ..logs import configure_logging
+from ..logs import configure_logging, flush_logs
 from ..plugin import Plugin
+from .common import load_command_config
 
 Plugins = Iterable[Plugin | type[Plugin]] | None
 
 __all__ = ["serve_main", "stdio_main"]
 
 
-def _setup(config_path: str | Path | None, overrides: dict[str, Any]) -> HostConfig:
+def _setup(
+    config_path: str | Path | None, overrides: dict[str, Any], auto_level: str = "info"
+) -> HostConfig:
     try:
-        config = load_config(config_path, overrides=overrides)
+        config = load_command_config(config_path, overrides, local_defaults=False)
     except ValueError as exc:
         print(f"a2e-host: configuration error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    configure_logging(config.log_format, config.log_level)
+    configure_logging(config.log_format, config.log_level, auto_level=auto_level,
+                      take_over_stderr=True)
     return config
 
 
@@ -76,17 +82,56 @@ def serve_main(
         plugins: plugins to use instead of the entry points (tests).
 
     Raises:
-        SystemExit: 2 on a configuration error, 1 when the address cannot be bound.
+        SystemExit: 2 on a configuration error or when the address cannot be bound.
     """
     config = _setup(config_path, overrides)
     host = _host(config, plugins)
     try:
         anyio.run(_serve, host, backend="asyncio")
-    except OSError as exc:
-        print(f"a2e-host: cannot listen on {config.host}:{config.port}: {exc}",
-              file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
+    except (_CannotListen, BaseExceptionGroup) as exc:
+        failed = _find(exc, _CannotListen)
+        if failed is None:
+            raise
+        print(f"a2e-host: {_bind_message(config, failed.error)}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     _exit_despite_stuck_threads(0)
+
+
+class _CannotListen(Exception):
+    """The server could not bind its address (``error``: the OSError)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _find(exc: BaseException, kind: type[_E]) -> _E | None:
+    """``exc`` itself or the first ``kind`` nested in its exception groups, else None."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find(inner, kind)
+            if found is not None:
+                return found
+    return None
+
+
+def _bind_message(config: HostConfig, exc: OSError) -> str:
+    """One sentence for a bind failure, naming the address and the fix."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {config.port} is in use; pick another with --port (0 picks a free one)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (f"cannot listen on {config.host}: it is not an address of this machine; "
+                "pick another with --host")
+    if exc.errno == errno.EACCES:
+        return (f"not allowed to listen on port {config.port} (ports below 1024 need "
+                "privileges); pick another with --port")
+    reason = exc.strerror or str(exc)
+    return f"cannot listen on {config.host}:{config.port}: {reason}; check --host and --port"
 
 
 def _exit_despite_stuck_threads(code: int) -> None:
@@ -97,6 +142,7 @@ def _exit_despite_stuck_threads(code: int) -> None:
     if stuck:
         print(f"a2e-host: exiting with {len(stuck)} worker thread(s) still busy",
               file=sys.stderr, flush=True)
+        flush_logs()  # os._exit skips the exit-time flush of queued log lines
         os._exit(code)
 
 
@@ -107,7 +153,13 @@ async def _serve(host: Host) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signals, host)
             async with anyio.create_task_group() as server:
-                bound_host, port = await server.start(serve_websocket, host)
+                try:
+                    bound_host, port = await server.start(serve_websocket, host)
+                except (OSError, BaseExceptionGroup) as exc:
+                    error = _find(exc, OSError)
+                    if error is None:
+                        raise
+                    raise _CannotListen(error) from exc
                 shown = f"[{bound_host}]" if ":" in bound_host else bound_host
                 print(f"a2e-host listening on ws://{shown}:{port}", file=sys.stderr, flush=True)
             # serve_websocket returned: shutdown was asked and every connection closed
@@ -134,7 +186,7 @@ def stdio_main(
     from ..transports.stdio import protect_stdout
 
     out_fd = protect_stdout()  # before anything can print
-    config = _setup(config_path, overrides)
+    config = _setup(config_path, overrides, auto_level="warning")  # stderr may go unread
     host = _host(config, plugins)
     anyio.run(_stdio, host, out_fd, backend="asyncio")
     _exit_despite_stuck_threads(0)

@@ -1,6 +1,9 @@
-"""``a2e-host tools [--json]``: list the tools, skills and proc allowlist of a configuration.
+"""``a2e-host tools [--json] [--all]``: list the tools, skills and proc allowlist of a
+configuration, and with ``--all`` the installed tool packs it does not enable.
 
-Layer: command (prints to stdout, errors to stderr).
+Layer: command (prints to stdout, errors to stderr). Tool packs are the entry points of
+group ``a2e_host.tools`` (:data:`~a2e_host.tools.TOOLS_GROUP`); ``--tools +PACK`` adds one
+to the packs enabled by default.
 
 Exit codes: 0 listed, 2 bad configuration (unknown tool pack, broken skill file, an
 ``allow_proc`` executable not found).
@@ -14,31 +17,41 @@ from typing import Any
 
 import msgspec
 
-from ..config import load_config, with_local_tools
+from ..config import HostConfig
 from ..toolbox import Toolbox
-from ..tools import Tool
+from ..tools import TOOLS_GROUP, Tool, ToolPack
+from .common import load_command_config
 
-__all__ = ["tools_main", "describe"]
+__all__ = ["tools_main", "describe", "installed_packs"]
 
 
-def tools_main(*, json_out: bool, config_path: Path | None, overrides: dict[str, Any]) -> int:
+def tools_main(
+    *,
+    json_out: bool,
+    config_path: Path | None,
+    overrides: dict[str, Any],
+    all_packs: bool = False,
+) -> int:
     """Print what the configuration exposes.
 
     Args:
         json_out: print one JSON document (with input and output schemas) instead of text.
         config_path: a TOML configuration file, or None.
         overrides: CLI values (``tools``, ``allow_proc``, ``skills_dirs``, ``root``).
+        all_packs: also list the installed tool packs the configuration does not enable
+            (``"packs"``: each with ``enabled`` false and the names of its tools).
 
     Returns:
         The exit code: 0, or 2 when the configuration is unusable (reason on stderr).
     """
     try:
-        config = with_local_tools(load_config(config_path, overrides=overrides))
+        config = load_command_config(config_path, overrides, local_defaults=True)
         box = Toolbox.from_config(config)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"a2e-host tools: {exc}", file=sys.stderr)
         return 2
     info = describe(box)
+    info["packs"] = [p for p in installed_packs(config) if all_packs or p["enabled"]]
     if json_out:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(info), indent=2).decode())
         sys.stdout.write("\n")
@@ -78,6 +91,33 @@ def describe(box: Toolbox) -> dict[str, Any]:
     }
 
 
+def installed_packs(config: HostConfig) -> list[dict[str, Any]]:
+    """Every tool pack installed in the entry-point group ``a2e_host.tools``, by name.
+
+    Returns:
+        ``[{"name", "description", "enabled", "tools": [names], "error"}]``: ``enabled``
+        when ``config.tools`` names it; ``tools`` built for ``config`` (empty when the
+        pack cannot be loaded or built, ``error`` then says why; else ``""``).
+    """
+    from importlib.metadata import entry_points
+
+    enabled = set(config.tools)
+    packs: list[dict[str, Any]] = []
+    for ep in sorted(entry_points(group=TOOLS_GROUP), key=lambda e: e.name):
+        info: dict[str, Any] = {"name": ep.name, "description": "", "enabled": ep.name in enabled,
+                                "tools": [], "error": ""}
+        try:
+            pack = ep.load()
+            if not isinstance(pack, ToolPack):
+                raise TypeError(f"{ep.value} is a {type(pack).__name__}, not a ToolPack")
+            info["description"] = pack.description
+            info["tools"] = sorted(t.name for t in pack.factory(config))
+        except Exception as exc:  # noqa: BLE001 - a broken third-party pack is listed as such
+            info["error"] = f"{type(exc).__name__}: {exc}"
+        packs.append(info)
+    return packs
+
+
 def _tool_info(t: Tool) -> dict[str, Any]:
     return {
         "name": t.name,
@@ -107,4 +147,18 @@ def _as_text(info: dict[str, Any]) -> str:
         lines.extend(f"  {a['name']} -> {a['path']}" for a in allow)
     else:
         lines.append("proc: disabled (allow executables with --allow-proc)")
+    packs = info.get("packs", [])
+    off = [p for p in packs if not p["enabled"]]
+    if off:
+        lines.append(f"tool packs ({len(packs)} installed; add one with --tools +NAME):")
+        width = max(len(p["name"]) for p in packs)
+        for p in packs:
+            state = "enabled" if p["enabled"] else "not enabled"
+            what = f"broken: {p['error']}" if p["error"] else p["description"]
+            lines.append(f"  {p['name']:<{width}}  {state:<11}  {what}")
+            if p["tools"] and not p["enabled"]:
+                lines.append(f"  {'':<{width}}  {'':<11}  tools: {', '.join(p['tools'])}")
+    elif packs:
+        names = ", ".join(p["name"] for p in packs)
+        lines.append(f"tool packs enabled: {names} (--all lists the installed ones not enabled)")
     return "\n".join(lines) + "\n"

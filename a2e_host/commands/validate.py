@@ -1,8 +1,10 @@
 """``a2e-host validate CHAIN.json [--json]``: check a chain file without running it.
 
 Layer: command (reads one file, prints to stdout/stderr). The chain is validated exactly
-as a ``chain/req`` would be (PROTOCOL.md §4, §6), against the tools, skills and proc
-policy of the configuration, with every capability granted.
+as a ``chain/req`` sent by ``a2e-host run`` would be (PROTOCOL.md §4, §6): against the
+tools, skills and proc policy of a host built from the same configuration, with the
+capabilities that host serves granted (``proc`` only when an executable is allowed), so
+``validate`` and ``run`` agree on every chain.
 
 Exit codes: 0 valid, 1 invalid (every problem printed), 2 unreadable file, bad JSON or
 bad configuration.
@@ -18,16 +20,14 @@ from typing import Any
 import msgspec
 
 from ..codec import decode_message
-from ..config import HostConfig, load_config, with_local_tools
+from ..config import HostConfig
 from ..exceptions import ChainInvalid, RemoteProtocolError
 from ..limits import SessionLimits
 from ..messages import ChainRequest
 from ..validation import Catalog, ChainPlan, validate_chain
+from .common import load_command_config, local_capabilities, problem_hint
 
-__all__ = ["validate_main", "GRANTED"]
-
-GRANTED = frozenset({"chains", "tools", "skill", "proc"})
-"""Capabilities assumed granted when validating a file (no session is involved)."""
+__all__ = ["validate_main"]
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNREADABLE = 0, 1, 2
 
@@ -60,16 +60,17 @@ def validate_main(
         }
         return _report_invalid(exc.code, exc.message, [problem], json_out)
     try:
-        config = with_local_tools(load_config(config_path, overrides=overrides))
-        catalog = _catalog(config)
+        config = load_command_config(config_path, overrides, local_defaults=True)
+        catalog, granted = _catalog(config)
     except ValueError as exc:  # a bad file or value, an unknown tool pack, a broken skill
         return _fail("config_error", str(exc), json_out)
     try:
-        plan = validate_chain(
-            request, catalog, SessionLimits(config.limits), granted=GRANTED
-        )
+        plan = validate_chain(request, catalog, SessionLimits(config.limits), granted=granted)
     except ChainInvalid as exc:
-        return _report_invalid(exc.code, exc.message, exc.details["errors"], json_out)
+        kinds = {node.node_id: node.kind for node in request.nodes}
+        hints = [problem_hint(p, node_kinds=kinds, allow_proc=config.allow_proc)
+                 for p in exc.details["errors"]]
+        return _report_invalid(exc.code, exc.message, exc.details["errors"], json_out, hints)
     _report_valid(chain, plan, json_out)
     return EXIT_VALID
 
@@ -102,12 +103,23 @@ def _read_request(path: Path) -> ChainRequest:
     return msg
 
 
-def _catalog(config: HostConfig) -> Catalog:
-    """The configuration's tools, skills and proc policy (:class:`~a2e_host.toolbox.Toolbox`)."""
+def _catalog(config: HostConfig) -> tuple[Catalog, frozenset[str]]:
+    """The catalog and granted capabilities of a host built from ``config``, as ``run``
+    would build it: the ``chains`` plugin's tools, skills and proc policy, and every
+    capability the host serves.
+
+    Raises:
+        ValueError: a plugin refused the configuration (e.g. an unknown tool pack).
+    """
+    from ..host import Host
+    from ..logs import configure_logging
     from ..toolbox import Toolbox
 
-    catalog: Catalog = Toolbox.from_config(config)
-    return catalog
+    configure_logging("auto", "warning")  # a plugin that fails to load is logged on stderr
+    host = Host(config)
+    toolbox = getattr(host.plugin_for("chain/req"), "toolbox", None)
+    catalog: Catalog = toolbox if toolbox is not None else Toolbox.from_config(config)
+    return catalog, frozenset(local_capabilities(host))
 
 
 def _fail(code: str, message: str, json_out: bool) -> int:
@@ -119,22 +131,26 @@ def _fail(code: str, message: str, json_out: bool) -> int:
     return EXIT_UNREADABLE
 
 
-def _report_invalid(code: str, message: str, errors: list[dict[str, Any]], json_out: bool) -> int:
+def _report_invalid(
+    code: str, message: str, errors: list[dict[str, Any]], json_out: bool,
+    hints: list[str] | None = None,
+) -> int:
     if json_out:
         print(json.dumps({"valid": False, "code": code, "message": message, "errors": errors},
                          ensure_ascii=False))
         return EXIT_INVALID
-    for problem in errors:
-        print(_line(problem))
+    for i, problem in enumerate(errors):
+        print(_line(problem, hints[i] if hints else None))
     count = len(errors)
     print(f"invalid ({code}): {count} problem{'s' if count != 1 else ''}")
     return EXIT_INVALID
 
 
-def _line(problem: dict[str, Any]) -> str:
+def _line(problem: dict[str, Any], hint: str | None = None) -> str:
     node_id, field = problem.get("node_id", ""), problem.get("field", "")
     where = f"node {node_id!r} field {field!r}" if node_id else f"field {field!r}"
-    hint = problem.get("hint")
+    if hint is None:
+        hint = problem.get("hint")
     fix = f" (fix: {hint})" if hint else ""
     return f"{where}: {problem['message']}{fix}"
 

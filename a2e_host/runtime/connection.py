@@ -24,8 +24,17 @@ end of input           (stdin EOF) stop reading, let work finish, flush, close
                        cancel the rest (their responses are still sent), flush, close
                        with 1000
 host shutdown          (signal) the same within ``config.shutdown_grace``, close 1001
-``auth_failed``        the refusal is flushed, then close with 1008
+``auth_failed``        after the peer's turn in the host's
+                       :class:`~a2e_host.admission.AuthThrottle` (``auth_failure_delay``
+                       per failure and peer), the refusal is flushed, then close 1008
+no handshake           none completed within ``config.handshake_timeout`` of opening:
+                       ``error`` ``handshake_required``, then close with 1008
 =====================  =============================================================
+
+The ``connection closed`` log line says how it ended: ``close_code`` is the code the
+host closed with, or the one the peer sent when it closed first (a WebSocket close
+frame: ``closed_by: "peer"``); ``dropped`` is true only when the peer vanished without
+an orderly close (no close frame, a broken pipe).
 """
 
 from __future__ import annotations
@@ -38,7 +47,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..codec import decode_message
-from ..exceptions import InvalidMessage, MessageTooLarge, RemoteProtocolError, UnknownType
+from ..exceptions import (
+    HandshakeRequired,
+    InvalidMessage,
+    MessageTooLarge,
+    RemoteProtocolError,
+    UnknownType,
+)
 from ..framing import LineTooLong
 from ..messages import HandshakeRequest, HandshakeResponse, Message, Ping, Pong, Shutdown
 from ..session import ConnectionSession, Session
@@ -112,8 +127,12 @@ class HostConnection:
         self.log = host.log.bind(conn_id=self.conn_id, transport=transport.kind)
         self.outbox = Outbox(self.config.outbox_high_water)
         self.sessions = ConnectionSession(
-            self.config, host.served_capabilities(), bearer_token=transport.bearer_token
+            self.config,
+            host.served_capabilities(),
+            gates=host.gates(),
+            bearer_token=transport.bearer_token,
         )
+        self.peer = transport.peer or transport.kind
         self._tg: anyio.abc.TaskGroup | None = None
         self._work: set[anyio.CancelScope] = set()
         self._idle = anyio.Event()
@@ -124,6 +143,7 @@ class HostConnection:
         self._grace_scope: anyio.CancelScope | None = None
         self._close_code = CloseCode.NORMAL
         self._close_reason = ""
+        self._deadline = anyio.CancelScope()
 
     @property
     def session(self) -> Session | None:
@@ -138,13 +158,15 @@ class HostConnection:
 
     async def run(self) -> None:
         """Serve until the connection ends; every task it started has ended on return."""
-        self.log.info("connection opened")
+        self.log.info("connection opened", peer=self.peer)
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._write_loop, name=f"{self.conn_id} writer")
                 tg.start_soon(self._read_loop, name=f"{self.conn_id} reader")
                 tg.start_soon(self._watch_peer, name=f"{self.conn_id} watcher")
+                tg.start_soon(self._enforce_handshake_deadline,
+                              name=f"{self.conn_id} handshake deadline")
                 await self._stop.wait()
                 if not self._dropped:
                     await self._drain()
@@ -157,11 +179,42 @@ class HostConnection:
                 if session is not None:
                     await self.host.session_closed(session, self.log)
                 await self.transport.aclose(self._close_code, self._close_reason)
-            self.log.info(
-                "connection closed",
-                dropped=self._dropped,
-                close_code=None if self._dropped else self._close_code,
+            self._log_closed()
+
+    def _log_closed(self) -> None:
+        if not self._dropped:
+            self.log.info("connection closed", dropped=False, close_code=self._close_code,
+                          closed_by="host", reason=self._close_reason)
+            return
+        peer_code = _peer_close_code(self.transport)
+        if peer_code is None:
+            self.log.info("connection closed", dropped=True, close_code=None)
+        else:
+            self.log.info("connection closed", dropped=False, close_code=peer_code,
+                          closed_by="peer")
+
+    async def _enforce_handshake_deadline(self) -> None:
+        """Close a connection that has no session ``handshake_timeout`` seconds after it
+        opened (a handshake that failed authentication stops the clock: its answer
+        waits its turn in the throttle instead)."""
+        timeout = self.config.handshake_timeout
+        with self._deadline:
+            await anyio.sleep(timeout)
+            if self.session is not None or self._stop.is_set():
+                return
+            self.log.info("no handshake within handshake_timeout; closing",
+                          handshake_timeout=timeout)
+            self._send_error(
+                HandshakeRequired(
+                    f"no successful handshake/req within {timeout:g} s of connecting "
+                    "(the host's handshake_timeout); send handshake/req first, on a new "
+                    "connection",
+                    detail={"handshake_timeout": timeout},
+                ),
+                req_id="",
+                message_type="",
             )
+            self.request_stop(0.0, code=CloseCode.POLICY_VIOLATION, reason="handshake timeout")
 
     async def _drain(self) -> None:
         """Orderly end: finish work within the grace period, cancel the rest, flush."""
@@ -305,12 +358,14 @@ class HostConnection:
         plugin: Plugin | None = None
         try:
             if isinstance(message, HandshakeRequest):
-                self._handshake(message)
+                await self._handshake(message)
             elif isinstance(message, Ping):
+                self.sessions.check_core(message)
                 self.outbox.send_nowait(
                     Pong(req_id=message.id, uptime_seconds=self.host.uptime_seconds)
                 )
             elif isinstance(message, Shutdown):
+                self.sessions.check_core(message)
                 timeout = min(max(message.timeout, 0), self.config.limits.max_timeout)
                 self.log.info("shutdown asked by the agent", timeout=timeout)
                 self.request_stop(float(timeout), code=CloseCode.NORMAL, reason="shutdown")
@@ -333,7 +388,7 @@ class HostConnection:
             capability = plugin.capability if plugin is not None else ""
             self._send_error(exc, req_id=message.id, message_type=mtype, capability=capability)
 
-    def _handshake(self, request: HandshakeRequest) -> None:
+    async def _handshake(self, request: HandshakeRequest) -> None:
         try:
             outcome = self.sessions.receive_handshake(request)
         except RemoteProtocolError:
@@ -350,8 +405,18 @@ class HostConnection:
                 )
             )
             return
+        if outcome.close:  # auth_failed: answered at this peer's turn, then closed
+            self._deadline.cancel()
+            delay = self.host.auth_throttle.failure(self.peer, anyio.current_time())
+            self.log.info("handshake refused", reason=outcome.response.reason,
+                          peer=self.peer, answer_in=round(delay, 3))
+            await anyio.sleep(delay)
+            self.outbox.send_nowait(outcome.response)
+            self.request_stop(0.0, code=CloseCode.POLICY_VIOLATION, reason="auth_failed")
+            return
         self.outbox.send_nowait(outcome.response)
         if outcome.session is not None:
+            self._deadline.cancel()
             self.log = self.log.bind(session_id=outcome.session.session_id)
             self.log.info(
                 "session opened",
@@ -360,8 +425,6 @@ class HostConnection:
             )
         else:
             self.log.info("handshake refused", reason=outcome.response.reason)
-        if outcome.close:
-            self.request_stop(0.0, code=CloseCode.POLICY_VIOLATION, reason="auth_failed")
 
     def _send_error(
         self, exc: BaseException, *, req_id: str, message_type: str, capability: str = ""
@@ -389,6 +452,13 @@ class HostConnection:
     async def _watch_peer(self) -> None:
         await self.transport.wait_peer_gone()
         self.drop("the peer can no longer receive")
+
+
+def _peer_close_code(transport: Transport) -> int | None:
+    """The close code the peer sent when it closed first, None when it sent none (or the
+    transport has no close codes)."""
+    code = getattr(transport, "peer_close_code", None)
+    return code if isinstance(code, int) else None
 
 
 def _utf8_length(text: str, limit: int) -> int:

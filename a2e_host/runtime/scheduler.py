@@ -33,6 +33,8 @@ Theory of operation.
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -42,12 +44,19 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import anyio.to_thread
 import jmespath.exceptions
 import structlog
 
 from ..codec import json_kind
 from ..exceptions import ChainError, ChainLimitExceeded, NodeError
-from ..expressions import is_truthy
+from ..expressions import Expression, clip, is_truthy
+from ..interpreter import (
+    Budget,
+    ContextView,
+    EvaluationSliceExhausted,
+    ExpressionBudgetExceeded,
+)
 from ..limits import Limits, SessionLimits
 from ..messages import ChainEvent, ChainNode, ChainRequest, ChainResponse, Message
 from ..nodes import Executor, NodeContext
@@ -63,7 +72,31 @@ Emit = Callable[[Message], None]
 _GRACE = 0.25  # seconds running nodes get to wind down after a cancel before we move on
 _YIELD_EVERY = 64  # nodes a worker runs before it yields to the event loop
 _SIZE_SLICE = 20_000  # values an output measurement counts before it yields to the loop
+_INLINE_STEPS = 4096  # expression steps taken on the event loop (~1-2 ms) before a thread
+_EXPRESSION_THREADS = 4  # long expression evaluations running at once (per event loop)
+_EVALUATION_ERRORS = (
+    jmespath.exceptions.JMESPathError, TypeError, ValueError, KeyError, RecursionError
+)
 _log = structlog.get_logger("a2e_host.scheduler")
+_expression_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
+    "a2e_host_expression_limiter"
+)
+
+
+def _expression_threads() -> anyio.CapacityLimiter:
+    """The event loop's own limiter for expression threads: hostile chains can take at
+    most these, never every worker thread of the host."""
+    try:
+        return _expression_limiter.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(_EXPRESSION_THREADS)
+        _expression_limiter.set(limiter)
+        return limiter
+
+
+@functools.lru_cache(maxsize=64)
+def _inline_budget(max_steps: int, max_bytes: int) -> Budget:
+    return Budget(max_steps=max_steps, max_bytes=max_bytes, slice_steps=_INLINE_STEPS)
 
 
 class _Events:
@@ -130,54 +163,6 @@ class _RequestBudget:
     def __init__(self) -> None:
         self.nodes = 0
         self.output_bytes = 0
-
-
-class _ContextView(dict):  # type: ignore[type-arg]
-    """A node's expression context: a few own keys over the chain's shared context.
-
-    The shared context (``input`` and one ``{"output", "status"}`` per finished node)
-    grows as nodes finish; each node sees it plus its own ``output`` / ``item`` /
-    ``index`` / ``error`` without copying it (PROTOCOL.md §3).
-    """
-
-    __slots__ = ("_base",)
-
-    def __init__(self, base: dict[str, Any], own: dict[str, Any]) -> None:
-        super().__init__(own)
-        self._base = base
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        if dict.__contains__(self, key):
-            return dict.__getitem__(self, key)
-        return self._base.get(key, default)
-
-    def __getitem__(self, key: Any) -> Any:
-        if dict.__contains__(self, key):
-            return dict.__getitem__(self, key)
-        return self._base[key]
-
-    def __contains__(self, key: object) -> bool:
-        return dict.__contains__(self, key) or key in self._base
-
-    def _merged(self) -> dict[str, Any]:
-        merged = dict(self._base)
-        merged.update(dict.items(self))
-        return merged
-
-    def keys(self) -> Any:
-        return self._merged().keys()
-
-    def values(self) -> Any:
-        return self._merged().values()
-
-    def items(self) -> Any:
-        return self._merged().items()
-
-    def __iter__(self) -> Any:
-        return iter(self._merged())
-
-    def __len__(self) -> int:
-        return len(self._merged())
 
 
 @dataclass(slots=True)
@@ -437,11 +422,11 @@ class ChainRunner:
             context = self._node_context(index, pnode)
             kind = pnode.kind
             if kind == "branch":
-                output, taken = self._run_branch(pnode, context)
+                output, taken = await self._run_branch(pnode, context)
             elif kind == "map":
                 output = await self._run_map(pnode, context)
             else:
-                args = self._resolve_input(pnode, context, shown)
+                args = await self._resolve_input(pnode, context, shown)
                 output = await self._execute(pnode, args, shown)
             # a map checks and counts its items' outputs as they arrive
             if kind != "map" and self._keep_output(output, shown, node_id) < 0:
@@ -493,7 +478,7 @@ class ChainRunner:
             self._push_ready(ready)
         self._finish_if_done()
 
-    def _node_context(self, index: int, pnode: PlanNode) -> _ContextView:
+    def _node_context(self, index: int, pnode: PlanNode) -> ContextView:
         state = self._state
         act = state.activator[index]
         own: dict[str, Any] = {
@@ -509,25 +494,96 @@ class ChainRunner:
                     "message": f.message,
                     **({"index": f.details["index"]} if "index" in f.details else {}),
                 }
-        return _ContextView(self._context, own)
+        return ContextView(self._context, own)
 
-    def _evaluate(self, pnode: PlanNode, field: str, expr: Any, context: Any, shown: str) -> Any:
-        try:
+    async def _evaluate(
+        self, pnode: PlanNode, field: str, expr: Expression, context: ContextView, shown: str
+    ) -> Any:
+        """Evaluate one expression under the session's expression ceilings (PROTOCOL.md §6).
+
+        A dotted path is a few dict lookups, done here. Anything else first runs on the
+        event loop for at most ``_INLINE_STEPS`` steps; past that it runs again, under the
+        full budget, in a worker thread on a snapshot of the context, and is told to stop
+        the moment this node is cancelled (chain timeout, cancel, abort).
+
+        Raises:
+            ChainLimitExceeded: ``max_expression_steps`` / ``max_expression_bytes``.
+            NodeError: the expression failed on these values.
+        """
+        if expr.path is not None:
             return expr.search(context)
-        except (jmespath.exceptions.JMESPathError, TypeError, ValueError, KeyError) as exc:
+        limits = self.limits
+        try:
+            try:
+                return expr.search(
+                    context,
+                    _inline_budget(limits.max_expression_steps, limits.max_expression_bytes),
+                )
+            except EvaluationSliceExhausted:
+                pass
+            cancelled = threading.Event()
+            budget = Budget(
+                max_steps=limits.max_expression_steps,
+                max_bytes=limits.max_expression_bytes,
+                cancelled=cancelled,
+            )
+            try:
+                return await anyio.to_thread.run_sync(
+                    expr.search,
+                    context.snapshot(),
+                    budget,
+                    abandon_on_cancel=True,
+                    limiter=_expression_threads(),
+                )
+            finally:
+                cancelled.set()  # an abandoned evaluation stops at its next check
+        except ExpressionBudgetExceeded as exc:
+            raise self._expression_refusal(pnode, field, expr, exc, shown) from None
+        except _EVALUATION_ERRORS as exc:
+            reason = "it nests too deeply" if isinstance(exc, RecursionError) else str(exc)
             raise NodeError(
-                f"node {shown!r} field {field!r}: expression {expr.text!r} failed: {exc}",
+                f"node {shown!r} field {field!r}: expression {clip(expr.text)} failed: {reason}",
                 node_id=pnode.node_id,
                 details={"field": field, "expression": expr.text},
             ) from None
 
-    def _resolve_input(self, pnode: PlanNode, context: Any, shown: str) -> dict[str, Any]:
-        static = pnode.node.input
-        if not pnode.input_map:
-            return dict(static)
-        args = dict(static)
+    def _expression_refusal(
+        self, pnode: PlanNode, field: str, expr: Expression, exc: ExpressionBudgetExceeded,
+        shown: str,
+    ) -> ChainLimitExceeded:
+        refused = self.scoped_limits.refusal(exc.ceiling, exc.requested, node_id=pnode.node_id)
+        details: dict[str, Any] = (
+            dict(refused.details) if refused is not None else
+            {"ceiling": exc.ceiling, "scope": "host", "limit": exc.limit,
+             "requested": exc.requested}
+        )
+        scope, limit = details["scope"], details["limit"]
+        if exc.ceiling == "max_expression_steps":
+            amount, did = f"{limit} steps", f"took more than {limit} steps"
+        else:
+            amount, did = f"{limit} bytes", f"built a value of at least {exc.requested} bytes"
+        how = (
+            "ask for more in handshake/req limits, up to the host's"
+            if scope == "session"
+            else f"A2E_{exc.ceiling.upper()} or [limits] {exc.ceiling} on the host"
+        )
+        return ChainLimitExceeded(
+            f"node {shown!r} field {field!r}: expression {clip(expr.text)} exceeded "
+            f"{exc.ceiling} ({amount} at {scope} scope): it {did}; simplify it or raise the "
+            f"ceiling ({how})",
+            node_id=pnode.node_id,
+            details={**details, "field": field},
+        )
+
+    async def _resolve_input(
+        self, pnode: PlanNode, context: ContextView, shown: str
+    ) -> dict[str, Any]:
+        args = dict(pnode.node.input)
         for key, expr in pnode.input_map:
-            args[key] = self._evaluate(pnode, f"input_map.{key}", expr, context, shown)
+            if expr.path is not None:
+                args[key] = expr.search(context)  # the dotted fast path, no budget needed
+            else:
+                args[key] = await self._evaluate(pnode, f"input_map.{key}", expr, context, shown)
         return args
 
     async def _execute(self, pnode: PlanNode, args: dict[str, Any], shown: str) -> Any:
@@ -546,9 +602,11 @@ class ChainRunner:
         )
         return await executor(pnode.node, args, ctx)
 
-    def _run_branch(self, pnode: PlanNode, context: Any) -> tuple[dict[str, Any], int | None]:
+    async def _run_branch(
+        self, pnode: PlanNode, context: ContextView
+    ) -> tuple[dict[str, Any], int | None]:
         assert pnode.condition is not None
-        value = self._evaluate(
+        value = await self._evaluate(
             pnode, "condition", pnode.condition, context, self.prefix + pnode.node_id
         )
         cond = is_truthy(value)
@@ -683,10 +741,10 @@ class ChainRunner:
 
     # ── map ─────────────────────────────────────────────────────────────────
 
-    async def _run_map(self, pnode: PlanNode, context: Any) -> list[Any]:
+    async def _run_map(self, pnode: PlanNode, context: ContextView) -> list[Any]:
         shown = self.prefix + pnode.node_id
         assert pnode.items_path is not None and pnode.template_index is not None
-        items = self._evaluate(pnode, "items_path", pnode.items_path, context, shown)
+        items = await self._evaluate(pnode, "items_path", pnode.items_path, context, shown)
         if not isinstance(items, list):
             raise NodeError(
                 f"map node {shown!r}: items_path {pnode.items_path.text!r} gave "
@@ -792,8 +850,8 @@ class ChainRunner:
         try:
             self._count_nodes(1, shown, template.node_id)
             own = {"item": item, "_item": item, "index": index, "output": None}
-            context = _ContextView(self._context, own)
-            args = self._resolve_input(template, context, shown)
+            context = ContextView(self._context, own)
+            args = await self._resolve_input(template, context, shown)
             output = await self._execute(template, args, shown)
             size = self._keep_output(output, shown, template.node_id)
             if size < 0:

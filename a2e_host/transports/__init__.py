@@ -42,7 +42,7 @@ class CloseCode:
 
     NORMAL = 1000  # the agent's ``shutdown`` completed
     GOING_AWAY = 1001  # the host is shutting down (signal)
-    POLICY_VIOLATION = 1008  # auth_failed
+    POLICY_VIOLATION = 1008  # auth_failed, no handshake within handshake_timeout
     INTERNAL_ERROR = 1011  # a bug ended the connection
 
 
@@ -53,10 +53,18 @@ class Transport(Protocol):
         kind: ``"memory"``, ``"stdio"`` or ``"ws"`` (for logs).
         bearer_token: a token from the transport's own handshake (WebSocket
             ``Authorization: Bearer``), ``""`` when none.
+        peer: who is at the other end, for per-peer accounting
+            (:func:`~a2e_host.admission.peer_key` of the remote address; ``"stdio"``,
+            ``"memory"`` without one).
+
+    A transport that knows how the peer closed may also offer ``peer_close_code``
+    (``int | None``): the close code the peer sent when it closed first (WebSocket
+    close frame), None otherwise; the runtime logs it.
     """
 
     kind: str
     bearer_token: str
+    peer: str
 
     async def receive(self) -> Incoming:
         """The next incoming frame.

@@ -52,8 +52,10 @@ class MemoryTransport:
         outgoing: MemoryObjectSendStream[bytes],
         *,
         bearer_token: str = "",
+        peer: str = "memory",
     ) -> None:
         self.bearer_token = bearer_token
+        self.peer = peer
         self.close_code: int | None = None
         self.close_reason = ""
         self._incoming = incoming
@@ -155,13 +157,15 @@ class MemoryClient:
 
 @asynccontextmanager
 async def open_memory_connection(
-    host: Host, *, bearer_token: str = "", buffer_frames: int = 64
+    host: Host, *, bearer_token: str = "", buffer_frames: int = 64, peer: str = "memory"
 ) -> AsyncIterator[MemoryClient]:
     """Connect an in-process client to ``host``.
 
     Args:
         host: the host to serve the connection.
         bearer_token: as if sent in an ``Authorization: Bearer`` header.
+        peer: the peer key the host accounts the connection under (tests pass
+            addresses such as ``"203.0.113.7"`` to act as distinct remote peers).
         buffer_frames: host → client frames buffered before the host's writer waits
             (then the host's outbox fills, and chains wait at its high-water mark).
 
@@ -171,7 +175,9 @@ async def open_memory_connection(
     """
     to_host_send, to_host_recv = anyio.create_memory_object_stream[bytes | str | _Eof](math.inf)
     from_host_send, from_host_recv = anyio.create_memory_object_stream[bytes](buffer_frames)
-    transport = MemoryTransport(to_host_recv, from_host_send, bearer_token=bearer_token)
+    transport = MemoryTransport(
+        to_host_recv, from_host_send, bearer_token=bearer_token, peer=peer
+    )
     client = MemoryClient(to_host_send, from_host_recv, transport)
     async with anyio.create_task_group() as tg:
         tg.start_soon(host.serve_connection, transport)

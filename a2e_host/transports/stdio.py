@@ -109,6 +109,7 @@ class StdioTransport:
 
     kind = "stdio"
     bearer_token = ""
+    peer = "stdio"
 
     def __init__(self, in_fd: int, out_fd: int, max_line_bytes: int) -> None:
         self.in_fd = in_fd

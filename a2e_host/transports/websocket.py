@@ -13,18 +13,29 @@ run under anyio's asyncio backend.
   ``allowed_origins``; requests without one (non-browser clients) are accepted.
 - ``Authorization: Bearer <token>`` satisfies a configured ``auth_token`` like the
   handshake's ``auth_token`` does.
+- At most ``max_connections`` connections are open at once, and at most
+  ``max_connections_per_peer`` from one peer address
+  (:func:`~a2e_host.admission.peer_key`); past either, the upgrade request gets HTTP 503
+  with ``Retry-After`` and a sentence naming the ceiling, and the host logs a
+  ``connection refused`` warning (at most one a second, with the count of the others).
+  The opening handshake (TCP accept to upgrade) is bounded by ``handshake_timeout`` too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import time
+from collections.abc import Hashable, Sequence
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
+from ..admission import ConnectionLimiter, Refusal, peer_key
 from . import BinaryFrame, CloseCode, Incoming
 
 if TYPE_CHECKING:
@@ -45,6 +56,13 @@ class WebSocketTransport:
     def __init__(self, ws: ServerConnection) -> None:
         self.ws = ws
         self.bearer_token = _bearer(ws)
+        self.peer = _peer(ws)
+
+    @property
+    def peer_close_code(self) -> int | None:
+        """The code of the close frame the peer sent, None when it sent none."""
+        received = self.ws.protocol.close_rcvd
+        return int(received.code) if received is not None else None
 
     async def receive(self) -> Incoming:
         try:
@@ -78,6 +96,65 @@ def _bearer(ws: ServerConnection) -> str:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
+def _peer(ws: ServerConnection) -> str:
+    try:
+        address = ws.remote_address
+    except Exception:  # the transport is already gone
+        address = None
+    if isinstance(address, tuple | list) and address:
+        return peer_key(str(address[0]))
+    return peer_key(str(address)) if address else "unknown"
+
+
+class _Admission:
+    """The ``process_request`` hook: count each connection before its upgrade, refuse
+    it with 503 past a ceiling (see the module docstring)."""
+
+    LOG_EVERY = 1.0  # seconds between two "connection refused" warnings
+
+    def __init__(self, host: Host) -> None:
+        config = host.config
+        self.log = host.log
+        self.retry_after = str(math.ceil(config.handshake_timeout))
+        self.limiter = ConnectionLimiter(config.max_connections, config.max_connections_per_peer)
+        self._logged_at = -math.inf
+        self._unlogged = 0
+
+    def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
+        peer = _peer(connection)
+        refusal = self.limiter.acquire(connection, peer)
+        if refusal is not None and self.limiter.prune(_is_gone):
+            refusal = self.limiter.acquire(connection, peer)
+        if refusal is None:
+            return None
+        self._log_refusal(refusal)
+        response = connection.respond(
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            f"connection refused: {refusal}; try again later\n",
+        )
+        response.headers["Retry-After"] = self.retry_after
+        return response
+
+    def release(self, connection: ServerConnection) -> None:
+        self.limiter.release(connection)
+
+    def _log_refusal(self, refusal: Refusal) -> None:
+        now = time.monotonic()
+        if now - self._logged_at < self.LOG_EVERY:
+            self._unlogged += 1
+            return
+        self.log.warning("connection refused", peer=refusal.peer, ceiling=refusal.ceiling,
+                         limit=refusal.limit, open=len(self.limiter),
+                         also_refused_since_last=self._unlogged)
+        self._logged_at = now
+        self._unlogged = 0
+
+
+def _is_gone(token: Hashable) -> bool:
+    transport = getattr(token, "transport", None)
+    return transport is None or bool(transport.is_closing())
+
+
 def _select_subprotocol(
     connection: ServerConnection, subprotocols: Sequence[Subprotocol]
 ) -> Subprotocol | None:
@@ -100,9 +177,13 @@ async def serve_websocket(
         OSError: the address cannot be bound (e.g. the port is in use).
     """
     config = host.config
+    admission = _Admission(host)
 
     async def handler(ws: ServerConnection) -> None:
-        await host.serve_connection(WebSocketTransport(ws))
+        try:
+            await host.serve_connection(WebSocketTransport(ws))
+        finally:
+            admission.release(ws)
 
     origins: list[Any] = [None, *config.allowed_origins]
     async with serve(
@@ -112,6 +193,8 @@ async def serve_websocket(
         subprotocols=[SUBPROTOCOL],
         select_subprotocol=_select_subprotocol,
         origins=origins,
+        process_request=admission,
+        open_timeout=config.handshake_timeout,
         max_size=config.limits.max_message_bytes,
         ping_interval=config.keepalive_interval,
         ping_timeout=config.keepalive_interval,

@@ -7,8 +7,14 @@ Definitions (exact, so outputs are predictable):
   unterminated line; ``""`` has 0 lines, ``"a\\n"`` has 1), ``chars = len(text)`` (code
   points).
 * ``lines``: ``text.splitlines()`` (line endings removed).
-* ``regex_findall``: Python :mod:`re` syntax; ``matches`` lists whole matches, and
-  ``groups`` each match's groups (empty lists when the pattern has no groups).
+* ``regex_findall``: the syntax of the `regex <https://pypi.org/project/regex/>`_ package,
+  which is Python :mod:`re` syntax plus a few extensions; ``matches`` lists whole matches,
+  and ``groups`` each match's groups (empty lists when the pattern has no groups).
+  Bounded (issue "ReDoS"): compiling and matching run in a worker thread that releases
+  the GIL while matching, under a time budget of ``REGEX_TIMEOUT`` seconds or what the
+  chain's deadline leaves, whichever is smaller; a pattern whose counted repeats expand
+  to more than ``MAX_PATTERN_SIZE`` elements (``(?:a{1000}){1000}``) is refused before
+  it is compiled, since the engine expands them in memory.
 * ``template``: :meth:`string.Template.safe_substitute` (``$name`` / ``${name}``; unknown
   placeholders are left as written, never an error).
 """
@@ -17,17 +23,28 @@ from __future__ import annotations
 
 import re
 import string
+from functools import partial
 from typing import Annotated, Any, TypedDict
 
+import anyio
+import anyio.to_thread
 import msgspec
+import regex
 
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import NodeError
 from a2e_host.tools import Tool, ToolPack, tool
 
-__all__ = ["PACK", "make_tools", "MAX_MATCHES"]
+__all__ = ["PACK", "make_tools", "MAX_MATCHES", "REGEX_TIMEOUT", "MAX_PATTERN_SIZE"]
 
 MAX_MATCHES = 10_000
+REGEX_TIMEOUT = 1.0
+"""Seconds one ``regex_findall`` may spend compiling and matching (less when the chain's
+deadline is nearer)."""
+MAX_PATTERN_SIZE = 20_000
+"""Elements a pattern may compile to, counted repeats expanded (``a{100}`` is 100): the
+engine builds ``(?:x{n}){m}`` as n × m nodes, about 250 bytes each."""
+_MAX_GROUP_DEPTH = 200
 
 
 class CountOut(TypedDict):
@@ -67,29 +84,116 @@ def lines(text: str) -> LinesOut:
 
 
 @tool
-def regex_findall(
+async def regex_findall(
     text: str,
     pattern: str,
     ignore_case: bool = False,
     max_matches: Annotated[int, msgspec.Meta(gt=0)] = MAX_MATCHES,
 ) -> FindallOut:
     """{"text", "pattern", "ignore_case"?, "max_matches"?} → {"matches", "groups", "count",
-    "truncated"} (Python re syntax; runs in a worker thread)."""
+    "truncated"} (``regex`` package syntax; runs in a worker thread under a time budget of
+    ``REGEX_TIMEOUT`` s or the chain's time left, whichever is smaller)."""
+    size = pattern_size(pattern)
+    if size > MAX_PATTERN_SIZE:
+        raise NodeError(
+            f"regex_findall: pattern {_short(pattern)} is too large: it compiles to more "
+            f"than {MAX_PATTERN_SIZE} elements (counted repeats such as {{1000}} multiply "
+            f"what they repeat); use smaller {{n}} counts, + or * instead, or a shorter "
+            f"pattern"
+        )
+    left = anyio.current_effective_deadline() - anyio.current_time()
+    budget = max(0.001, min(REGEX_TIMEOUT, left))
+    work = partial(_findall, text, pattern, ignore_case, min(max_matches, MAX_MATCHES), budget)
+    return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+
+
+def _findall(
+    text: str, pattern: str, ignore_case: bool, cap: int, budget: float
+) -> FindallOut:
     try:
-        rx = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except re.error as exc:
-        raise NodeError(f"regex_findall: invalid pattern {pattern!r}: {exc}") from None
-    cap = min(max_matches, MAX_MATCHES)
+        rx = regex.compile(pattern, regex.IGNORECASE if ignore_case else 0, cache_pattern=False)
+    except regex.error as exc:
+        raise NodeError(f"regex_findall: invalid pattern {_short(pattern)}: {exc}") from None
+    except RecursionError:
+        raise NodeError(
+            f"regex_findall: pattern {_short(pattern)} nests too deeply; simplify it"
+        ) from None
     matches: list[str] = []
     groups: list[list[str | None]] = []
     truncated = False
-    for m in rx.finditer(text):
-        if len(matches) == cap:
-            truncated = True
-            break
-        matches.append(m.group(0))
-        groups.append(list(m.groups()))
+    try:
+        for m in rx.finditer(text, timeout=budget, concurrent=True):
+            if len(matches) == cap:
+                truncated = True
+                break
+            matches.append(m.group(0))
+            groups.append(list(m.groups()))
+    except TimeoutError:
+        raise NodeError(
+            f"regex_findall: pattern {_short(pattern)} did not finish within its "
+            f"{budget:.3g} s budget over {len(text)} characters of text (nested repeats "
+            f"such as (a|a)+ backtrack exponentially); simplify the pattern or shorten "
+            f"the text",
+            details={"timeout": round(budget, 3)},
+        ) from None
     return {"matches": matches, "groups": groups, "count": len(matches), "truncated": truncated}
+
+
+def _short(pattern: str) -> str:
+    return repr(pattern) if len(pattern) <= 80 else repr(pattern[:77] + "...")
+
+
+_COUNT = re.compile(r"\{(\d*)(?:,(\d*))?\}")
+
+
+def pattern_size(pattern: str) -> int:
+    """An upper estimate of the elements ``pattern`` compiles to: every literal, class,
+    escape or group counts 1, times the minimum of each counted repeat (``{n}``, ``{n,}``,
+    ``{n,m}``) around it; capped just above :data:`MAX_PATTERN_SIZE`. Groups nested more
+    than 200 deep count as too large.
+
+    A scanner, not a parser: it may count a few characters of group syntax, which only
+    makes the estimate larger.
+    """
+    over = MAX_PATTERN_SIZE + 1
+    sizes = [0]  # per open group: the size of its content so far
+    last = 0  # the size of the last element, which a quantifier repeats
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            j = i + 2
+            if j < n and pattern[i + 1] in "pPNxuUgk" and pattern[j] in "{<":
+                close = pattern.find("}" if pattern[j] == "{" else ">", j)
+                j = n if close < 0 else close + 1
+            last, i = 1, j
+        elif c == "[":
+            j = i + 1
+            if j < n and pattern[j] == "^":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            last, i = 1, j + 1
+        elif c == "(":
+            sizes.append(0)
+            if len(sizes) > _MAX_GROUP_DEPTH:
+                return over
+            i += 1
+            continue
+        elif c == ")" and len(sizes) > 1:
+            last, i = min(sizes.pop() + 1, over), i + 1
+        elif c == "{" and (m := _COUNT.match(pattern, i)) and (m.group(1) or m.group(2)):
+            times = max(int(m.group(1) or 0), 1) if len(m.group(1)) < 9 else over
+            sizes[-1] = min(sizes[-1] + last * (times - 1), over)
+            last = min(last * times, over)
+            i = m.end()
+            continue
+        else:
+            last, i = 1, i + 1
+        sizes[-1] = min(sizes[-1] + last, over)
+    return min(sum(sizes), over)
 
 
 @tool(blocking=False)
