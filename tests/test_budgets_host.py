@@ -17,10 +17,11 @@ import anyio
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
+from a2e_host.client import spawn_stdio
 from a2e_host.limits import Limits, SessionLimits
-from a2e_host.messages import ChainNode, ChainRequest
+from a2e_host.messages import ChainNode, ChainRequest, ChainResponse
 from a2e_host.validation import validate_chain
-from tests.test_host_fakes import CLI, WAIT, HostProcess, open_host
+from tests.test_host_fakes import CLI, REPO, WAIT, HostProcess, host_env, open_host
 
 MIB = 2**20
 STDIO = [*CLI, "stdio", "--tools", "conformance"]
@@ -466,6 +467,30 @@ async def test_a_left_out_timeout_is_min_of_300_and_max_timeout(tmp_path: Path) 
     hint = zero["error"]["details"]["errors"][0]["hint"]
     assert "leave it out" in hint and "min(300, max_timeout)" in hint, hint
     assert skill["success"], skill
+
+
+@pytest.mark.asyncio
+async def test_the_client_and_run_leave_timeout_to_the_sessions_max_timeout(
+    tmp_path: Path,
+) -> None:
+    """issue 13.3 through this package's own client and ``a2e-host run``: an encoded
+    request always carries ``timeout``, so a left-out one is sent as
+    ``min(300, max_timeout)`` rather than as 300."""
+    nodes = [tool("a", "add", input={"a": 1, "b": 2})]
+    with anyio.fail_after(WAIT * 2):
+        async with spawn_stdio([*STDIO], limits={"max_timeout": 60}, env=host_env(),
+                               cwd=str(REPO), stderr="capture") as client:
+            messages = [m async for m in client.run_chain(nodes, "a")]
+    response = messages[-1]
+    assert isinstance(response, ChainResponse) and response.success, response.error
+    chain_file = tmp_path / "chain.json"
+    chain_file.write_text(json.dumps({"entry_node": "a", "nodes": nodes}), encoding="utf-8")
+    with anyio.fail_after(WAIT * 2):
+        done = await anyio.run_process(
+            [*CLI, "run", str(chain_file), "--tools", "conformance", "--final"],
+            env=host_env(A2E_MAX_TIMEOUT="60"), cwd=REPO, check=False,
+        )
+    assert (done.returncode, json.loads(done.stdout)) == (0, {"sum": 3}), done.stderr[-800:]
 
 
 # ── 13.16: payload opt-ins ──────────────────────────────────────────────────────
