@@ -129,6 +129,23 @@ async def test_a_bug_while_validating_ends_in_a_chain_resp_runtime_error(
 
 
 @pytest.mark.asyncio
+async def test_a_bug_while_starting_the_run_ends_in_one_chain_resp_runtime_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def broken(self: Any, started: float, **kwargs: Any) -> Any:
+        raise AttributeError("a bug in the runner")
+
+    monkeypatch.setattr(a2e_chains.ChainRunner, "run_to_response", broken)
+    plugin, session = plugin_and_session()
+    outbox = await handle_all(plugin, session, request("r1", [{"node_id": "a"}]))
+    assert [m.TYPE for m in outbox.sent] == ["chain/resp"]
+    error = error_of(outbox.responses()[0])
+    assert error["code"] == "runtime_error", error
+    assert "while running the chain (AttributeError)" in error["message"], error
+    assert plugin._running == {}
+
+
+@pytest.mark.asyncio
 async def test_a_recursion_error_while_validating_is_chain_invalid(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -181,37 +181,34 @@ class ChainPlugin(Plugin):
                 if not running:
                     del self._running[session.session_id]
 
+        responded = False
+
         def respond(response: ChainResponse) -> None:
+            nonlocal responded
+            responded = True
             leave()
             ctx.outbox.send_nowait(response)
 
-        responded = False
+        def before_response() -> None:  # the runner sends its own response
+            nonlocal responded
+            responded = True
+            leave()
+
         try:
             try:
                 plan = await self._plan(request, session)
             except ChainInvalid as exc:
                 problems = len(exc.details.get("errors", []))
                 log.info("chain refused", code=exc.code, problems=problems)
-                responded = True
                 respond(_refusal(request, exc, started))
                 return
             except RecursionError:
                 log.info("chain refused", code="chain_invalid", reason="recursion")
-                responded = True
                 respond(_failure(
                     request, started, "chain_invalid",
                     "the chain is nested too deeply to validate (an expression or a "
                     "structure inside it exceeded the validator's recursion limit); "
                     "flatten it",
-                ))
-                return
-            except Exception as exc:  # noqa: BLE001 — a bug must still answer the request
-                log.error("planning the chain failed inside the host", exc_info=exc)
-                responded = True
-                respond(_failure(
-                    request, started, "runtime_error",
-                    f"the host failed while validating the chain ({type(exc).__name__}); "
-                    "this is a fault in the host, not in the chain",
                 ))
                 return
             runner = ChainRunner(
@@ -228,12 +225,6 @@ class ChainPlugin(Plugin):
             if flight.cancelled:
                 runner.cancel()  # cancelled while it was planned: nothing starts
             log.info("chain started", nodes=len(plan.nodes))
-
-            def before_response() -> None:
-                nonlocal responded
-                responded = True
-                leave()
-
             try:
                 response = await runner.run_to_response(started, before_response=before_response)
             except anyio.get_cancelled_exc_class():
@@ -246,15 +237,15 @@ class ChainPlugin(Plugin):
                 duration_ms=response.duration_ms,
                 code=(response.error or {}).get("code", ""),
             )
-        except Exception as exc:  # noqa: BLE001 — never a bare error instead of a chain/resp
+        except Exception as exc:  # noqa: BLE001 — a bug must still answer the request, once
             if responded:
-                raise
-            log.error("running the chain failed inside the host", exc_info=exc)
-            responded = True
+                log.error("the chain failed inside the host after its response", exc_info=exc)
+                return
+            log.error("the chain failed inside the host", exc_info=exc)
             respond(_failure(
                 request, started, "runtime_error",
-                f"the host failed while running the chain ({type(exc).__name__}); "
-                "this is a fault in the host, not in the chain",
+                f"the host failed while {'running' if flight.runner else 'validating'} the "
+                f"chain ({type(exc).__name__}); this is a fault in the host, not in the chain",
             ))
         finally:
             leave()
