@@ -152,8 +152,8 @@ class _RequestBudget:
 
     Attributes:
         nodes: node executions so far (``max_total_nodes``): declared nodes that started,
-            at any depth, plus map items started (a map reserves its items when it starts
-            and gives back those it never started).
+            at any depth, plus map items started (a map whose items alone would pass the
+            ceiling fails before starting any).
         output_bytes: encoded bytes of the outputs the request keeps now
             (``max_chain_output_bytes``).
     """
