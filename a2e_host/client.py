@@ -440,7 +440,7 @@ class Client:
         *,
         initial_input: dict[str, Any] | None = None,
         streaming: bool = True,
-        timeout: int = 300,
+        timeout: int | None = None,
         chain_id: str = "",
         correlation_id: str = "",
         receive_timeout: float | None = None,
@@ -452,7 +452,8 @@ class Client:
             entry_node: node_id of the entry root.
             initial_input: the context's ``input`` (default ``{}``).
             streaming: ask for ``chain/event`` frames.
-            timeout: the chain's wall-clock limit, int seconds.
+            timeout: the chain's wall-clock limit, int seconds; None (left out) is
+                ``min(300, max_timeout)`` of the session (PROTOCOL.md §5).
             chain_id: default: 8 hex digits.
             correlation_id: ties the chain to an agent turn.
             receive_timeout: seconds to wait for any one message; default ``timeout`` + 30.
@@ -471,16 +472,21 @@ class Client:
             initial_input=dict(initial_input or {}),
             correlation_id=correlation_id,
             streaming=streaming,
-            timeout=timeout,
         )
+        if timeout is not None:
+            request.timeout = timeout
         return self.send_request(request, receive_timeout=receive_timeout)
 
     def send_request(
         self, request: ChainRequest, *, receive_timeout: float | None = None
     ) -> ChainRun:
-        """Like :meth:`run_chain` for a prepared request (its ``session_id`` is filled in)."""
+        """Like :meth:`run_chain` for a prepared request (its ``session_id`` is filled in,
+        and a left-out ``timeout`` becomes ``min(300, max_timeout)`` of the session, since
+        an encoded request always carries the field)."""
         if not request.session_id:
             request.session_id = self.session_id
+        if request.timeout_omitted and "max_timeout" in self.limits:
+            request.timeout = request.timeout_within(self.limits["max_timeout"])
         if receive_timeout is None:
             receive_timeout = max(request.timeout, 1) + _RESPONSE_GRACE
         return ChainRun(self, request, receive_timeout)

@@ -19,6 +19,7 @@ import msgspec
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "DEFAULT_TIMEOUT",
     "Capability",
     "ChainCancel",
     "ChainEvent",
@@ -191,6 +192,16 @@ class ErrorMessage(Message, tag="error", kw_only=True):
 
 # ── chains (seed 000) ───────────────────────────────────────────────────────
 
+DEFAULT_TIMEOUT = 300
+"""Seconds a chain may run when its ``chain/req`` leaves ``timeout`` out (the seed's
+default), capped by ``max_timeout`` (PROTOCOL.md §5)."""
+
+# The default of ``ChainRequest.timeout`` is this very object, built at run time: a
+# decoded or written ``300`` is another int object, so ``timeout is _OMITTED_TIMEOUT``
+# tells a request that left ``timeout`` out from one that asked for 300 seconds, while
+# the field stays a plain ``int`` with the seed's default on the wire and in the schema.
+_OMITTED_TIMEOUT: int = int(str(DEFAULT_TIMEOUT))
+
 
 class ChainNode(msgspec.Struct, kw_only=True):
     """One node of a chain (seed table ``ChainNode``).
@@ -237,7 +248,12 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
         initial_input: the context's ``input``.
         correlation_id: ties the chain to an agent turn.
         streaming: send ``chain/event`` frames; false sends only ``chain/resp``.
-        timeout: chain wall-clock limit in int seconds (> 0, capped by ``max_timeout``).
+        timeout: chain wall-clock limit in int seconds (> 0, within ``max_timeout``).
+            Left out, it is ``min(300, max_timeout)`` (:meth:`timeout_within`).
+        include_outputs: *extension* (PROTOCOL.md §5): false sends ``chain/resp.outputs``
+            as ``{}``; ``final_output`` is sent either way.
+        event_outputs: *extension* (PROTOCOL.md §5): false sends every ``done`` event
+            with ``output: null``.
     """
 
     TYPE: ClassVar[str] = "chain/req"
@@ -248,12 +264,31 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
     initial_input: dict[str, Any] = {}
     correlation_id: str = ""
     streaming: bool = True
-    timeout: int = 300
+    timeout: int = _OMITTED_TIMEOUT
+    include_outputs: bool = True
+    event_outputs: bool = True
 
     def __post_init__(self) -> None:
         """An empty ``chain_id`` means absent (PROTOCOL.md §4): give it a fresh one."""
         if not self.chain_id:
             self.chain_id = new_chain_id()
+
+    @property
+    def timeout_omitted(self) -> bool:
+        """Whether the request left ``timeout`` out (it then reads 300)."""
+        return self.timeout is _OMITTED_TIMEOUT
+
+    def timeout_within(self, max_timeout: int) -> int:
+        """The timeout the request asks for, int seconds: ``timeout`` as sent, or
+        ``min(300, max_timeout)`` when it was left out — a default is not a request, so
+        a host or session whose ``max_timeout`` is under 300 takes it (PROTOCOL.md §5).
+
+        Args:
+            max_timeout: the effective ``max_timeout`` ceiling, seconds.
+        """
+        if self.timeout is _OMITTED_TIMEOUT:
+            return min(DEFAULT_TIMEOUT, max_timeout)
+        return self.timeout
 
 
 class ChainEvent(Message, tag="chain/event", kw_only=True):

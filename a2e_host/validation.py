@@ -189,7 +189,8 @@ class ChainPlan:
         roots: nodes with no predecessor that are not templates, declaration order.
         terminals: terminal nodes, declaration order (PROTOCOL.md §5).
         entry: index of ``entry_node``.
-        timeout: effective chain timeout, float seconds: ``min(request.timeout, max_timeout)``.
+        timeout: effective chain timeout, float seconds: ``min(request.timeout, max_timeout)``
+            (``min(300, max_timeout)`` when the request left ``timeout`` out).
     """
 
     request: ChainRequest
@@ -391,11 +392,13 @@ class _Validator:
         if refused is not None:
             self.add(_limit_problem(refused, "", "nodes",
                                     "split the work into smaller chains"))
-        if req.timeout <= 0:
-            self.invalid("", "timeout", f"timeout must be positive seconds, got {req.timeout}",
-                         "set 'timeout' to a number of seconds above 0, or leave it out")
+        timeout = req.timeout_within(self.limits.effective.max_timeout)
+        if timeout <= 0:
+            self.invalid("", "timeout", f"timeout must be positive seconds, got {timeout}",
+                         "set 'timeout' to a number of seconds above 0, or leave it out "
+                         "for min(300, max_timeout)")
         else:
-            refused = self.limits.refusal("max_timeout", req.timeout)
+            refused = self.limits.refusal("max_timeout", timeout)
             if refused is not None:
                 limit = refused.details["limit"]
                 self.add(_limit_problem(refused, "", "timeout",
@@ -777,7 +780,7 @@ class _Validator:
         return ChainPlan(
             request=self.request, nodes=tuple(nodes), by_id=MappingProxyType(dict(self.by_id)),
             roots=roots, terminals=terminals, entry=entry,
-            timeout=float(min(self.request.timeout, max_timeout)),
+            timeout=float(min(self.request.timeout_within(max_timeout), max_timeout)),
         )
 
 

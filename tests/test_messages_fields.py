@@ -51,7 +51,9 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("initial_input", dict[str, Any], {}),
         ("correlation_id", str, ""),
         ("streaming", bool, True),
-        ("timeout", int, 300),
+        ("timeout", int, 300),  # left out: min(300, max_timeout) (ChainRequest.timeout_within)
+        ("include_outputs", bool, True),  # extension (PROTOCOL.md §5)
+        ("event_outputs", bool, True),  # extension (PROTOCOL.md §5)
     ],
     ChainEvent: ENVELOPE + [
         ("kind", str, "status"),

@@ -22,6 +22,13 @@ Theory of operation.
   stop) get their ``error`` event from here, the run is *closed* — any late result is
   discarded, never applied — and the ``chain/resp`` is sent at once. A stubborn task can
   outlive the response, never delay it.
+* **Request budgets.** One :class:`_RequestBudget` per request, shared with the
+  sub-chains its skills run, counts node executions (``max_total_nodes``: every declared
+  node that starts, at any depth, plus every map item) and the bytes of outputs the
+  request keeps (``max_chain_output_bytes``: each node's and map item's output as it
+  arrives; a sub-chain's are released when it ends, since only its final output — then
+  counted as the skill node's — is kept). An output is measured without encoding it
+  (:mod:`a2e_host.sizes`), in slices that let the event loop breathe.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ import anyio.to_thread
 import jmespath.exceptions
 import structlog
 
-from ..codec import encode_value, has_non_finite, json_kind
+from ..codec import json_kind
 from ..exceptions import ChainError, ChainLimitExceeded, NodeError
 from ..expressions import Expression, clip, is_truthy
 from ..interpreter import (
@@ -54,6 +61,7 @@ from ..limits import Limits, SessionLimits
 from ..messages import ChainEvent, ChainNode, ChainRequest, ChainResponse, Message
 from ..nodes import Executor, NodeContext
 from ..plan import NodeStatus, PlanState
+from ..sizes import JsonSizer, quick_json_size
 from ..validation import ChainPlan, PlanNode
 
 __all__ = ["ChainRunner", "Emit", "RunResult"]
@@ -63,6 +71,7 @@ Emit = Callable[[Message], None]
 
 _GRACE = 0.25  # seconds running nodes get to wind down after a cancel before we move on
 _YIELD_EVERY = 64  # nodes a worker runs before it yields to the event loop
+_SIZE_SLICE = 20_000  # values an output measurement counts before it yields to the loop
 _INLINE_STEPS = 4096  # expression steps taken on the event loop (~1-2 ms) before a thread
 _EXPRESSION_THREADS = 4  # long expression evaluations running at once (per event loop)
 _EVALUATION_ERRORS = (
@@ -97,13 +106,14 @@ class _Events:
     sequence per request.
     """
 
-    __slots__ = ("emit", "req_id", "seq", "streaming", "closed")
+    __slots__ = ("emit", "req_id", "seq", "streaming", "outputs", "closed")
 
-    def __init__(self, emit: Emit, req_id: str, streaming: bool) -> None:
+    def __init__(self, emit: Emit, req_id: str, streaming: bool, outputs: bool = True) -> None:
         self.emit = emit
         self.req_id = req_id
         self.seq = 0
         self.streaming = streaming
+        self.outputs = outputs  # chain/req.event_outputs: false sends done events' output null
         self.closed = False
 
     def send(self, node_id: str, phase: str, output: Any = None, error: str = "") -> None:
@@ -116,10 +126,43 @@ class _Events:
                 seq=self.seq,
                 node_id=node_id,
                 phase=phase,
-                output=output,
+                output=output if self.outputs else None,
                 error=error,
             )
         )
+
+
+_REQUEST_CEILINGS = frozenset({"max_chain_output_bytes", "max_total_nodes"})
+
+
+def _exhausts_request(exc: BaseException) -> bool:
+    """Whether a failure is a request-wide ceiling refusing (``max_chain_output_bytes``,
+    ``max_total_nodes``): the request's budget does not come back, so a map whose item
+    fails so fails as a whole, whatever the template's ``on_error``."""
+    return (
+        isinstance(exc, ChainError)
+        and exc.code == "chain_limit"
+        and exc.details.get("ceiling") in _REQUEST_CEILINGS
+    )
+
+
+class _RequestBudget:
+    """What one request has used of its chain-wide ceilings (PROTOCOL.md §6), shared by
+    the chain and every sub-chain its skills run.
+
+    Attributes:
+        nodes: node executions so far (``max_total_nodes``): declared nodes that started,
+            at any depth, plus map items started (a map whose items alone would pass the
+            ceiling fails before starting any).
+        output_bytes: encoded bytes of the outputs the request keeps now
+            (``max_chain_output_bytes``).
+    """
+
+    __slots__ = ("nodes", "output_bytes")
+
+    def __init__(self) -> None:
+        self.nodes = 0
+        self.output_bytes = 0
 
 
 @dataclass(slots=True)
@@ -161,9 +204,11 @@ class ChainRunner:
         events: a parent's event writer (sub-chains); None creates one.
         prefix: node id prefix for events (``"outer/"`` inside a skill).
         depth: skill nesting depth (0 at top level).
-        subchain_planner: turns ``(skill_name, nodes, entry_node)`` into a plan for
-            ``run_subchain``; None disables sub-chains.
+        subchain_planner: turns ``(skill_name, nodes, entry_node, depth)`` into a plan
+            for ``run_subchain`` at that nesting depth, or raises (a ``ChainError`` fails
+            the skill node); None disables sub-chains.
         log: a structlog logger bound with the request's ids.
+        budget: the request's budget (sub-chains share their parent's); None creates one.
     """
 
     def __init__(
@@ -179,8 +224,9 @@ class ChainRunner:
         events: _Events | None = None,
         prefix: str = "",
         depth: int = 0,
-        subchain_planner: Callable[[str, list[ChainNode], str], ChainPlan] | None = None,
+        subchain_planner: Callable[[str, list[ChainNode], str, int], ChainPlan] | None = None,
         log: Any = None,
+        budget: _RequestBudget | None = None,
     ) -> None:
         request: ChainRequest = plan.request
         self.plan = plan
@@ -194,7 +240,11 @@ class ChainRunner:
         self.log = log if log is not None else _log
         self._emit = emit
         self._wait_writable = wait_writable
-        self._events = events or _Events(emit, request.id, request.streaming)
+        self._events = events or _Events(
+            emit, request.id, request.streaming, request.event_outputs
+        )
+        self._budget = budget if budget is not None else _RequestBudget()
+        self._kept = 0  # output bytes this run counted in the budget and still keeps
         self._state = PlanState(plan)
         self._context: dict[str, Any] = {
             "input": request.initial_input if initial_input is None else initial_input
@@ -219,16 +269,22 @@ class ChainRunner:
     # ── public ──────────────────────────────────────────────────────────────
 
     def cancel(self) -> None:
-        """Ask the run to end with ``cancelled`` (``chain/cancel``)."""
+        """Ask the run to end with ``cancelled`` (``chain/cancel``). Before :meth:`run`
+        it ends at once with ``cancelled``: no node starts, no event is sent."""
         if not self._end_reason:
             self._end_reason = "cancelled"
         self._stop.set()
 
-    async def run_to_response(self, started: float) -> ChainResponse:
+    async def run_to_response(
+        self, started: float, *, before_response: Callable[[], None] | None = None
+    ) -> ChainResponse:
         """Run the chain and send its ``chain/resp`` through ``emit``.
 
         Args:
             started: ``time.monotonic()`` when the request arrived (for ``duration_ms``).
+            before_response: called just before the response is handed to ``emit`` (the
+                chains plugin takes the chain out of its in-flight table there, so a
+                client answering the response at once is never told ``busy``).
 
         Returns:
             The response that was sent. It is sent the moment the run ends — before
@@ -236,9 +292,13 @@ class ChainRunner:
             is cancelled (as ``cancelled``), before the cancellation propagates.
         """
         sent: list[ChainResponse] = []
-        await self.run(self.plan.timeout, lambda result: sent.append(
-            self._send_response(result, started)
-        ))
+
+        def respond(result: RunResult) -> None:
+            if before_response is not None:
+                before_response()
+            sent.append(self._send_response(result, started))
+
+        await self.run(self.plan.timeout, respond)
         return sent[0]
 
     async def run(
@@ -252,6 +312,12 @@ class ChainRunner:
             on_end: called with the result as soon as the run has ended, before waiting
                 for tasks that ignore cancellation (the response must not wait for them).
         """
+        if self._end_reason:  # cancelled before it started: nothing runs
+            self._closed = True
+            result = self._result()
+            if on_end is not None:
+                on_end(result)
+            return result
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._drive)
             try:
@@ -352,6 +418,7 @@ class ChainRunner:
         taken: int | None = None
         output: Any
         try:
+            self._count_nodes(1, shown, node_id)
             context = self._node_context(index, pnode)
             kind = pnode.kind
             if kind == "branch":
@@ -361,7 +428,9 @@ class ChainRunner:
             else:
                 args = await self._resolve_input(pnode, context, shown)
                 output = await self._execute(pnode, args, shown)
-            output = self._check_output(output, shown)
+            # a map checks and counts its items' outputs as they arrive
+            if kind != "map" and self._keep_output(output, shown, node_id) < 0:
+                await self._keep_large_output(output, shown, node_id)
         except anyio.get_cancelled_exc_class():
             self._terminal_error(shown, self._cancel_message())
             raise
@@ -545,30 +614,130 @@ class ChainRunner:
         taken_id = self.plan.nodes[taken].node_id if taken is not None else ""
         return {"condition": cond, "taken": taken_id}, taken
 
-    def _check_output(self, output: Any, shown: str) -> Any:
+    def _keep_output(self, output: Any, shown: str, node_id: str) -> int:
+        """Hold a small node output to ``max_output_bytes`` and count it as kept by the
+        request (``max_chain_output_bytes``); the fast path, on the loop.
+
+        Returns:
+            Its encoded size in bytes, or -1 when the output is not small: then await
+            :meth:`_keep_large_output` instead.
+
+        Raises:
+            NodeError: the output is not JSON (a type JSON cannot carry, NaN, Infinity).
+            ChainLimitExceeded: over ``max_output_bytes`` or ``max_chain_output_bytes``.
+        """
         try:
-            data = encode_value(output)
+            quick = quick_json_size(output)
         except (TypeError, ValueError, OverflowError) as exc:
             raise NodeError(f"node {shown!r} returned output that is not JSON: {exc}") from None
+        if quick is None:
+            return -1
+        size, non_finite = quick
+        budget = self._budget
+        total = budget.output_bytes + size
+        if non_finite or size > self.limits.max_output_bytes or (
+            total > self.limits.max_chain_output_bytes
+        ):
+            self._checked_size(size, True, non_finite, shown, node_id)  # raises
+        budget.output_bytes = total
+        self._kept += size
+        return size
+
+    async def _keep_large_output(self, output: Any, shown: str, node_id: str) -> int:
+        """:meth:`_keep_output` for any output: counted without encoding it
+        (:class:`~a2e_host.sizes.JsonSizer`), in slices between which the event loop runs,
+        stopping as soon as the count passes ``max_output_bytes``.
+
+        Returns:
+            Its encoded size in bytes.
+
+        Raises:
+            NodeError, ChainLimitExceeded: as :meth:`_keep_output`.
+        """
+        sizer = JsonSizer(output, self.limits.max_output_bytes)
+        try:
+            while not sizer.advance(_SIZE_SLICE):
+                await anyio.lowlevel.checkpoint()
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise NodeError(f"node {shown!r} returned output that is not JSON: {exc}") from None
+        self._checked_size(sizer.size, not sizer.over, sizer.non_finite, shown, node_id)
+        return sizer.size
+
+    def _checked_size(
+        self, size: int, exact: bool, non_finite: bool, shown: str, node_id: str
+    ) -> None:
+        """Refuse an output over ``max_output_bytes`` or holding NaN / Infinity, else count
+        its ``size`` bytes as kept (:meth:`_keep`)."""
         cap = self.limits.max_output_bytes
-        if len(data) > cap:
+        if size > cap:
+            what = f"{size} bytes" if exact else f"at least {size} bytes"
             self._refuse(
                 "max_output_bytes",
-                len(data),
-                f"node {shown!r} output is {len(data)} bytes, over max_output_bytes {cap}",
+                size,
+                f"node {shown!r} output is {what}, over max_output_bytes {cap}",
+                node_id=node_id,
             )
-        if b"null" in data and has_non_finite(output):
+        if non_finite:
             raise NodeError(
                 f"node {shown!r} returned a non-finite number (NaN or Infinity), "
                 "which JSON cannot carry"
             )
-        return output
+        self._keep(size, shown, node_id)
+
+    def _keep(self, size: int, shown: str, node_id: str) -> None:
+        """Count ``size`` output bytes as kept by the request, or refuse them."""
+        budget = self._budget
+        total = budget.output_bytes + size
+        if total > self.limits.max_chain_output_bytes:
+            self._refuse(
+                "max_chain_output_bytes",
+                total,
+                f"node {shown!r} output of {size} bytes would bring the outputs this request "
+                f"keeps to {total} bytes, over max_chain_output_bytes "
+                f"{self.limits.max_chain_output_bytes}; have nodes return less (pass large "
+                "data by reference, e.g. a path)",
+                node_id=node_id,
+            )
+        budget.output_bytes = total
+        self._kept += size
+
+    def _release(self, size: int) -> None:
+        """Give back ``size`` kept output bytes (outputs this run no longer keeps)."""
+        self._budget.output_bytes -= size
+        self._kept -= size
+
+    def _count_nodes(self, count: int, shown: str, node_id: str, *, items: bool = False) -> None:
+        """Count ``count`` node executions against ``max_total_nodes``, or refuse them."""
+        budget = self._budget
+        total = budget.nodes + count
+        if total > self.limits.max_total_nodes:
+            cap = self.limits.max_total_nodes
+            what = f"its {count} items" if items else "it"
+            self._refuse(
+                "max_total_nodes",
+                total,
+                f"node {shown!r} would bring the node executions of this request (nodes at "
+                f"every depth plus map items) to {total} with {what}, over max_total_nodes "
+                f"{cap}; split the work into smaller chains",
+                node_id=node_id,
+            )
+        budget.nodes = total
+
+    def _limit_error(
+        self, ceiling: str, requested: int, message: str, node_id: str = ""
+    ) -> ChainLimitExceeded | None:
+        """The ``chain_limit`` error naming the scope whose ceiling refuses ``requested``
+        (PROTOCOL.md §6), or None when it is within the ceiling."""
+        err = self.scoped_limits.refusal(ceiling, requested, node_id=node_id)
+        if err is None:
+            return None
+        return ChainLimitExceeded(message, node_id=node_id, details=err.details)
 
     def _refuse(self, ceiling: str, requested: int, message: str, node_id: str = "") -> None:
-        """Raise ``chain_limit`` naming the scope whose ceiling refused (PROTOCOL.md §6)."""
-        err = self.scoped_limits.refusal(ceiling, requested, node_id=node_id)
+        """Raise :meth:`_limit_error` when ``requested`` is over ``ceiling``."""
+        err = self._limit_error(ceiling, requested, message, node_id)
         if err is not None:
-            raise ChainLimitExceeded(message, node_id=node_id, details=err.details)
+            raise err
 
     # ── map ─────────────────────────────────────────────────────────────────
 
@@ -594,37 +763,71 @@ class ChainRunner:
             )
         if n == 0:
             return []
+        if self._budget.nodes + n > self.limits.max_total_nodes:  # certain to overflow
+            self._count_nodes(n, shown, pnode.node_id, items=True)
         template = self.plan.nodes[pnode.template_index]
         results: list[Any] = [None] * n
         next_item = 0
         failure: list[tuple[int, BaseException]] = []
+        kept = 0  # bytes of item outputs counted in the request's budget
+        # the map's output so far: brackets, commas and the items finished (a lower bound)
+        out_size = n + 1
+        out_cap = self.limits.max_output_bytes
 
         async def item_worker(scope: anyio.CancelScope) -> None:
-            nonlocal next_item
+            nonlocal next_item, kept, out_size
             ran = 0
             while next_item < n and not failure and not self._end_reason:
                 i = next_item
                 next_item += 1
-                ok, value = await self._run_item(template, items[i], i, context)
+                ok, value, size = await self._run_item(template, items[i], i, context)
                 if ok:
                     results[i] = value
-                elif template.on_error == "skip":
+                    kept += size
+                    out_size += size
+                elif template.on_error == "skip" and not _exhausts_request(value):
                     results[i] = None
+                    out_size += 4  # null
                 else:
                     failure.append((i, value))
                     scope.cancel()
                     return
+                if out_size > out_cap:  # the map's output is sure to be refused: now
+                    refused = self._limit_error(
+                        "max_output_bytes",
+                        out_size,
+                        f"map node {shown!r} output would be at least {out_size} bytes "
+                        f"with item {i}, over max_output_bytes {out_cap}",
+                        node_id=pnode.node_id,
+                    )
+                    if refused is not None:
+                        failure.append((i, refused))
+                        scope.cancel()
+                        return
                 ran += 1
                 if ran % _YIELD_EVERY == 0:
                     await anyio.lowlevel.checkpoint()
 
-        with anyio.CancelScope() as scope:
-            async with anyio.create_task_group() as tg:
-                for _ in range(min(n, self.limits.max_map_concurrency)):
-                    tg.start_soon(item_worker, scope)
+        try:
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    for _ in range(min(n, self.limits.max_map_concurrency)):
+                        tg.start_soon(item_worker, scope)
+        except BaseException:
+            self._release(kept)
+            raise
         if failure:
+            self._release(kept)  # the items' outputs are dropped with the map's failure
             i, exc = failure[0]
             message = exc.message if isinstance(exc, ChainError) else f"{type(exc).__name__}: {exc}"
+            own = isinstance(exc, ChainLimitExceeded) and exc.node_id == pnode.node_id
+            if own or _exhausts_request(exc):
+                assert isinstance(exc, ChainError)
+                raise ChainLimitExceeded(
+                    message if own else f"map node {shown!r} failed at item {i}: {message}",
+                    node_id=pnode.node_id,
+                    details={**exc.details, "index": i},
+                )
             raise NodeError(
                 f"map node {shown!r} failed at item {i}: {message}",
                 node_id=pnode.node_id,
@@ -634,19 +837,25 @@ class ChainRunner:
 
     async def _run_item(
         self, template: PlanNode, item: Any, index: int, map_context: Any
-    ) -> tuple[bool, Any]:
+    ) -> tuple[bool, Any, int]:
+        """Run one map item: ``(True, output, size in bytes)`` or ``(False, exception, 0)``."""
         shown = f"{self.prefix}{template.node_id}[{index}]"
         if self._wait_writable is not None:
             await self._wait_writable()  # a slow reader holds items back, as it does nodes
             if self._end_reason:
-                return False, NodeError(self._cancel_message())  # never started: no events
+                return False, NodeError(self._cancel_message()), 0  # never started: no events
         self._running[shown] = False
         self._events.send(shown, "start")
+        size = 0
         try:
+            self._count_nodes(1, shown, template.node_id)
             own = {"item": item, "_item": item, "index": index, "output": None}
             context = ContextView(self._context, own)
             args = await self._resolve_input(template, context, shown)
-            output = self._check_output(await self._execute(template, args, shown), shown)
+            output = await self._execute(template, args, shown)
+            size = self._keep_output(output, shown, template.node_id)
+            if size < 0:
+                size = await self._keep_large_output(output, shown, template.node_id)
         except anyio.get_cancelled_exc_class():
             if self._end_reason:
                 self._terminal_error(shown, self._cancel_message())
@@ -658,13 +867,14 @@ class ChainRunner:
             if not isinstance(exc, ChainError):
                 self.log.warning("tool raised", node_id=shown, exc_info=exc)
             self._terminal_error(shown, msg)
-            return False, exc
+            return False, exc, 0
         if self._end_reason and self._end_reason != "done":
+            self._release(size)
             self._terminal_error(shown, self._cancel_message())
-            return False, NodeError(self._cancel_message())
+            return False, NodeError(self._cancel_message()), 0
         self._running[shown] = True
         self._events.send(shown, "done", output=output)
-        return True, output
+        return True, output, size
 
     # ── sub-chains (skills) ─────────────────────────────────────────────────
 
@@ -684,7 +894,7 @@ class ChainRunner:
                     f"skill {skill_name!r} in node {shown!r} would nest {depth} deep, "
                     f"over max_depth {self.limits.max_depth}",
                 )
-            plan = planner(skill_name, nodes, entry_node)
+            plan = planner(skill_name, nodes, entry_node, depth)
             child = ChainRunner(
                 plan,
                 executors=self.executors,
@@ -698,9 +908,14 @@ class ChainRunner:
                 depth=depth,
                 subchain_planner=planner,
                 log=self.log,
+                budget=self._budget,
             )
             child._parent = self
-            result = await child.run(None)
+            try:
+                result = await child.run(None)
+            finally:
+                # only the final output outlives the sub-chain (kept as this node's)
+                self._budget.output_bytes -= child._kept
             if not result.success:
                 err = result.error or {}
                 raise ChainError(
@@ -815,7 +1030,7 @@ class ChainRunner:
             req_id=request.id,
             chain_id=request.chain_id,
             success=result.success,
-            outputs=result.outputs,
+            outputs=result.outputs if request.include_outputs else {},
             final_output=result.final_output,
             duration_ms=int((time.monotonic() - started) * 1000),
             nodes_run=result.nodes_run,

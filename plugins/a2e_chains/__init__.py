@@ -6,24 +6,78 @@ is found through the entry-point group ``a2e_host.plugins`` like any third-party
 Per request it validates the chain into a plan (:func:`a2e_host.validation.validate_chain`),
 then runs it with :class:`a2e_host.runtime.scheduler.ChainRunner` in the connection's
 task group, so several chains of one connection run concurrently.
+
+Life of one ``chain/req``, each step keeping "exactly one ``chain/resp``":
+
+1. **Accepted** (:meth:`ChainPlugin.handle`, on the reader): counted against
+   ``max_parallel`` and entered in the session's in-flight table as a :class:`_Flight`,
+   so a ``chain/cancel`` right behind it finds it.
+2. **Planned** in its own task: validated, and its worst-case node executions through
+   declared skills held to ``max_total_nodes``. A chain of more than
+   :data:`THREAD_PLANNING_NODES` nodes is planned in a worker thread (at most two at a
+   time), so other sessions keep being served meanwhile. A refusal, and any exception
+   while planning (a RecursionError, a bug), ends in a ``chain/resp``.
+3. **Run** by a :class:`~a2e_host.runtime.scheduler.ChainRunner` (or answered
+   ``cancelled`` at once, when cancelled while planned).
+4. **Left**: the chain leaves the in-flight table just before its ``chain/resp`` is
+   written, so a client that sends its next chain the moment the response arrives is
+   never told ``busy``.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
+import anyio.lowlevel
 
 from a2e_host.config import HostConfig
-from a2e_host.exceptions import Busy, ChainInvalid, InvalidMessage, UnknownSession
+from a2e_host.exceptions import (
+    Busy,
+    ChainInvalid,
+    ChainLimitExceeded,
+    InvalidMessage,
+    UnknownSession,
+)
+from a2e_host.limits import SessionLimits
 from a2e_host.messages import ChainCancel, ChainNode, ChainRequest, ChainResponse, Message
 from a2e_host.plugin import Plugin, PluginContext, SessionInfo
 from a2e_host.runtime.scheduler import ChainRunner
 from a2e_host.toolbox import Toolbox
 from a2e_host.validation import ChainPlan, validate_chain
 
-__all__ = ["ChainPlugin"]
+__all__ = ["ChainPlugin", "THREAD_PLANNING_NODES", "worst_case_node_count"]
+
+THREAD_PLANNING_NODES = 200
+"""Declared nodes above which a chain is validated in a worker thread, not on the loop."""
+
+_PLANNING_THREADS = 2  # chains validated at once in worker threads, host-wide
+_COUNT_CEILING = 2**62  # worst-case node counts saturate here
+_planning_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
+    "a2e_chains_planning_limiter"
+)
+
+
+class _Flight:
+    """One accepted ``chain/req``: cancellable from the moment it is accepted.
+
+    Attributes:
+        runner: its runner once planned, else None.
+        cancelled: a ``chain/cancel`` arrived.
+    """
+
+    __slots__ = ("runner", "cancelled")
+
+    def __init__(self) -> None:
+        self.runner: ChainRunner | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.runner is not None:
+            self.runner.cancel()
 
 
 class ChainPlugin(Plugin):
@@ -37,12 +91,17 @@ class ChainPlugin(Plugin):
     capability: ClassVar[str] = "chains"
     namespace: ClassVar[str] = "chain/*"
     priority: ClassVar[int] = 10
-    features: ClassVar[tuple[str, ...]] = ("chain/cancel", "handshake/limits")
+    features: ClassVar[tuple[str, ...]] = (
+        "chain/cancel",
+        "handshake/limits",
+        "chain/req.include_outputs",
+        "chain/req.event_outputs",
+    )
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
         super().__init__(config)
         self.toolbox = toolbox if toolbox is not None else Toolbox.from_config(config)
-        self._running: dict[str, dict[str, ChainRunner | None]] = {}
+        self._running: dict[str, dict[str, _Flight]] = {}
         # per session (its limits and grants shape validation): (skill, nodes id) → plan
         self._skill_plans: dict[str, dict[tuple[str, int], ChainPlan]] = {}
 
@@ -84,8 +143,10 @@ class ChainPlugin(Plugin):
             raise InvalidMessage(
                 f"a chain with request id {request.id!r} is already running; use a fresh id"
             )
-        running[request.id] = None
-        ctx.start_soon(self._run, request, ctx, time.monotonic(), name=f"chain {request.id}")
+        flight = running[request.id] = _Flight()
+        ctx.start_soon(
+            self._run, request, flight, ctx, time.monotonic(), name=f"chain {request.id}"
+        )
 
     def _cancel(self, message: ChainCancel, ctx: PluginContext) -> None:
         session = ctx.session
@@ -93,27 +154,62 @@ class ChainPlugin(Plugin):
             raise UnknownSession(
                 f"session {message.session_id!r} is not this connection's session"
             )
-        runner = self._running.get(session.session_id, {}).get(message.req_id)
-        if runner is None:
+        flight = self._running.get(session.session_id, {}).get(message.req_id)
+        if flight is None:
             raise InvalidMessage(
                 f"no chain in flight with req_id {message.req_id!r} on this session "
                 "(it may have finished already)"
             )
-        runner.cancel()
+        flight.cancel()
 
-    async def _run(self, request: ChainRequest, ctx: PluginContext, started: float) -> None:
+    async def _run(
+        self, request: ChainRequest, flight: _Flight, ctx: PluginContext, started: float
+    ) -> None:
         session = ctx.session
-        running = self._running.setdefault(session.session_id, {})
         log = ctx.log.bind(req_id=request.id, chain_id=request.chain_id)
+        left = False
+
+        def leave() -> None:
+            """Take the chain out of the in-flight table (before its response is sent)."""
+            nonlocal left
+            if left:
+                return
+            left = True
+            running = self._running.get(session.session_id)
+            if running is not None and running.get(request.id) is flight:
+                del running[request.id]
+                if not running:
+                    del self._running[session.session_id]
+
+        responded = False
+
+        def respond(response: ChainResponse) -> None:
+            nonlocal responded
+            responded = True
+            leave()
+            ctx.outbox.send_nowait(response)
+
+        def before_response() -> None:  # the runner sends its own response
+            nonlocal responded
+            responded = True
+            leave()
+
         try:
             try:
-                plan = validate_chain(
-                    request, self.toolbox, session.limits, granted=session.granted
-                )
+                plan = await self._plan(request, session)
             except ChainInvalid as exc:
                 problems = len(exc.details.get("errors", []))
                 log.info("chain refused", code=exc.code, problems=problems)
-                ctx.outbox.send_nowait(_refusal(request, exc, started))
+                respond(_refusal(request, exc, started))
+                return
+            except RecursionError:
+                log.info("chain refused", code="chain_invalid", reason="recursion")
+                respond(_failure(
+                    request, started, "chain_invalid",
+                    "the chain is nested too deeply to validate (an expression or a "
+                    "structure inside it exceeded the validator's recursion limit); "
+                    "flatten it",
+                ))
                 return
             runner = ChainRunner(
                 plan,
@@ -125,10 +221,12 @@ class ChainPlugin(Plugin):
                 subchain_planner=self._planner(session),
                 log=log,
             )
-            running[request.id] = runner
+            flight.runner = runner
+            if flight.cancelled:
+                runner.cancel()  # cancelled while it was planned: nothing starts
             log.info("chain started", nodes=len(plan.nodes))
             try:
-                response = await runner.run_to_response(started)
+                response = await runner.run_to_response(started, before_response=before_response)
             except anyio.get_cancelled_exc_class():
                 log.info("chain finished", success=False, code="cancelled", reason="cancelled")
                 raise
@@ -139,16 +237,59 @@ class ChainPlugin(Plugin):
                 duration_ms=response.duration_ms,
                 code=(response.error or {}).get("code", ""),
             )
+        except Exception as exc:  # noqa: BLE001 — a bug must still answer the request, once
+            if responded:
+                log.error("the chain failed inside the host after its response", exc_info=exc)
+                return
+            log.error("the chain failed inside the host", exc_info=exc)
+            respond(_failure(
+                request, started, "runtime_error",
+                f"the host failed while {'running' if flight.runner else 'validating'} the "
+                f"chain ({type(exc).__name__}); this is a fault in the host, not in the chain",
+            ))
         finally:
-            running.pop(request.id, None)
-            if not running:
-                self._running.pop(session.session_id, None)
+            leave()
+
+    async def _plan(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
+        """Validate ``request`` and hold its worst case to ``max_total_nodes``; in a worker
+        thread when it has more than :data:`THREAD_PLANNING_NODES` nodes.
+
+        Raises:
+            ChainInvalid: the chain is refused (every problem in ``details.errors``).
+        """
+        if len(request.nodes) <= THREAD_PLANNING_NODES:
+            return self._plan_now(request, session)
+        try:
+            limiter = _planning_limiter.get()
+        except LookupError:
+            limiter = anyio.CapacityLimiter(_PLANNING_THREADS)
+            _planning_limiter.set(limiter)
+        return await anyio.to_thread.run_sync(
+            self._plan_now, request, session, limiter=limiter
+        )
+
+    def _plan_now(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
+        plan = validate_chain(request, self.toolbox, session.limits, granted=session.granted)
+        _check_total_nodes(
+            request.nodes, self.toolbox.skills.declared, session.limits
+        )
+        return plan
 
     def _planner(self, session: SessionInfo) -> Any:
-        """Plans for declared skills' sub-chains, validated once per skill and session."""
-        plans = self._skill_plans.setdefault(session.session_id, {})
+        """Plans for declared skills' sub-chains, validated once per skill and session.
 
-        def plan_skill(name: str, nodes: list[ChainNode], entry_node: str) -> ChainPlan:
+        The planner is called with the depth the sub-chain would run at, and refuses
+        (``max_depth``) a skill whose root nodes — which always start — start skills,
+        which start skills … past ``max_depth``: such a sub-chain is sure to fail with
+        ``max_depth``, and failing now spares expanding every level of it first (a
+        fan-out of 4 per level, 9 levels deep, would start ~87,000 nodes before the
+        deepest one is refused).
+        """
+        plans = self._skill_plans.setdefault(session.session_id, {})
+        declared = self.toolbox.skills.declared
+        nesting: dict[str, int] = {}  # skill → levels its roots certainly nest below it
+
+        def plan_of(name: str, nodes: list[ChainNode], entry_node: str) -> ChainPlan:
             key = (name, id(nodes))
             plan = plans.get(key)
             if plan is None:
@@ -159,15 +300,165 @@ class ChainPlugin(Plugin):
                 plans[key] = plan
             return plan
 
+        def certain_nesting(name: str, limit: int) -> int:
+            """Levels of sub-chains the skill ``name`` is sure to start below itself
+            through root skill nodes under ``on_error: abort``; at most ``limit``."""
+            stack = [name]
+            entered: set[str] = set()
+            while stack:
+                current = stack[-1]
+                if current in nesting:
+                    stack.pop()
+                    continue
+                entered.add(current)
+                skill = declared[current]
+                try:
+                    plan = plan_of(current, skill.nodes, skill.entry_node)
+                except ChainInvalid:
+                    nesting[current] = 0  # refused when it starts, nothing below it
+                    stack.pop()
+                    continue
+                children = [
+                    plan.nodes[r].node.name
+                    for r in plan.roots
+                    if plan.nodes[r].kind == "skill" and plan.nodes[r].on_error == "abort"
+                    and plan.nodes[r].node.name in declared
+                ]
+                pending = [c for c in children if c not in nesting and c not in entered]
+                if pending:
+                    stack.extend(pending)
+                    continue
+                stack.pop()
+                # a child still being entered is on a cycle: it nests without end
+                nesting[current] = min(limit, max(
+                    (1 + nesting.get(c, limit) for c in children), default=0
+                ))
+            return nesting[name]
+
+        def plan_skill(name: str, nodes: list[ChainNode], entry_node: str, depth: int) -> ChainPlan:
+            plan = plan_of(name, nodes, entry_node)
+            max_depth = session.limits.effective.max_depth
+            if name in declared and depth + certain_nesting(name, max_depth + 1) > max_depth:
+                err = session.limits.refusal("max_depth", max_depth + 1)
+                assert err is not None
+                raise ChainLimitExceeded(
+                    f"skill {name!r} would nest past max_depth {err.details['limit']}: its "
+                    "root nodes always start skills whose root nodes start skills … deeper "
+                    "than that",
+                    details=err.details,
+                )
+            return plan
+
         return plan_skill
 
     async def session_closed(self, session: SessionInfo) -> None:
         """Cancel the session's chains (their tasks are also cancelled by the host) and
         forget its skill plans."""
         self._skill_plans.pop(session.session_id, None)
-        for runner in list(self._running.get(session.session_id, {}).values()):
-            if runner is not None:
-                runner.cancel()
+        for flight in list(self._running.get(session.session_id, {}).values()):
+            flight.cancel()
+
+
+def worst_case_node_count(
+    nodes: Sequence[ChainNode], skills: Mapping[str, Any], max_depth: int
+) -> int:
+    """Node executions a chain makes at most through its declared skills, before running.
+
+    Every declared node counts once, as if every branch side ran (as ``max_nodes``
+    counts declared nodes); a ``skill`` node naming a declarative skill adds that skill's
+    own count one level deeper, down to ``max_depth`` (a skill node past it counts once:
+    it fails when it starts). Map templates count nothing here: their items are unknown
+    until the map runs, and counted then (PROTOCOL.md §6 ``max_total_nodes``). Work is
+    linear in the chain's nodes plus, per skill and depth reached, that skill's nodes.
+
+    Args:
+        nodes: the chain's declared nodes (depth 0).
+        skills: declarative skills by name, each with ``nodes`` (a list of ChainNode).
+        max_depth: the effective ``max_depth``.
+
+    Returns:
+        The count, int (at most :data:`_COUNT_CEILING`).
+    """
+    counted: dict[tuple[str, int], int] = {}  # (skill, depth it runs at) → its count
+    templates_of: dict[str, set[str]] = {}
+
+    def calls(chain: Sequence[ChainNode], depth: int, name: str) -> tuple[int, list[Any]]:
+        """Nodes that run at ``depth`` and the (skill, depth + 1) sub-chains they start."""
+        templates = templates_of.get(name)
+        if templates is None:
+            templates = {n.map_node for n in chain if n.kind == "map" and n.map_node}
+            if name:
+                templates_of[name] = templates
+        own = 0
+        subs: list[tuple[str, int]] = []
+        for node in chain:
+            if node.node_id in templates:
+                continue
+            own += 1
+            if node.kind == "skill" and node.name in skills and depth < max_depth:
+                subs.append((node.name, depth + 1))
+        return own, subs
+
+    top_own, top_subs = calls(nodes, 0, "")
+    stack: list[tuple[str, int]] = list(top_subs)
+    while stack:
+        key = stack[-1]
+        if key in counted:
+            stack.pop()
+            continue
+        own, subs = calls(skills[key[0]].nodes, key[1], key[0])
+        missing = [sub for sub in subs if sub not in counted]
+        if missing:
+            stack.extend(missing)
+            continue
+        stack.pop()
+        counted[key] = min(_COUNT_CEILING, own + sum(counted[sub] for sub in subs))
+    return min(_COUNT_CEILING, top_own + sum(counted[sub] for sub in top_subs))
+
+
+def _check_total_nodes(
+    nodes: Sequence[ChainNode], skills: Mapping[str, Any], limits: SessionLimits
+) -> None:
+    """Refuse, before it runs, a chain whose declared skills alone would make it run
+    more than ``max_total_nodes`` nodes (see :func:`worst_case_node_count`).
+
+    Raises:
+        ChainInvalid: code ``chain_limit``, ``details`` ``{ceiling, scope, limit,
+            requested, errors}``.
+    """
+    effective = limits.effective
+    if len(nodes) <= effective.max_total_nodes and not skills:
+        return
+    count = worst_case_node_count(nodes, skills, effective.max_depth)
+    err = limits.refusal("max_total_nodes", count)
+    if err is None:
+        return
+    message = (
+        f"the chain would run up to {count} nodes, counting its skills' sub-chains at "
+        f"every depth (map items not included), over max_total_nodes "
+        f"{err.details['limit']} at {err.details['scope']} scope"
+    )
+    hint = "split the work into smaller chains, or call fewer skills per chain"
+    problem = {"code": "chain_limit", "node_id": "", "field": "nodes", "message": message,
+               "hint": hint, **err.details}
+    raise ChainInvalid(
+        message, code="chain_limit", details={**err.details, "errors": [problem]}
+    )
+
+
+def _failure(request: ChainRequest, started: float, code: str, message: str) -> ChainResponse:
+    """The ``chain/resp`` of a request that failed before any node started."""
+    return ChainResponse(
+        req_id=request.id,
+        chain_id=request.chain_id,
+        success=False,
+        outputs={},
+        final_output=None,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        nodes_run=0,
+        error={"code": code, "message": message, "node_id": "", "retryable": False,
+               "details": {}},
+    )
 
 
 def _refusal(request: ChainRequest, exc: ChainInvalid, started: float) -> ChainResponse:
