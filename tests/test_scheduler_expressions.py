@@ -95,6 +95,9 @@ async def test_a_map_item_over_budget_fails_the_map_naming_the_ceiling() -> None
     error = run.response.error
     assert error is not None and error["node_id"] == "m"
     assert "max_expression_bytes" in error["message"] and "item 1" in error["message"]
+    assert error["code"] == "chain_limit"
+    assert error["details"]["ceiling"] == "max_expression_bytes"
+    assert error["details"]["index"] == 1 and error["details"]["limit"] == 500
 
 
 class CancelOnStart:

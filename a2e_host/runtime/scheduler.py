@@ -871,7 +871,9 @@ class ChainRunner:
             i, exc = failure[0]
             message = exc.message if isinstance(exc, ChainError) else f"{type(exc).__name__}: {exc}"
             own = isinstance(exc, ChainLimitExceeded) and exc.node_id == pnode.node_id
-            if own or _exhausts_request(exc):
+            if own or isinstance(exc, ChainLimitExceeded) or _exhausts_request(exc):
+                # a ceiling refused (the map's own, a request-wide one, or an item's
+                # expression or output budget): the map fails as chain_limit naming it
                 assert isinstance(exc, ChainError)
                 raise ChainLimitExceeded(
                     message if own else f"map node {shown!r} failed at item {i}: {message}",
