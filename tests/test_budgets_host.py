@@ -18,9 +18,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from a2e_host.client import spawn_stdio
-from a2e_host.limits import Limits, SessionLimits
-from a2e_host.messages import ChainNode, ChainRequest, ChainResponse
-from a2e_host.validation import validate_chain
+from a2e_host.messages import ChainNode, ChainResponse
 from tests.test_host_fakes import CLI, REPO, WAIT, HostProcess, host_env, open_host
 
 MIB = 2**20
@@ -330,24 +328,17 @@ async def test_an_expression_nested_too_deeply_gets_a_chain_resp_not_a_bare_erro
 
 
 @pytest.mark.asyncio
-async def test_another_sessions_ping_is_answered_while_a_10000_node_chain_validates() -> None:
+async def test_another_sessions_ping_is_answered_while_a_big_chain_validates() -> None:
     """issue 12.3: validating a big chain ran on the event loop: every other session
     waited for it. It now runs in a worker thread. The chain is made slow to validate
-    (50,000 distinct expressions) and invalid at its last node, so only validation runs."""
+    (20,000 distinct expressions) and invalid at its last node, so only validation runs."""
     nodes = [
         tool(f"n{i}", "echo", input_map={f"k{j}": f"join('-', [input.a, 'x{i}_{j}'])"
                                          for j in range(5)})
-        for i in range(10_000)
+        for i in range(4_000)
     ]
     nodes[-1]["name"] = "no_such_tool"
     request = chain("big", nodes, streaming=False)
-    t = time.perf_counter()
-    with pytest.raises(Exception, match="no_such_tool"):
-        validate_chain(
-            ChainRequest(nodes=[ChainNode(**n) for n in nodes], entry_node="n0"),
-            _Tools(), SessionLimits(Limits()), granted=frozenset({"chains"}),
-        )
-    validating = time.perf_counter() - t
     async with ws_server() as (url, _), connect(url, max_size=2**25) as busy, \
             connect(url) as quiet:
         big_session, probe_session = ws_session(busy), ws_session(quiet)
@@ -363,8 +354,8 @@ async def test_another_sessions_ping_is_answered_while_a_10000_node_chain_valida
             probe.stop.set()
     assert resp["type"] == "chain/resp" and resp["error"]["code"] == "chain_invalid", resp
     slowest = max(probe.latencies)
-    assert answered > 0.3 and validating > 0.3, (answered, validating)
-    assert slowest < max(answered, validating) / 3, (
+    assert answered > 0.3, answered  # long enough for a stall to show
+    assert slowest < answered / 3, (
         f"a ping waited {slowest:.2f} s while the chain validated for {answered:.2f} s"
     )
 

@@ -39,7 +39,8 @@ async def send(ws: ClientConnection, message: dict[str, Any] | str) -> None:
 
 @pytest.mark.asyncio
 async def test_missing_or_wrong_token_is_auth_failed_then_closed_and_no_work_is_taken() -> None:
-    async with serving("--auth-token", "T0k") as (url, _):
+    # failed auths are throttled (auth_failure_delay); this test is about the answer
+    async with serving("--auth-token", "T0k", env={"A2E_AUTH_FAILURE_DELAY": "0.05"}) as (url, _):
         for extra in ({}, {"auth_token": ""}, {"auth_token": "T0k "}, {"auth_token": "t0k"}):
             async with connect(url) as ws:
                 await send(ws, {**HANDSHAKE, **extra})

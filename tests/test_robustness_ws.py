@@ -20,11 +20,13 @@ SERVE = [*CLI, "serve", "--port", "0", "--tools", "conformance"]
 
 
 @asynccontextmanager
-async def serving(*flags: str) -> AsyncIterator[tuple[str, HostProcess]]:
-    """Start the real server (with extra ``flags``) on a free port; yield its URL and
-    process; SIGTERM it: it must exit 0 without a traceback."""
+async def serving(
+    *flags: str, env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[str, HostProcess]]:
+    """Start the real server (with extra ``flags`` and ``env`` variables) on a free port;
+    yield its URL and process; SIGTERM it: it must exit 0 without a traceback."""
     async with anyio.create_task_group() as tg:
-        host = await open_host([*SERVE, *flags])
+        host = await open_host([*SERVE, *flags], **(env or {}))
         tg.start_soon(host.collect_stderr)
         with anyio.fail_after(WAIT):
             found = await host.wait_stderr(r"a2e-host listening on (ws://127\.0\.0\.1:\d+)")
