@@ -66,6 +66,7 @@ __all__ = [
 CHECK_EVERY = 1024
 """Steps between two checks of the step count and the cancel flag."""
 
+_COMPARE_BYTES_PER_STEP = 16  # an equality walks ~4 elements in the time of one step
 _MEMO_MIN = 64  # bytes: smaller values are measured again rather than remembered
 _ENCODER = msgspec.json.Encoder()
 _FUNCTIONS = jmes_functions.Functions()
@@ -479,6 +480,11 @@ class BudgetedInterpreter(jmes_visitor.TreeInterpreter):  # type: ignore[misc]
             for arg in args:
                 if isinstance(arg, list | dict):
                     count += len(arg)
+        if name == "contains" and len(args) == 2 and isinstance(args[0], list):
+            needle = args[1]
+            if isinstance(needle, list | dict) and needle:
+                # each element equal in type is compared with the needle, element by element
+                count += len(args[0]) * (self.size_of(needle) // _COMPARE_BYTES_PER_STEP)
         if count:
             if name in _SORTS:
                 count *= max(1, count.bit_length())
@@ -504,12 +510,31 @@ class BudgetedInterpreter(jmes_visitor.TreeInterpreter):  # type: ignore[misc]
 
     # ── comparisons ─────────────────────────────────────────────────────────
 
+    def _charge_comparison(self, left: Any, right: Any) -> None:
+        """Charge ``left == right`` for the elements Python will walk, before it does.
+
+        Equality of two lists or two objects is one C call that walks both values, holding
+        the GIL: two 4 MiB values built separately cost ~20 ms per comparison, and a
+        thousand of them in one expression were a thousand steps. The walk stops at the
+        first difference, so the smaller value bounds it: charged one step per
+        :data:`_COMPARE_BYTES_PER_STEP` bytes of it.
+        """
+        kind = type(left)
+        if kind is not type(right) or (kind is not list and kind is not dict):
+            return
+        if left is right or not left or not right:
+            return  # identical or empty: answered at once
+        size = min(self.size_of(left), self.size_of(right))
+        self._charge(size // _COMPARE_BYTES_PER_STEP)
+
     def visit_comparator(self, node: dict[str, Any], value: Any) -> Any:
         op = node["value"]
         left = self.visit(node["children"][0], value)
         right = self.visit(node["children"][1], value)
         if op == "eq" or op == "ne":
-            equal = self.COMPARATOR_FUNC["eq"](self.plain(left), self.plain(right))
+            left, right = self.plain(left), self.plain(right)
+            self._charge_comparison(left, right)
+            equal = self.COMPARATOR_FUNC["eq"](left, right)
             return equal if op == "eq" else not equal
         lkind, rkind = type(left), type(right)
         if (lkind is int or lkind is float) and (rkind is int or rkind is float):

@@ -246,3 +246,33 @@ def test_a_snapshot_does_not_see_nodes_that_finish_later() -> None:
 )
 def test_ordering_different_types_is_null_never_an_error(text: str, expected: Any) -> None:
     assert run(text, node_context()) == expected
+
+
+def test_equality_of_big_values_is_charged_for_the_walk_before_it_happens() -> None:
+    """An equality of two separately built 4 MiB values is one C call walking both; a
+    thousand of them in one expression ran for 20 s as a few thousand steps."""
+    doublings = compile_expression("input.z|" + "|".join(["[@,@]"] * 20))
+    root = {"input": {"z": 0}}
+    full = Budget(max_steps=10**9, max_bytes=8 * 2**20)
+    context = {
+        "a": {"output": {"v": evaluate(doublings.parsed, root, full)}},
+        "b": {"output": {"v": evaluate(doublings.parsed, root, full)}},
+    }
+    one = compile_expression("a.output.v == b.output.v")
+    assert evaluate(one.parsed, context, Budget()) is True  # within the default budget
+    many = compile_expression("length([" + ", ".join(["a.output.v == b.output.v"] * 1300) + "])")
+    with pytest.raises(ExpressionBudgetExceeded) as refused:
+        evaluate(many.parsed, context, Budget())
+    assert refused.value.ceiling == "max_expression_steps"
+    # identical or differently typed values cost nothing beyond their step
+    cheap = compile_expression("length([" + ", ".join(["a.output.v == a.output.v"] * 1300) + "])")
+    assert evaluate(cheap.parsed, context, Budget()) == 1300
+
+
+def test_contains_with_a_big_needle_is_charged_per_element_it_is_compared_with() -> None:
+    needle = list(range(5000))
+    context = {"input": {"hay": [list(range(5000)) for _ in range(300)], "needle": needle}}
+    expr = compile_expression("contains(input.hay, input.needle)")
+    with pytest.raises(ExpressionBudgetExceeded):
+        evaluate(expr.parsed, context, Budget(max_steps=100_000))
+    assert evaluate(expr.parsed, context, Budget()) is True
