@@ -45,7 +45,7 @@ from __future__ import annotations
 import difflib
 import enum
 from collections import deque
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -71,6 +71,7 @@ __all__ = [
     "CONTEXT_KEYS",
     "KINDS",
     "RESERVED_IDS",
+    "expression_chars",
     "validate_chain",
 ]
 
@@ -315,6 +316,18 @@ def _summary(problems: list[dict[str, Any]]) -> str:
 # ── the validator ───────────────────────────────────────────────────────────
 
 
+def expression_chars(nodes: Sequence[ChainNode]) -> int:
+    """Characters of every JMESPath expression the nodes declare (``input_map`` values,
+    ``condition``, ``items_path``): what ``max_chain_expression_chars`` bounds
+    (PROTOCOL.md §6), and a cheap measure of how long validation will take."""
+    total = 0
+    for node in nodes:
+        for text in node.input_map.values():
+            total += len(text)
+        total += len(node.condition) + len(node.items_path)
+    return total
+
+
 class _Validator:
     """One validation run; collects problems, then builds the plan if there are none."""
 
@@ -328,6 +341,7 @@ class _Validator:
         self.granted = granted
         self.nodes = request.nodes
         self.problems: list[dict[str, Any]] = []
+        self.compile_expressions = True  # False once their total text is refused
         self.by_id: dict[str, int] = {}
         n = len(self.nodes)
         self.next_i: list[int | None] = [None] * n
@@ -392,6 +406,13 @@ class _Validator:
         if refused is not None:
             self.add(_limit_problem(refused, "", "nodes",
                                     "split the work into smaller chains"))
+        chars = expression_chars(self.nodes)
+        refused = self.limits.refusal("max_chain_expression_chars", chars)
+        if refused is not None:
+            # compiling that much text is the cost the ceiling exists to avoid
+            self.compile_expressions = False
+            self.add(_limit_problem(refused, "", "nodes",
+                                    "move work into tools or skills, or split the chain"))
         timeout = req.timeout_within(self.limits.effective.max_timeout)
         if timeout <= 0:
             self.invalid("", "timeout", f"timeout must be positive seconds, got {timeout}",
@@ -547,6 +568,8 @@ class _Validator:
             return None
 
     def compile_node(self, i: int, node: ChainNode) -> None:
+        if not self.compile_expressions:
+            return
         nid = node.node_id
         pairs = []
         for key, text in node.input_map.items():

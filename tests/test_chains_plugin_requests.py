@@ -181,6 +181,30 @@ async def test_a_chain_of_more_than_200_nodes_is_validated_in_a_worker_thread(
     assert threads[0] == main and threads[1] != main, threads
 
 
+@pytest.mark.asyncio
+async def test_a_small_chain_with_much_expression_text_is_validated_in_a_worker_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Parsing costs by text: one node with 16 KiB of expressions leaves the loop too."""
+    threads: list[str] = []
+    real = a2e_chains.validate_chain
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(a2e_chains, "validate_chain", spy)
+    plugin, session = plugin_and_session()
+    text = "[" + ", ".join(["input.a"] * 700) + "]"  # ~6,300 characters
+    short = request("short", [{"node_id": "a", "input_map": {"k0": text}}], streaming=False)
+    long = request("long", [{"node_id": "a", "input_map": {f"k{j}": text for j in range(3)}}],
+                   streaming=False)
+    outbox = await handle_all(plugin, session, short, long)
+    assert all(r.success for r in outbox.responses())
+    main = threading.main_thread().name
+    assert threads[0] == main and threads[1] != main, threads
+
+
 # ── cancellable from the moment it is accepted ──────────────────────────────────
 
 

@@ -143,3 +143,25 @@ def test_every_problem_reported_has_the_wire_keys() -> None:
     err = refusal([{"node_id": "a", "input_map": {"v": "!" * 100 + "x"}}])
     assert isinstance(err, ChainInvalid)
     assert set(problems(err)[0]) >= {"code", "node_id", "field", "message", "hint"}
+
+
+def test_expression_text_past_its_ceiling_is_refused_before_any_of_it_is_compiled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One node may declare 120 expressions of 65,000 characters: 7.9 MB of text took
+    22 s and 637 MB to parse. The chain's total is a ceiling, checked before parsing."""
+    compiled: list[str] = []
+    real = validation.compile_expression
+    monkeypatch.setattr(validation, "compile_expression",
+                        lambda text: compiled.append(text) or real(text))
+    keys = {f"k{j}": "[" + ", ".join(["input.a"] * 200) + "]" for j in range(10)}
+    chars = sum(len(text) for text in keys.values())
+    err = refusal([{"node_id": "a", "input_map": keys}],
+                  asked={"max_chain_expression_chars": 5000})
+    assert err.code == "chain_limit"
+    assert {k: err.details[k] for k in ("ceiling", "scope", "limit", "requested")} == {
+        "ceiling": "max_chain_expression_chars", "scope": "session", "limit": 5000,
+        "requested": chars,
+    }
+    assert compiled == []
+    assert validate([{"node_id": "a", "input_map": keys}]).nodes[0].node_id == "a"

@@ -46,12 +46,16 @@ from a2e_host.messages import ChainCancel, ChainNode, ChainRequest, ChainRespons
 from a2e_host.plugin import Plugin, PluginContext, SessionInfo
 from a2e_host.runtime.scheduler import ChainRunner
 from a2e_host.toolbox import Toolbox
-from a2e_host.validation import ChainPlan, validate_chain
+from a2e_host.validation import ChainPlan, expression_chars, validate_chain
 
 __all__ = ["ChainPlugin", "THREAD_PLANNING_NODES", "worst_case_node_count"]
 
 THREAD_PLANNING_NODES = 200
 """Declared nodes above which a chain is validated in a worker thread, not on the loop."""
+
+THREAD_PLANNING_CHARS = 16_384
+"""Characters of expressions above which a chain is validated in a worker thread: parsing
+costs by text, not by node (one node may declare 120 expressions of 65,000 characters)."""
 
 _PLANNING_THREADS = 2  # chains validated at once in worker threads, host-wide
 _COUNT_CEILING = 2**62  # worst-case node counts saturate here
@@ -252,12 +256,16 @@ class ChainPlugin(Plugin):
 
     async def _plan(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
         """Validate ``request`` and hold its worst case to ``max_total_nodes``; in a worker
-        thread when it has more than :data:`THREAD_PLANNING_NODES` nodes.
+        thread when it has more than :data:`THREAD_PLANNING_NODES` nodes or
+        :data:`THREAD_PLANNING_CHARS` characters of expressions.
 
         Raises:
             ChainInvalid: the chain is refused (every problem in ``details.errors``).
         """
-        if len(request.nodes) <= THREAD_PLANNING_NODES:
+        if (
+            len(request.nodes) <= THREAD_PLANNING_NODES
+            and expression_chars(request.nodes) <= THREAD_PLANNING_CHARS
+        ):
             return self._plan_now(request, session)
         try:
             limiter = _planning_limiter.get()
