@@ -90,6 +90,15 @@ def test_a_case_without_requirements_is_rejected(tmp_path: Path):
         load_file(bad)
 
 
+def test_a_gate_given_as_a_string_instead_of_a_list_is_rejected(tmp_path: Path):
+    # "max_total_nodes" as a string would otherwise gate on its 15 letters
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"case": "x", "requires": ["R"], "ceilings": "max_total_nodes"}\n',
+                   encoding="utf-8")
+    with pytest.raises(CaseError, match="ceilings must be a list of strings"):
+        load_file(bad)
+
+
 def test_selection_by_pattern_matches_case_ids_and_requirements():
     by_id = load_cases(pattern="cycle-self-loop")
     assert [c.id for c in by_id] == ["cycle-self-loop"]
