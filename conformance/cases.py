@@ -12,6 +12,7 @@ Case header::
      "doc": "what it shows, one line",
      "handshake": {...} | false,                # extra handshake/req fields; false = none
      "features": ["chain/cancel"],              # host features it needs (else skipped)
+     "ceilings": ["max_total_nodes"],           # ceilings the host must publish (else skipped)
      "needs": ["auth"],                         # runner conditions (see runner.CONDITIONS)
      "transports": ["ws"],                      # only on these transports (default: all)
      "own_connection": true,                    # never share a session (see below)
@@ -66,8 +67,8 @@ STEP_KINDS = (
     "reconnect",
 )
 _STEP_OPTIONS = {"as", "for", "where", "exact", "within"}
-_HEADER_KEYS = {"case", "requires", "doc", "handshake", "features", "needs", "transports",
-                "timeout", "own_connection"}
+_HEADER_KEYS = {"case", "requires", "doc", "handshake", "features", "ceilings", "needs",
+                "transports", "timeout", "own_connection"}
 #: Steps that end or replace the connection: a case using one never shares a session.
 CONNECTION_STEPS = ("close", "reconnect", "expect_close")
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -88,6 +89,9 @@ class Case:
     source: str
     handshake: dict[str, Any] | None = field(default_factory=dict)
     features: tuple[str, ...] = ()
+    ceilings: tuple[str, ...] = ()
+    """Ceilings the host must publish in the ``chains`` metadata ``limits`` (PROTOCOL.md
+    §2, §6) for the case to run; a host that does not publish one has the case skipped."""
     needs: tuple[str, ...] = ()
     transports: tuple[str, ...] = ()
     timeout: float = 10.0
@@ -118,6 +122,10 @@ def _header(obj: dict[str, Any], where: str) -> dict[str, Any]:
     handshake = obj.get("handshake", {})
     if handshake is not False and not isinstance(handshake, dict):
         raise CaseError(f"{where}: handshake must be an object or false")
+    for key in ("features", "ceilings", "needs", "transports"):
+        value = obj.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise CaseError(f"{where}: {key} must be a list of strings")
     if not isinstance(obj.get("own_connection", False), bool):
         raise CaseError(f"{where}: own_connection must be true or false")
     return obj
@@ -152,7 +160,8 @@ def _parse_file(path: Path) -> Iterable[Case]:
             id=header["case"], requires=tuple(header["requires"]),
             doc=header.get("doc", ""), steps=tuple(steps), source=f"{path.name}:{start}",
             handshake=None if hs is False else hs,
-            features=tuple(header.get("features", ())), needs=tuple(header.get("needs", ())),
+            features=tuple(header.get("features", ())),
+            ceilings=tuple(header.get("ceilings", ())), needs=tuple(header.get("needs", ())),
             transports=tuple(header.get("transports", ())),
             timeout=float(header.get("timeout", 10.0)),
             own_connection=bool(why) or bool(header.get("own_connection", False)),

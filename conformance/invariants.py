@@ -18,7 +18,9 @@ Invariants checked on every transcript (each problem starts with its requirement
 * ``CHAIN-EVT-SEQ`` — seq is 1, 2, 3, … in arrival order, per request.
 * ``CHAIN-EVT-LIFECYCLE`` — per node id: ``[skip]``, ``[start, done]`` or ``[start, error]``.
 * ``CHAIN-EVT-BEFORE-RESP`` — only events precede the response; the response is last.
-* ``CHAIN-RESP-OUTPUTS`` — (streaming) ``outputs`` keys = declared nodes with ``done``.
+* ``CHAIN-RESP-OUTPUTS`` — (streaming) ``outputs`` keys = declared nodes with ``done``,
+  unless the request opted out with ``include_outputs: false`` (PROTOCOL.md §5 Payload
+  opt-ins; then the case says what ``outputs`` must be).
 * ``CHAIN-RESP-NODES-RUN`` — (streaming) ``nodes_run`` = declared nodes with ``start``.
 * ``CHAIN-RESP-ERROR`` — ``success`` true ⇔ ``error`` null; else ``error.code`` a str.
 
@@ -78,7 +80,8 @@ def _index(events: list[dict[str, Any]], short: str) -> int | None:
     return None
 
 
-def _invariants(events: list[dict[str, Any]], response: dict[str, Any]) -> list[str]:
+def _invariants(events: list[dict[str, Any]], response: dict[str, Any],
+                outputs_sent: bool = True) -> list[str]:
     problems: list[str] = []
     seqs = [e.get("seq") for e in events]
     if seqs != list(range(1, len(events) + 1)):
@@ -93,7 +96,7 @@ def _invariants(events: list[dict[str, Any]], response: dict[str, Any]) -> list[
         done = {n for n, p in phases.items() if p[-1] == "done" and not ITEM_ID.search(n)}
         started = {n for n, p in phases.items() if p[0] == "start" and not ITEM_ID.search(n)}
         outputs = response.get("outputs")
-        if isinstance(outputs, dict) and set(outputs) != done:
+        if outputs_sent and isinstance(outputs, dict) and set(outputs) != done:
             problems.append(f"CHAIN-RESP-OUTPUTS: outputs keys {sorted(outputs)} != nodes "
                             f"with a done event {sorted(done)}")
         if isinstance(response.get("nodes_run"), int) and response["nodes_run"] != len(started):
@@ -129,7 +132,7 @@ def _in_flight(events: list[dict[str, Any]], spec: dict[str, Any]) -> list[str]:
 
 
 def check_chain(messages: list[dict[str, Any]], raws: list[str], spec: dict[str, Any],
-                variables: dict[str, Any]) -> list[str]:
+                variables: dict[str, Any], request: Any = None) -> list[str]:
     """Check one request's transcript against the invariants and the case's spec.
 
     Args:
@@ -138,6 +141,8 @@ def check_chain(messages: list[dict[str, Any]], raws: list[str], spec: dict[str,
         raws: the raw text of the same frames (for ``raw_excludes``).
         spec: the ``expect_chain`` object (see module docstring).
         variables: case variables for ``$ref`` / ``$bind`` (mutated by ``$bind``).
+        request: the ``chain/req`` as sent, if known; one with ``include_outputs: false``
+            is exempt from the ``CHAIN-RESP-OUTPUTS`` invariant.
 
     Returns:
         Problems, each a sentence; empty when the transcript conforms.
@@ -146,7 +151,8 @@ def check_chain(messages: list[dict[str, Any]], raws: list[str], spec: dict[str,
     problems = [f"CHAIN-EVT-BEFORE-RESP: {m.get('type')!r} arrived before the chain/resp"
                 for m in before if m.get("type") != "chain/event"]
     events = [m for m in before if m.get("type") == "chain/event"]
-    problems += _invariants(events, response)
+    outputs_sent = not (isinstance(request, dict) and request.get("include_outputs") is False)
+    problems += _invariants(events, response, outputs_sent)
     if "events" in spec:
         problems += [f"events: {p}" for p in
                      match(expand_events(spec["events"]), events, variables, "$events")]

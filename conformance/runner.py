@@ -277,7 +277,8 @@ class CaseRun:
         if messages[-1].get("type") != "chain/resp":
             raise CaseFailure([f"expected chain events and a chain/resp for {req_id}, got "
                                f"{raws[-1][:600]}"])
-        problems = check_chain(messages, raws, spec, self.vars)
+        request = self.vars.get(step["for"]) if "for" in step else self.last_sent
+        problems = check_chain(messages, raws, spec, self.vars, request)
         if problems:
             shown = "\n      ".join(r[:400] for r in raws[-12:])
             raise CaseFailure(problems + [f"transcript (last {min(12, len(raws))}):\n      "

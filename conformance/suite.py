@@ -12,8 +12,9 @@ session unclean) has the process replaced before the next case; cases that need 
 connection of their own (:attr:`~conformance.cases.Case.own_connection`) get one.
 
 A case is *skipped* when it needs a feature the host does not advertise (``chains``
-metadata ``features``, PROTOCOL.md §2), a transport other than the one in use, or a
-runner condition (:data:`CONDITIONS`) that is not met.
+metadata ``features``, PROTOCOL.md §2), a ceiling the host does not publish (``chains``
+metadata ``limits``: an extension ceiling such as ``max_total_nodes``), a transport other
+than the one in use, or a runner condition (:data:`CONDITIONS`) that is not met.
 """
 
 from __future__ import annotations
@@ -114,6 +115,9 @@ def skip_reason(case: Case, target: Target, probe: Probe) -> str | None:
     missing = [f for f in case.features if f not in probe.features]
     if missing:
         return f"host does not advertise {', '.join(missing)}"
+    unpublished = [c for c in case.ceilings if c not in probe.limits]
+    if unpublished:
+        return f"host does not publish the ceiling {', '.join(unpublished)}"
     met = {"auth": bool(target.auth_token), "host_defaults": target.host_defaults,
            "other_cap": any(c != "chains" for c in probe.served)}
     unmet = [n for n in case.needs if not met.get(n, False)]

@@ -90,6 +90,51 @@ def test_a_case_without_requirements_is_rejected(tmp_path: Path):
         load_file(bad)
 
 
+def test_a_gate_given_as_a_string_instead_of_a_list_is_rejected(tmp_path: Path):
+    # "max_total_nodes" as a string would otherwise gate on its 15 letters
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"case": "x", "requires": ["R"], "ceilings": "max_total_nodes"}\n',
+                   encoding="utf-8")
+    with pytest.raises(CaseError, match="ceilings must be a list of strings"):
+        load_file(bad)
+
+
+#: Requirements about this host's extensions (PROTOCOL.md, DECISIONS.md; not the seed) and
+#: the gate every case naming one must carry, so a host without it skips the case.
+EXTENSION_GATES = {
+    "LIMIT-MAX-EXPRESSION-STEPS": ("ceilings", "max_expression_steps"),
+    "LIMIT-MAX-EXPRESSION-BYTES": ("ceilings", "max_expression_bytes"),
+    "LIMIT-MAX-CHAIN-OUTPUT": ("ceilings", "max_chain_output_bytes"),
+    "LIMIT-MAX-TOTAL-NODES": ("ceilings", "max_total_nodes"),
+    "CHAIN-REQ-INCLUDE-OUTPUTS": ("features", "chain/req.include_outputs"),
+    "CHAIN-REQ-EVENT-OUTPUTS": ("features", "chain/req.event_outputs"),
+    "CHAIN-REQ-TIMEOUT-DEFAULT": ("features", "handshake/limits"),
+    "CANCEL-IMMEDIATE": ("features", "chain/cancel"),
+}
+BUDGET_CEILINGS = {"max_expression_steps", "max_expression_bytes", "max_chain_output_bytes",
+                   "max_total_nodes"}
+
+
+def test_every_case_about_an_extension_is_gated_on_it(cases):
+    ungated = []
+    for case in cases:
+        for requirement in case.requires:
+            if requirement in EXTENSION_GATES:
+                kind, name = EXTENSION_GATES[requirement]
+                if name not in getattr(case, kind):
+                    ungated.append(f"{case.id}: {requirement} needs {kind} {name}")
+        if "LIMIT-BUDGETS-PUBLISHED" in case.requires:
+            lowered = set(case.steps[0]["send"].get("limits") or {})
+            if not lowered <= set(case.ceilings) or not case.ceilings:
+                ungated.append(f"{case.id}: lowers {sorted(lowered)}, gated on "
+                               f"{list(case.ceilings)}")
+            if not set(case.ceilings) <= BUDGET_CEILINGS:
+                ungated.append(f"{case.id}: gated on {list(case.ceilings)}")
+    assert ungated == []
+    named = {r for case in cases for r in case.requires}
+    assert set(EXTENSION_GATES) | {"LIMIT-BUDGETS-PUBLISHED"} <= named
+
+
 def test_selection_by_pattern_matches_case_ids_and_requirements():
     by_id = load_cases(pattern="cycle-self-loop")
     assert [c.id for c in by_id] == ["cycle-self-loop"]

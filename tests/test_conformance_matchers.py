@@ -206,6 +206,18 @@ def test_map_items_are_not_declared_nodes():
     assert check_chain(messages, [""] * 5, {}, {}) == []
 
 
+def test_outputs_may_be_empty_only_when_the_request_opted_out_of_them():
+    # PROTOCOL.md §5 Payload opt-ins: include_outputs false sends outputs {}
+    messages = [_event(1, "a", "start"), _event(2, "a", "done", output={"v": 1}),
+                _resp(outputs={}, nodes_run=1)]
+    opted_out = {"type": "chain/req", "id": "r", "include_outputs": False}
+    assert check_chain(messages, [""] * 3, {}, {}, opted_out) == []
+    for request in (None, {"type": "chain/req", "id": "r"},
+                    {"type": "chain/req", "id": "r", "include_outputs": True}):
+        assert check_chain(messages, [""] * 3, {}, {}, request) == [
+            "CHAIN-RESP-OUTPUTS: outputs keys [] != nodes with a done event ['a']"]
+
+
 def test_success_and_error_must_agree():
     assert check_chain([_resp(success=True, error={"code": "x"})], [""], {}, {}) == [
         "CHAIN-RESP-ERROR: success is true but error is {'code': 'x'}"]

@@ -32,7 +32,9 @@ from conformance.suite import (
     run_case,
     run_suite,
     session_key,
+    skip_reason,
 )
+from tests.extensionless_host import HIDDEN_CEILINGS, HIDDEN_FEATURES
 from tests.mutant_host import MUTANTS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -170,6 +172,58 @@ def test_a_failed_case_on_a_shared_session_does_not_poison_the_next() -> None:
     assert list(replaced) == ["branch-true-side"]
     assert "closed its host process after this case (the case failed" in replaced[
         "branch-true-side"][0]
+
+
+#: The requirements of this host's extensions: their cases are gated on what the host
+#: publishes (conformance/cases/budgets.jsonl, extensions.jsonl).
+EXTENSION_REQUIREMENTS = ("LIMIT-BUDGETS-PUBLISHED", "LIMIT-MAX-EXPRESSION-STEPS",
+                          "LIMIT-MAX-EXPRESSION-BYTES", "LIMIT-MAX-CHAIN-OUTPUT",
+                          "LIMIT-MAX-TOTAL-NODES", "CHAIN-REQ-INCLUDE-OUTPUTS",
+                          "CHAIN-REQ-EVENT-OUTPUTS", "CHAIN-REQ-TIMEOUT-DEFAULT",
+                          "CANCEL-IMMEDIATE")
+
+
+def test_a_case_is_skipped_when_the_host_does_not_publish_its_ceiling_or_feature() -> None:
+    by_id = {c.id: c for c in load_cases()}
+    target = Target("ws", "ws://127.0.0.1:9")
+    base = {"max_nodes": 10000, "max_timeout": 3600}
+    budgets = dict.fromkeys(HIDDEN_CEILINGS, 1000)
+    bare = Probe({}, (), base, ("chains",))
+    full = Probe({}, HIDDEN_FEATURES, {**base, **budgets}, ("chains",))
+    assert skip_reason(by_id["total-nodes-refused-before-running"], target, bare) == (
+        "host does not publish the ceiling max_total_nodes")
+    assert skip_reason(by_id["budget-ceilings-cannot-be-raised"], target, Probe(
+        {}, (), {**base, "max_total_nodes": 5}, ("chains",))) == (
+        "host does not publish the ceiling max_expression_steps, max_expression_bytes, "
+        "max_chain_output_bytes")
+    assert skip_reason(by_id["include-outputs-false"], target, bare) == (
+        "host does not advertise chain/req.include_outputs")
+    gated = [c for c in by_id.values() if set(c.requires) & set(EXTENSION_REQUIREMENTS)]
+    assert len(gated) >= 15
+    assert [c.id for c in gated if skip_reason(c, target, bare) is None] == []
+    assert {c.id: skip_reason(c, target, full) for c in gated} == dict.fromkeys(
+        c.id for c in gated)
+    # a case about the base ceilings is not gated on the budgets
+    assert skip_reason(by_id["max-nodes-session-refusal"], target, bare) is None
+
+
+def test_a_host_without_the_extensions_gets_their_cases_skipped_not_failed() -> None:
+    argv = [sys.executable, "-m", "tests.extensionless_host", "serve", "--port", "0",
+            "--tools", "conformance"]
+    controls = ("ping-pong", "limits-published", "max-nodes-session-refusal")
+    selection = [*EXTENSION_REQUIREMENTS, *controls]
+    with serving(argv) as url:
+        report = run_kit("--ws", url, *(arg for p in selection for arg in ("-k", p)))
+    assert failures(report) == []
+    assert report["exit_code"] == 0
+    seen = statuses(report)
+    gated = {c.id for c in load_cases() if set(c.requires) & set(EXTENSION_REQUIREMENTS)}
+    assert {case: seen.get(case) for case in gated} == dict.fromkeys(gated, "skipped")
+    assert {case: seen.get(case) for case in controls} == dict.fromkeys(controls, "passed")
+    reasons = {c["id"]: c["problems"] for c in report["cases"]}
+    assert reasons["total-nodes-at-ceiling"] == [
+        "host does not publish the ceiling max_total_nodes"]
+    assert reasons["event-outputs-false"] == ["host does not advertise chain/req.event_outputs"]
 
 
 @pytest.fixture(scope="module")
