@@ -35,7 +35,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_output_bytes: int = 8 * 1024 * 1024
     max_expression_steps: int = 1_000_000
     max_expression_bytes: int = 8 * 1024 * 1024
-    max_chain_output_bytes: int = 64 * 1024 * 1024
+    max_chain_output_bytes: int = 16 * 1024 * 1024
     max_total_nodes: int = 250_000
     max_chain_expression_chars: int = 1_048_576
 
