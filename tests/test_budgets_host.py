@@ -6,7 +6,6 @@ another session's pings checked where the issue names them."""
 from __future__ import annotations
 
 import json
-import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,6 +19,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from a2e_host.client import spawn_stdio
 from a2e_host.messages import ChainNode, ChainResponse
 from tests.test_host_fakes import CLI, REPO, WAIT, HostProcess, host_env, open_host
+from tests.test_robustness_ws import serving
 
 MIB = 2**20
 STDIO = [*CLI, "stdio", "--tools", "conformance"]
@@ -86,24 +86,6 @@ async def stdio_session(
             assert host.process.stdin is not None
             await host.process.stdin.aclose()
             await host.read_rest()
-            code = await host.wait()
-            tg.cancel_scope.cancel()
-        assert code == 0, host.stderr[-2000:]
-        assert b"Traceback" not in host.stderr, host.stderr[-3000:].decode("utf-8", "replace")
-
-
-@asynccontextmanager
-async def ws_server(*flags: str) -> AsyncIterator[tuple[str, HostProcess]]:
-    """The real ``a2e-host serve`` on a free port of 127.0.0.1; SIGTERM at the end."""
-    async with anyio.create_task_group() as tg:
-        host = await open_host([*SERVE, *flags])
-        tg.start_soon(host.collect_stderr)
-        with anyio.fail_after(WAIT):
-            found = await host.wait_stderr(r"a2e-host listening on (ws://127\.0\.0\.1:\d+)")
-        try:
-            yield found.group(1), host
-        finally:
-            host.process.send_signal(signal.SIGTERM)
             code = await host.wait()
             tg.cancel_scope.cancel()
         assert code == 0, host.stderr[-2000:]
@@ -256,7 +238,7 @@ async def test_a_map_of_skill_fan_outs_stops_at_max_total_nodes_while_a_probe_is
     fan_out_skills(tmp_path, levels=4, copies=4)  # per item: 1 + 4 + 16 + 64
     nodes = [{"node_id": "m", "kind": "map", "items_path": "input.xs", "map_node": "t"},
              {"node_id": "t", "kind": "skill", "name": "s0"}]
-    async with ws_server("--skills", str(tmp_path)) as (url, host), \
+    async with serving("--skills", str(tmp_path)) as (url, host), \
             connect(url) as hostile, connect(url) as quiet:
         attacker, probe_session = ws_session(hostile), ws_session(quiet)
         await attacker.hello(
@@ -339,7 +321,7 @@ async def test_another_sessions_ping_is_answered_while_a_big_chain_validates() -
     ]
     nodes[-1]["name"] = "no_such_tool"
     request = chain("big", nodes, streaming=False)
-    async with ws_server() as (url, _), connect(url, max_size=2**25) as busy, \
+    async with serving() as (url, _), connect(url, max_size=2**25) as busy, \
             connect(url) as quiet:
         big_session, probe_session = ws_session(busy), ws_session(quiet)
         await big_session.hello()
@@ -423,7 +405,7 @@ async def test_a_cancel_in_the_same_stdio_write_as_its_request_cancels_it() -> N
 
 @pytest.mark.asyncio
 async def test_a_cancel_in_the_same_websocket_burst_as_its_request_cancels_it() -> None:
-    async with ws_server() as (url, _), connect(url) as ws:
+    async with serving() as (url, _), connect(url) as ws:
         session = ws_session(ws)
         await session.hello()
         events, resp = await cancel_right_behind(session)
@@ -495,7 +477,7 @@ async def test_payload_opt_ins_are_advertised_and_cut_outputs_from_events_and_re
               "next_node": "n"},
              tool("t", "upper", input_map={"text": "item"}),
              tool("n", "count", input_map={"items": "m.output"})]
-    async with ws_server() as (url, _), connect(url) as ws:
+    async with serving() as (url, _), connect(url) as ws:
         session = ws_session(ws)
         hello = await session.hello()
         full_events, full = await session.run(chain("full", nodes,
@@ -504,7 +486,7 @@ async def test_payload_opt_ins_are_advertised_and_cut_outputs_from_events_and_re
                                                include_outputs=False, event_outputs=False))
     meta = hello["accepted_caps"][0]["metadata"]
     assert {"chain/req.include_outputs", "chain/req.event_outputs"} <= set(meta["features"])
-    assert meta["limits"]["max_chain_output_bytes"] == 64 * MIB
+    assert meta["limits"]["max_chain_output_bytes"] == 16 * MIB
     assert meta["limits"]["max_total_nodes"] == 250_000
     assert full["outputs"] == {"m": [{"text": "A"}, {"text": "B"}], "n": {"count": 2}}
     assert any(e["output"] is not None for e in full_events if e["phase"] == "done")

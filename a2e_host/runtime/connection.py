@@ -60,6 +60,7 @@ from ..framing import LineTooLong
 from ..messages import HandshakeRequest, HandshakeResponse, Message, Ping, Pong, Shutdown
 from ..session import ConnectionSession, Session
 from ..transports import BinaryFrame, CloseCode, Incoming, Transport
+from .limiters import loop_limiter
 from .outbox import Outbox
 
 if TYPE_CHECKING:
@@ -357,7 +358,8 @@ class HostConnection:
             message = self._decode(frame)
             if not isinstance(message, Message):  # big: decoded off the event loop
                 message = await anyio.to_thread.run_sync(
-                    _decode_without_gc, message, limiter=_decode_limiter_now()
+                    _decode_without_gc, message,
+                    limiter=loop_limiter(_decode_limiter, _DECODE_THREADS),
                 )
         except Exception as exc:
             self._send_error(exc, req_id=getattr(exc, "req_id", ""), message_type="")
@@ -508,11 +510,3 @@ def _utf8_length(text: str, limit: int) -> int:
         return len(text)
     return len(text.encode("utf-8", "surrogatepass"))
 
-
-def _decode_limiter_now() -> anyio.CapacityLimiter:
-    try:
-        return _decode_limiter.get()
-    except LookupError:
-        limiter = anyio.CapacityLimiter(_DECODE_THREADS)
-        _decode_limiter.set(limiter)
-        return limiter

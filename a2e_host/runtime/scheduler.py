@@ -74,6 +74,7 @@ from ..nodes import Executor, NodeContext
 from ..plan import NodeStatus, PlanState
 from ..sizes import JsonSizer, quick_json_size
 from ..validation import ChainPlan, PlanNode
+from .limiters import loop_limiter
 
 __all__ = ["ChainRunner", "Emit", "RunResult"]
 
@@ -97,12 +98,7 @@ _expression_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlev
 def _expression_threads() -> anyio.CapacityLimiter:
     """The event loop's own limiter for expression threads: hostile chains can take at
     most these, never every worker thread of the host."""
-    try:
-        return _expression_limiter.get()
-    except LookupError:
-        limiter = anyio.CapacityLimiter(_EXPRESSION_THREADS)
-        _expression_limiter.set(limiter)
-        return limiter
+    return loop_limiter(_expression_limiter, _EXPRESSION_THREADS)
 
 
 @functools.lru_cache(maxsize=64)

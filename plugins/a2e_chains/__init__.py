@@ -44,6 +44,7 @@ from a2e_host.exceptions import (
 from a2e_host.limits import SessionLimits
 from a2e_host.messages import ChainCancel, ChainNode, ChainRequest, ChainResponse, Message
 from a2e_host.plugin import Plugin, PluginContext, SessionInfo
+from a2e_host.runtime.limiters import loop_limiter
 from a2e_host.runtime.scheduler import ChainRunner
 from a2e_host.toolbox import Toolbox
 from a2e_host.validation import ChainPlan, expression_chars, validate_chain
@@ -267,11 +268,7 @@ class ChainPlugin(Plugin):
             and expression_chars(request.nodes) <= THREAD_PLANNING_CHARS
         ):
             return self._plan_now(request, session)
-        try:
-            limiter = _planning_limiter.get()
-        except LookupError:
-            limiter = anyio.CapacityLimiter(_PLANNING_THREADS)
-            _planning_limiter.set(limiter)
+        limiter = loop_limiter(_planning_limiter, _PLANNING_THREADS)
         return await anyio.to_thread.run_sync(
             self._plan_now, request, session, limiter=limiter
         )
@@ -454,7 +451,15 @@ def _check_total_nodes(
     )
 
 
-def _failure(request: ChainRequest, started: float, code: str, message: str) -> ChainResponse:
+def _failure(
+    request: ChainRequest,
+    started: float,
+    code: str,
+    message: str,
+    *,
+    node_id: str = "",
+    details: dict[str, Any] | None = None,
+) -> ChainResponse:
     """The ``chain/resp`` of a request that failed before any node started."""
     return ChainResponse(
         req_id=request.id,
@@ -464,26 +469,12 @@ def _failure(request: ChainRequest, started: float, code: str, message: str) -> 
         final_output=None,
         duration_ms=int((time.monotonic() - started) * 1000),
         nodes_run=0,
-        error={"code": code, "message": message, "node_id": "", "retryable": False,
-               "details": {}},
+        error={"code": code, "message": message, "node_id": node_id, "retryable": False,
+               "details": details or {}},
     )
 
 
 def _refusal(request: ChainRequest, exc: ChainInvalid, started: float) -> ChainResponse:
     """The ``chain/resp`` for an invalid chain: no events, ``nodes_run`` 0 (PROTOCOL.md §4)."""
-    return ChainResponse(
-        req_id=request.id,
-        chain_id=request.chain_id,
-        success=False,
-        outputs={},
-        final_output=None,
-        duration_ms=int((time.monotonic() - started) * 1000),
-        nodes_run=0,
-        error={
-            "code": exc.code,
-            "message": exc.message,
-            "node_id": exc.node_id,
-            "retryable": False,
-            "details": exc.details,
-        },
-    )
+    return _failure(request, started, exc.code, exc.message,
+                    node_id=exc.node_id, details=exc.details)
