@@ -36,6 +36,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
             (beside a minimal ``PATH``, ``LANG``, ``HOME``).
         proc_env_keys: environment variable names a proc node's ``env`` may set. Empty (the
             default): a node may set none. ``LD_*`` / ``DYLD_*`` are refused even if listed.
+        max_procs: proc nodes running at once on the host, all sessions together
+            (int, default 32); a further one waits for a slot, bounded by its chain's
+            timeout, rather than fail.
         root: the directory file tools and proc ``cwd`` are confined to; None = the
             working directory at start.
         host / port: WebSocket bind address (loopback by default).
@@ -72,6 +75,7 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     allow_proc: tuple[str, ...] = ()
     proc_env_allow: tuple[str, ...] = ()
     proc_env_keys: tuple[str, ...] = ()
+    max_procs: int = 32
     root: str | None = None
     host: str = "127.0.0.1"
     port: int = 8765
@@ -323,6 +327,7 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "allow_proc": _string_list,
     "proc_env_allow": _string_list,
     "proc_env_keys": _string_list,
+    "max_procs": _positive_int,
     "root": _optional_path,
     "host": _string,
     "port": _port,

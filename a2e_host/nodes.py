@@ -9,12 +9,14 @@ into the node's error) and must let cancellation propagate. Source: PROTOCOL.md 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .limits import SessionLimits
 from .messages import ChainNode
 
-__all__ = ["NodeContext", "Executor", "SubchainRunner"]
+__all__ = ["NodeContext", "Executor", "SubchainRunner", "current_node"]
 
 SubchainRunner = Callable[[str, list[ChainNode], str, dict[str, Any]], Awaitable[Any]]
 """``run_subchain(skill_name, nodes, entry_node, initial_input) -> final_output``: runs a
@@ -34,6 +36,8 @@ class NodeContext:
         depth: skill nesting depth, 0 for the top-level chain.
         granted: capabilities granted to the session (``{"chains", "proc", …}``).
         max_output_bytes: the effective output ceiling, bytes.
+        limits: the session's scoped ceilings, for an executor that refuses work by a
+            ceiling and must name its scope (PROTOCOL.md §6); None outside a session.
         run_subchain: see :data:`SubchainRunner`.
         log: a structlog logger bound with the chain's ids.
     """
@@ -44,8 +48,15 @@ class NodeContext:
     depth: int = 0
     granted: frozenset[str] = frozenset()
     max_output_bytes: int = 8 * 1024 * 1024
+    limits: SessionLimits | None = None
     run_subchain: SubchainRunner | None = None
     log: Any = None
+
+
+current_node: ContextVar[NodeContext | None] = ContextVar("a2e_current_node", default=None)
+"""The :class:`NodeContext` of the tool node running in this task (and its worker
+threads), None outside one. Set by the ``tool`` executor, so a tool function, which sees
+only its input, can bound what it builds by ``max_output_bytes`` before building it."""
 
 
 class Executor(Protocol):

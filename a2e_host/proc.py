@@ -17,6 +17,10 @@ Theory of operation:
   ``HostConfig.proc_env_allow``, plus the node's ``env``, whose keys must be listed in
   ``HostConfig.proc_env_keys`` (none by default); dynamic-loader variables (``LD_*``,
   ``DYLD_*``) are refused even when listed.
+* **Host-wide slots.** At most ``HostConfig.max_procs`` proc nodes run at once on the
+  host, all sessions together; a further one *waits* for a slot (after its checks, so a
+  refusal is immediate), bounded by its chain's timeout and cancellable like any node.
+  A slot is held from spawn until the node's whole tree is reaped.
 * **Spawn.** Each node runs under a small supervisor (``python -I -S``, about 15 ms on an
   idle 2-core machine): it makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER``), so
   every process the node's tree orphans, ``setsid`` or not, is re-parented to it; it
@@ -64,9 +68,18 @@ from .exceptions import NodeError, NodeTimeout
 from .messages import ChainNode
 from .tools.confine import PathRefused, RootDir
 
-__all__ = ["ProcPolicy", "ProcInput", "Executable", "run_proc", "DEFAULT_MAX_STREAM_BYTES"]
+__all__ = [
+    "ProcPolicy",
+    "ProcInput",
+    "Executable",
+    "run_proc",
+    "DEFAULT_MAX_STREAM_BYTES",
+    "DEFAULT_MAX_PROCS",
+]
 
 DEFAULT_MAX_STREAM_BYTES = 1024 * 1024
+DEFAULT_MAX_PROCS = 32
+"""Proc nodes running at once on a host by default (``HostConfig.max_procs``)."""
 """Bytes of stdout (and, separately, of stderr) kept per process, by default."""
 
 _log = structlog.get_logger("a2e_host.proc")
@@ -289,9 +302,11 @@ class ProcPolicy:
         env_keys: names a node's ``env`` may set (``LD_*`` / ``DYLD_*`` never).
         max_stdout_bytes / max_stderr_bytes: bytes kept of each stream.
         kill_grace: float seconds between SIGTERM and SIGKILL.
+        max_procs: proc nodes running at once under this policy (the host's
+            ``max_procs``); further ones wait for a slot.
 
     Raises:
-        ValueError: an ``allowed`` path that cannot be examined.
+        ValueError: an ``allowed`` path that cannot be examined, or ``max_procs`` < 1.
     """
 
     def __init__(
@@ -304,7 +319,10 @@ class ProcPolicy:
         max_stdout_bytes: int = DEFAULT_MAX_STREAM_BYTES,
         max_stderr_bytes: int = DEFAULT_MAX_STREAM_BYTES,
         kill_grace: float = 0.5,
+        max_procs: int = DEFAULT_MAX_PROCS,
     ) -> None:
+        if max_procs < 1:
+            raise ValueError(f"max_procs must be a positive integer, got {max_procs}")
         self.allowed: dict[str, str] = dict(allowed or {})
         self.executables = [Executable.resolve(n, p) for n, p in self.allowed.items()]
         self._by_argv0: dict[str, Executable] = {e.name: e for e in self.executables}
@@ -317,11 +335,26 @@ class ProcPolicy:
         self.max_stdout_bytes = max_stdout_bytes
         self.max_stderr_bytes = max_stderr_bytes
         self.kill_grace = kill_grace
+        self.max_procs = max_procs
+        self._slots: anyio.Semaphore | None = None
+
+    @property
+    def slots(self) -> anyio.Semaphore:
+        """The host-wide semaphore of ``max_procs`` proc slots (made on first use, in the
+        running event loop)."""
+        if self._slots is None:
+            self._slots = anyio.Semaphore(self.max_procs)
+        return self._slots
+
+    @property
+    def procs_running(self) -> int:
+        """Proc nodes holding a slot now (spawning, running or being reaped)."""
+        return 0 if self._slots is None else self.max_procs - self._slots.value
 
     @classmethod
     def from_config(cls, config: HostConfig, **options: Any) -> ProcPolicy:
         """The policy of ``config``: ``allow_proc``, ``root_path``, ``proc_env_allow``,
-        ``proc_env_keys``.
+        ``proc_env_keys``, ``max_procs``.
 
         Args:
             options: :class:`ProcPolicy` keyword options (caps, grace).
@@ -343,7 +376,7 @@ class ProcPolicy:
             root=config.root_path,
             env_allow=config.proc_env_allow,
             env_keys=config.proc_env_keys,
-            **options,
+            **{"max_procs": config.max_procs, **options},
         )
 
     def resolve(self, name: str) -> tuple[Executable | None, str | None]:
@@ -548,8 +581,9 @@ async def run_proc(
         NodeTimeout: the proc's own ``timeout`` passed ("process timed out after 1 s");
             the tree was killed.
 
-    Cancellation of the caller kills the tree (SIGTERM, grace, SIGKILL), reaps it, and
-    propagates.
+    Waits for one of the policy's ``max_procs`` slots first (cancellable: the chain's
+    timeout bounds the wait). Cancellation of the caller kills the tree (SIGTERM, grace,
+    SIGKILL), reaps it, and propagates.
     """
     spec = _parse(args)
     exe, refusal = policy.resolve(spec.argv[0])
@@ -563,6 +597,19 @@ async def run_proc(
         )
     stdin_data = None if spec.stdin is None else spec.stdin.encode("utf-8")
     _become_subreaper()
+    async with policy.slots:
+        return await _run(spec, exe, env, stdin_data, policy, node_id)
+
+
+async def _run(
+    spec: ProcInput,
+    exe: Executable,
+    env: dict[str, str],
+    stdin_data: bytes | None,
+    policy: ProcPolicy,
+    node_id: str,
+) -> dict[str, Any]:
+    """Spawn, supervise and end one checked proc node (see :func:`run_proc`)."""
     started = time.monotonic()
     with policy.open_cwd(spec.cwd) as cwd_fd:
         ours, theirs = socket.socketpair()

@@ -13,7 +13,7 @@ from typing import Any
 from .config import HostConfig
 from .exceptions import NodeError
 from .messages import ChainNode
-from .nodes import Executor, NodeContext
+from .nodes import Executor, NodeContext, current_node
 from .proc import ProcPolicy, run_proc
 from .skills import SkillRegistry, load_skills
 from .tools import ToolRegistry, load_tools
@@ -96,7 +96,8 @@ class Toolbox:
     # ── executors ──
 
     async def run_tool(self, node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
-        """The ``tool`` executor: ``tools.get(node.name).invoke(args)``.
+        """The ``tool`` executor: ``tools.get(node.name).invoke(args)``, with ``ctx`` as
+        :data:`~a2e_host.nodes.current_node` while it runs.
 
         Raises:
             NodeError: the tool is not registered (validation should have refused it), or
@@ -105,7 +106,11 @@ class Toolbox:
         tool = self.tools.get(node.name)
         if tool is None:
             raise NodeError(f"unknown tool {node.name!r} in node {ctx.node_id!r}")
-        return await tool.invoke(args)
+        token = current_node.set(ctx)
+        try:
+            return await tool.invoke(args)
+        finally:
+            current_node.reset(token)
 
     async def run_proc(self, node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
         """The ``proc`` executor (see :func:`a2e_host.proc.run_proc`)."""

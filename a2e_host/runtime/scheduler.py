@@ -630,6 +630,7 @@ class ChainRunner:
             depth=self.depth,
             granted=self.granted,
             max_output_bytes=self.limits.max_output_bytes,
+            limits=self.scoped_limits,
             run_subchain=self._make_subchain_runner(shown) if pnode.kind == "skill" else None,
             log=self.log,
         )

@@ -2,7 +2,9 @@
 
 Every host under conformance test exposes exactly these (``--tools conformance``):
 ``echo``, ``add``, ``concat``, ``count``, ``upper``, ``sleep``, ``fail``, ``big``, ``flaky``.
-All but ``sleep`` are cheap and run on the event loop; ``sleep`` is async and cancellable.
+All but ``sleep`` are cheap and run on the event loop (``upper`` of a long text runs in a
+worker thread); ``sleep`` is async and cancellable. ``big`` and ``concat`` refuse an output
+over the node's ``max_output_bytes`` before building it (``chain_limit``).
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ from a2e_host.config import HostConfig
 from a2e_host.exceptions import NodeError
 from a2e_host.tools import Tool, ToolPack, tool
 
+from ._caps import offload, output_cap, refuse_output
+
 __all__ = ["PACK", "make_tools", "reset_flaky"]
 
 Number = int | float
+
+
+_TEXT_OVERHEAD = len('{"text":""}')
+_DATA_OVERHEAD = len('{"data":""}')
 
 
 class SumOut(TypedDict):
@@ -61,7 +69,11 @@ def add(a: Number, b: Number) -> SumOut:
 
 @tool(blocking=False)
 def concat(parts: list[str]) -> TextOut:
-    """{"parts": [str, …]} → {"text": "".join(parts)}."""
+    """{"parts": [str, …]} → {"text": "".join(parts)}; refused (``chain_limit``) when the
+    text would be over ``max_output_bytes``."""
+    chars = sum(map(len, parts))  # parts may repeat one long string: count first
+    if chars + _TEXT_OVERHEAD > output_cap():
+        refuse_output("concat", chars + _TEXT_OVERHEAD, "the output", at_least=True)
     return {"text": "".join(parts)}
 
 
@@ -71,10 +83,10 @@ def count(items: list[Any]) -> CountOut:
     return {"count": len(items)}
 
 
-@tool(blocking=False)
-def upper(text: str) -> TextOut:
+@tool
+async def upper(text: str) -> TextOut:
     """{"text": str} → {"text": text.upper()}."""
-    return {"text": text.upper()}
+    return {"text": await offload(len(text), str.upper, text)}
 
 
 @tool
@@ -94,7 +106,11 @@ def fail(message: str) -> None:
 
 @tool(blocking=False)
 def big(bytes: Annotated[int, msgspec.Meta(ge=0)]) -> DataOut:  # noqa: A002 - the §7 field
-    """{"bytes": int} → {"data": "x" * bytes}."""
+    """{"bytes": int} → {"data": "x" * bytes}; refused (``chain_limit``) when that output
+    would be over ``max_output_bytes``, before it is built."""
+    size = bytes + _DATA_OVERHEAD
+    if size > output_cap():
+        refuse_output("big", size, "the output")
     return {"data": "x" * bytes}
 
 

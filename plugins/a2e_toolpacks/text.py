@@ -17,6 +17,13 @@ Definitions (exact, so outputs are predictable):
   it is compiled, since the engine expands them in memory.
 * ``template``: :meth:`string.Template.safe_substitute` (``$name`` / ``${name}``; unknown
   placeholders are left as written, never an error).
+
+Bounded (issue "values built before the output cap"): ``lines``, ``regex_findall`` and
+``template`` can return more than they are given (one placeholder repeated, a group
+capturing the whole text at every match, an empty string per line); each computes its
+output's size (a lower bound) before building it and refuses an output over the node's
+``max_output_bytes`` (``chain_limit``). Work proportional to a long text runs in a worker
+thread, and ``word_count`` counts without building a list of the words.
 """
 
 from __future__ import annotations
@@ -33,7 +40,10 @@ import regex
 
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import NodeError
+from a2e_host.sizes import json_size_at_most
 from a2e_host.tools import Tool, ToolPack, tool
+
+from ._caps import INLINE_CHARS, offload, output_cap, refuse_output
 
 __all__ = ["PACK", "make_tools", "MAX_MATCHES", "REGEX_TIMEOUT", "MAX_PATTERN_SIZE"]
 
@@ -69,17 +79,52 @@ class TemplateOut(TypedDict):
     text: str
 
 
-@tool(blocking=False)
-def word_count(text: str) -> CountOut:
+@tool
+async def word_count(text: str) -> CountOut:
     """{"text"} → {"words": whitespace-separated runs, "lines": len(splitlines()) (a
     final unterminated line counts; "a\\n" is 1 line), "chars": code points}."""
-    return {"words": len(text.split()), "lines": len(text.splitlines()), "chars": len(text)}
+    return await offload(len(text), _count, text)
 
 
-@tool(blocking=False)
-def lines(text: str) -> LinesOut:
-    """{"text"} → {"lines": text.splitlines(), "count"}."""
-    out = text.splitlines()
+# What str.splitlines() ends a line at ("\r\n" is one ending).
+_LINE_ENDS = ("\n", "\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+
+
+def _line_ends(text: str) -> tuple[int, int]:
+    """``(line endings, their characters)`` in ``text``, as str.splitlines() sees them."""
+    chars = sum(text.count(end) for end in _LINE_ENDS)
+    crlf = text.count("\r\n")
+    return chars - crlf, chars
+
+
+def _line_count(text: str) -> int:
+    """``len(text.splitlines())`` without building the list."""
+    if not text:
+        return 0
+    ends, _ = _line_ends(text)
+    return ends + (0 if text[-1] in _LINE_ENDS else 1)
+
+
+def _count(text: str) -> CountOut:
+    words = 0
+    for i in range(0, len(text), INLINE_CHARS):  # split a slice at a time: bounded memory
+        words += len(text[i : i + INLINE_CHARS].split())
+        if i and not text[i - 1].isspace() and not text[i].isspace():
+            words -= 1  # one word across the slice boundary, counted twice
+    return {"words": words, "lines": _line_count(text), "chars": len(text)}
+
+
+@tool
+async def lines(text: str) -> LinesOut:
+    """{"text"} → {"lines": text.splitlines(), "count"}; refused (``chain_limit``) when
+    the list would be over ``max_output_bytes`` (each line costs 3 bytes more than its
+    text: quotes and a comma)."""
+    count = _line_count(text)
+    _, end_chars = _line_ends(text)
+    least = len(text) - end_chars + 3 * count + len('{"lines":[],"count":0}')
+    if least > output_cap():
+        refuse_output("lines", least, f"the list of {count} lines", at_least=True)
+    out = await offload(len(text), str.splitlines, text)
     return {"lines": out, "count": len(out)}
 
 
@@ -103,12 +148,13 @@ async def regex_findall(
         )
     left = anyio.current_effective_deadline() - anyio.current_time()
     budget = max(0.001, min(REGEX_TIMEOUT, left))
-    work = partial(_findall, text, pattern, ignore_case, min(max_matches, MAX_MATCHES), budget)
+    cap = min(max_matches, MAX_MATCHES)
+    work = partial(_findall, text, pattern, ignore_case, cap, budget, output_cap())
     return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
 
 
 def _findall(
-    text: str, pattern: str, ignore_case: bool, cap: int, budget: float
+    text: str, pattern: str, ignore_case: bool, cap: int, budget: float, max_bytes: int
 ) -> FindallOut:
     try:
         rx = regex.compile(pattern, regex.IGNORECASE if ignore_case else 0, cache_pattern=False)
@@ -121,11 +167,27 @@ def _findall(
     matches: list[str] = []
     groups: list[list[str | None]] = []
     truncated = False
+    # Output bytes so far, a lower bound: a group may capture the whole text at every
+    # match (lookarounds), so sizes are counted from spans before anything is sliced.
+    least = len('{"matches":[],"groups":[],"count":0,"truncated":false}')
+    ngroups = rx.groups
     try:
         for m in rx.finditer(text, timeout=budget, concurrent=True):
             if len(matches) == cap:
                 truncated = True
                 break
+            start, end = m.span()
+            least += end - start + 6  # quotes, commas, the group list's brackets
+            for g in range(1, ngroups + 1):
+                start, end = m.span(g)
+                least += end - start + 3 if start >= 0 else 5  # "…", or null,
+            if least > max_bytes:
+                refuse_output(
+                    "regex_findall",
+                    least,
+                    f"the matches and groups of the first {len(matches) + 1} matches",
+                    at_least=True,
+                )
             matches.append(m.group(0))
             groups.append(list(m.groups()))
     except TimeoutError:
@@ -196,11 +258,43 @@ def pattern_size(pattern: str) -> int:
     return min(sum(sizes), over)
 
 
-@tool(blocking=False)
-def template(template: str, values: dict[str, Any]) -> TemplateOut:
+@tool
+async def template(template: str, values: dict[str, Any]) -> TemplateOut:
     """{"template", "values"} → {"text"}: string.Template.safe_substitute; values that are
-    not strings are inserted with str()."""
-    return {"text": string.Template(template).safe_substitute(values)}
+    not strings are inserted with str(). Refused (``chain_limit``) when the text would be
+    over ``max_output_bytes``, computed from the placeholders before substituting."""
+    size = len(template) + sum(len(v) if type(v) is str else 64 for v in values.values())
+    return await offload(size, _substitute, template, values, output_cap())
+
+
+def _substitute(text: str, values: dict[str, Any], max_bytes: int) -> TemplateOut:
+    tpl = string.Template(text)
+    lengths: dict[str, int] = {}
+    chars = len('{"text":""}')
+    for m in tpl.pattern.finditer(text):
+        name = m.group("named") or m.group("braced")
+        if name is None or name not in values:
+            grown = 1 if m.group("escaped") is not None else len(m.group(0))
+        elif name in lengths:
+            grown = lengths[name]
+        else:
+            grown = lengths[name] = _inserted_length(name, values[name], max_bytes)
+        chars += grown - len(m.group(0))
+    chars += len(text)
+    if chars > max_bytes:  # every character is at least one byte
+        refuse_output("template", chars, "the text", at_least=True)
+    return {"text": tpl.safe_substitute(values)}
+
+
+def _inserted_length(name: str, value: Any, max_bytes: int) -> int:
+    """Characters ``str(value)`` inserts, computed without building a huge string."""
+    if type(value) is str:
+        return len(value)
+    if json_size_at_most(value, max_bytes) is None:  # str() is as long as JSON, roughly
+        refuse_output(
+            "template", max_bytes + 1, f"the value of ${name} written out", at_least=True
+        )
+    return len(str(value))
 
 
 def make_tools(config: HostConfig) -> list[Tool]:
