@@ -51,9 +51,10 @@ def load_plugins(config: HostConfig, *, log: Any = None) -> list[Plugin]:
     A plugin that fails to import or construct is logged (with its traceback) and left
     out; the host still starts, and a handshake asking for its capability is refused
     with ``no_caps``. A plugin that refuses the *configuration* (a ``ValueError``: an
-    unknown tool pack, a missing skills directory, an executable not on PATH) stops the
-    start instead: serving without it would only move the operator's mistake to every
-    client.
+    unknown tool pack, an enabled tool pack that cannot be imported
+    (:class:`~a2e_host.tools.ToolPackError`), a missing skills directory, an executable
+    not on PATH) stops the start instead: serving without it would only move the
+    operator's mistake to every client.
 
     Args:
         config: passed to each plugin's constructor.

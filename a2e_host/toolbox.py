@@ -55,7 +55,8 @@ class Toolbox:
         against the tools and policy).
 
         Raises:
-            ValueError: the root is missing or not a directory, an unknown tool pack, or an
+            ValueError: the root is missing or not a directory, an unknown tool pack, an
+                enabled pack that cannot be imported or built (``ToolPackError``), or an
                 ``allow_proc`` entry not found.
             SkillLoadError: (a ValueError) a broken skill file, naming it.
         """

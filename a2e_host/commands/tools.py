@@ -5,8 +5,9 @@ Layer: command (prints to stdout, errors to stderr). Tool packs are the entry po
 group ``a2e_host.tools`` (:data:`~a2e_host.tools.TOOLS_GROUP`); ``--tools +PACK`` adds one
 to the packs enabled by default.
 
-Exit codes: 0 listed, 2 bad configuration (unknown tool pack, broken skill file, an
-``allow_proc`` executable not found).
+Exit codes: 0 listed, 2 bad configuration (unknown tool pack, an enabled pack that cannot
+be imported, broken skill file, an ``allow_proc`` executable not found). A pack that cannot
+be imported but is not enabled is listed by ``--all`` as broken, with the reason.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import msgspec
 
 from ..config import HostConfig
 from ..toolbox import Toolbox
-from ..tools import TOOLS_GROUP, Tool, ToolPack
+from ..tools import Tool, ToolPackError, load_pack, pack_entry_points
+from ..tools.registry import reason_line
 from .common import load_command_config
 
 __all__ = ["tools_main", "describe", "installed_packs"]
@@ -99,21 +101,18 @@ def installed_packs(config: HostConfig) -> list[dict[str, Any]]:
         when ``config.tools`` names it; ``tools`` built for ``config`` (empty when the
         pack cannot be loaded or built, ``error`` then says why; else ``""``).
     """
-    from importlib.metadata import entry_points
-
     enabled = set(config.tools)
     packs: list[dict[str, Any]] = []
-    for ep in sorted(entry_points(group=TOOLS_GROUP), key=lambda e: e.name):
-        info: dict[str, Any] = {"name": ep.name, "description": "", "enabled": ep.name in enabled,
+    for name, ep in sorted(pack_entry_points().items()):
+        info: dict[str, Any] = {"name": name, "description": "", "enabled": name in enabled,
                                 "tools": [], "error": ""}
         try:
-            pack = ep.load()
-            if not isinstance(pack, ToolPack):
-                raise TypeError(f"{ep.value} is a {type(pack).__name__}, not a ToolPack")
+            pack = load_pack(ep)
             info["description"] = pack.description
             info["tools"] = sorted(t.name for t in pack.factory(config))
         except Exception as exc:  # noqa: BLE001 - a broken third-party pack is listed as such
-            info["error"] = f"{type(exc).__name__}: {exc}"
+            cause = exc.__cause__ if isinstance(exc, ToolPackError) else None
+            info["error"] = reason_line(cause) if cause is not None else reason_line(exc)
         packs.append(info)
     return packs
 

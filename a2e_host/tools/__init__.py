@@ -8,7 +8,16 @@ any tool that touches files).
 
 from .confine import Opened, PathRefused, RootDir
 from .model import SIDE_EFFECTS, SideEffects, Tool, tool
-from .registry import TOOLS_GROUP, ToolPack, ToolRegistry, discover_packs, load_tools
+from .registry import (
+    TOOLS_GROUP,
+    ToolPack,
+    ToolPackError,
+    ToolRegistry,
+    discover_packs,
+    load_pack,
+    load_tools,
+    pack_entry_points,
+)
 
 __all__ = [
     "Opened",
@@ -19,8 +28,11 @@ __all__ = [
     "TOOLS_GROUP",
     "Tool",
     "ToolPack",
+    "ToolPackError",
     "ToolRegistry",
     "discover_packs",
+    "load_pack",
     "load_tools",
+    "pack_entry_points",
     "tool",
 ]

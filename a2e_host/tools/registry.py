@@ -3,19 +3,32 @@
 Layer: core (imports entry points; runs no tools). A tool pack is published under the
 entry-point group ``a2e_host.tools`` as a :class:`ToolPack` object; the host enables the
 packs named in ``HostConfig.tools`` (``--tools conformance``) and nothing else.
+
+Packs are loaded by name: only the entry points of enabled packs are imported, so an
+installed pack that is broken (a typo'd module, an import error) matters only when it is
+enabled, and then stops the start with a :class:`ToolPackError` naming it.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 from ..config import HostConfig
 from .model import Tool
 
-__all__ = ["ToolPack", "ToolRegistry", "load_tools", "discover_packs", "TOOLS_GROUP"]
+__all__ = [
+    "TOOLS_GROUP",
+    "ToolPack",
+    "ToolPackError",
+    "ToolRegistry",
+    "discover_packs",
+    "load_pack",
+    "load_tools",
+    "pack_entry_points",
+]
 
 TOOLS_GROUP = "a2e_host.tools"
 """The entry-point group tool packs register in."""
@@ -35,6 +48,14 @@ class ToolPack:
     name: str
     description: str
     factory: Callable[[HostConfig], list[Tool]]
+
+
+class ToolPackError(ValueError):
+    """An installed tool pack that cannot be loaded or cannot build its tools.
+
+    A ``ValueError``, so a host whose configuration enables the pack refuses to start
+    (exit 2, this one line) as for any configuration a plugin cannot use.
+    """
 
 
 class ToolRegistry:
@@ -81,45 +102,85 @@ class ToolRegistry:
         return len(self._tools)
 
 
-def discover_packs(group: str = TOOLS_GROUP) -> dict[str, ToolPack]:
-    """The installed packs of entry-point ``group``, by entry-point name (not loaded yet
-    beyond importing their module).
+def pack_entry_points(group: str = TOOLS_GROUP) -> dict[str, EntryPoint]:
+    """The installed packs of entry-point ``group``, by entry-point name; none is imported."""
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
+def reason_line(exc: BaseException) -> str:
+    """``"TypeName: first line of its message"``: ``exc`` in one line, for listings and
+    start-up refusals."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def load_pack(ep: EntryPoint) -> ToolPack:
+    """Import the :class:`ToolPack` entry point ``ep`` names.
 
     Raises:
-        TypeError: an entry point does not name a :class:`ToolPack`.
+        ToolPackError: the import failed (any exception, e.g. a typo'd module), or the
+            object is not a ToolPack; the one-line message names the pack and the reason.
     """
-    packs: dict[str, ToolPack] = {}
-    for ep in entry_points(group=group):
+    try:
         obj = ep.load()
-        if not isinstance(obj, ToolPack):
-            raise TypeError(
-                f"entry point {ep.name!r} of group {group!r} must name a ToolPack, "
-                f"got {type(obj).__name__}"
-            )
-        packs[ep.name] = obj
-    return packs
+    except Exception as exc:  # noqa: BLE001 - any failure of a third party's import
+        raise ToolPackError(
+            f"tool pack {ep.name!r} ({ep.value}) cannot be loaded: {reason_line(exc)}"
+        ) from exc
+    if not isinstance(obj, ToolPack):
+        raise ToolPackError(
+            f"tool pack {ep.name!r} ({ep.value}) names a {type(obj).__name__}, not a ToolPack"
+        )
+    return obj
+
+
+def discover_packs(group: str = TOOLS_GROUP) -> dict[str, ToolPack]:
+    """Every installed pack of entry-point ``group``, imported, by entry-point name.
+
+    Raises:
+        ToolPackError: a pack cannot be loaded (see :func:`load_pack`).
+    """
+    return {name: load_pack(ep) for name, ep in pack_entry_points(group).items()}
+
+
+def _build(name: str, pack: ToolPack, config: HostConfig) -> list[Tool]:
+    """``pack.factory(config)``; a failure other than a refused configuration
+    (``ValueError``, passed on as it is) becomes a :class:`ToolPackError` naming the pack."""
+    try:
+        return list(pack.factory(config))
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of a third party's factory
+        raise ToolPackError(
+            f"tool pack {name!r} failed to build its tools: {reason_line(exc)}"
+        ) from exc
 
 
 def load_tools(config: HostConfig, *, packs: dict[str, ToolPack] | None = None) -> ToolRegistry:
-    """Build the registry of the packs named in ``config.tools``.
+    """Build the registry of the packs named in ``config.tools``, importing only those.
 
     Args:
         config: the host configuration (``tools``, and what the factories read).
-        packs: the packs to choose from; default: the installed ``a2e_host.tools`` packs.
+        packs: the packs to choose from; default: the installed ``a2e_host.tools`` packs,
+            of which only the named ones are imported.
 
     Raises:
-        ValueError: a pack name that is not installed (naming the known ones), or two
-            packs defining the same tool.
+        ValueError: a pack name that is not installed (naming the known ones), two packs
+            defining the same tool, or a factory refusing the configuration.
+        ToolPackError: (a ValueError) a named pack that cannot be imported or built.
     """
     if not config.tools:
         return ToolRegistry()
-    available = discover_packs() if packs is None else packs
+    installed: Mapping[str, EntryPoint | ToolPack] = (
+        pack_entry_points() if packs is None else packs
+    )
     registry = ToolRegistry()
     for pack_name in config.tools:
-        pack = available.get(pack_name)
-        if pack is None:
-            known = ", ".join(sorted(available)) or "none installed"
+        found = installed.get(pack_name)
+        if found is None:
+            known = ", ".join(sorted(installed)) or "none installed"
             raise ValueError(f"unknown tool pack {pack_name!r}; known packs: {known}")
-        for t in pack.factory(config):
+        pack = found if isinstance(found, ToolPack) else load_pack(found)
+        for t in _build(pack_name, pack, config):
             registry.register(t)
     return registry
