@@ -13,6 +13,9 @@ full the line is dropped and counted; once lines flow again, the writer first wr
 one line saying how many were dropped. A log call costs a queue append, whatever the
 reader does. At exit the writer gets a short, bounded time to flush.
 
+Tracebacks are logged without frame locals, in both renderers: a local can hold a
+secret (the configuration's ``auth_token``) or a request's data.
+
 ``log_level = "auto"`` (the default) is ``warning`` for ``a2e-host stdio`` and ``info``
 elsewhere: a spawning agent rarely reads the host's stderr.
 """
@@ -318,7 +321,12 @@ def configure_logging(
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     if not console:
-        processors.append(structlog.processors.dict_tracebacks)
+        # a traceback as data, never with frame locals: a local may be the HostConfig
+        # (its auth_token) or a request's input (the console renderer's plain_traceback
+        # shows no locals either)
+        processors.append(structlog.processors.ExceptionRenderer(
+            structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+        ))
     fd = _fileno(out)
     handler: logging.Handler
     if fd is None:
