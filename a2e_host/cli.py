@@ -140,8 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _command(sub, "run", "Run a chain file in-process, with live progress.",
                  "Exit codes: 0 the chain succeeded, 1 it failed, 2 invalid chain or usage, "
-                 "130 interrupted.\nTool packs fs, text and json are enabled when none is "
-                 "named (--tools +PACK adds one).", _run)
+                 "130 interrupted,\n141 stdout closed (the chain is cancelled).\n"
+                 "Tool packs fs, text and json are enabled when none is named (--tools +PACK "
+                 "adds one).", _run)
     p.add_argument("chain", metavar="CHAIN.json", help="a chain/req body (JSON)")
     p.add_argument("--input", metavar="JSON|@FILE",
                    help="initial_input as a JSON object (or @file.json), merged over the "

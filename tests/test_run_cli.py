@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -266,3 +267,52 @@ def test_on_a_terminal_the_live_table_is_drawn_then_the_final_output(tmp_path: P
     assert "✓ done" in screen  # the table's status column
     assert "chain" in screen and "succeeded: 2 nodes" in screen
     assert '"text": "FILE?"' in screen  # the final output, pretty JSON
+
+
+NAPS = {  # a map of 300 × 0.2 s naps, one at a time: a minute of events unless cancelled
+    "entry_node": "naps",
+    "initial_input": {"items": list(range(300))},
+    "nodes": [
+        {"node_id": "naps", "kind": "map", "items_path": "input.items", "map_node": "nap"},
+        {"node_id": "nap", "kind": "tool", "name": "sleep", "input": {"seconds": 0.2},
+         "input_map": {"value": "item"}},
+    ],
+}
+
+
+@pytest.mark.parametrize("mode", [[], ["--json", "--events"]])
+def test_a_closed_stdout_cancels_the_chain_and_exits_141_quietly(
+    tmp_path: Path, mode: list[str]
+) -> None:
+    with subprocess.Popen(
+        [*RUN, str(write(tmp_path, NAPS)), "--tools", "conformance", *mode],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "A2E_MAX_MAP_CONCURRENCY": "1"},
+    ) as process:
+        try:
+            assert process.stdout is not None and process.stderr is not None
+            first = process.stdout.readline()  # the chain is running
+            assert "naps" in first
+            process.stdout.close()  # `| head -1`: the reader goes away
+            closed = time.monotonic()
+            err = process.stderr.read()
+            process.wait(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert time.monotonic() - closed < 30  # cancelled, well before the minute of naps ends
+    assert process.returncode == 141  # 128 + SIGPIPE, as a shell reports `tool | head`
+    assert err == ""
+
+
+def test_a_stdout_closed_before_the_final_output_exits_141_quietly(tmp_path: Path) -> None:
+    with subprocess.Popen(
+        [*RUN, str(write(tmp_path, GREET)), "--tools", "conformance", "--final"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()  # gone before the final output is written
+        err = process.stderr.read()
+        process.wait(timeout=60)
+    assert process.returncode == 141
+    assert err == ""

@@ -37,11 +37,16 @@ configuration is bad (an unknown tool pack, an executable not on PATH, a missing
 directory), or the host refused the chain as invalid (``chain_invalid``,
 ``chain_cycle``, ``chain_limit`` at validation); 128 + the signal's number when a signal
 interrupted the run, as a shell reports it: 130 for Ctrl-C (SIGINT), 143 for SIGTERM.
+
+A closed stdout (``a2e-host run … | head``) ends the run quietly: the chain is cancelled,
+nothing more is printed (no traceback), and the exit code is 141, a SIGPIPE'd process's
+(128 + 13), as for any tool in a shell pipeline.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -183,7 +188,8 @@ def run_main(
 
     Returns:
         The exit code: 0 success, 1 the chain failed, 2 usage, a bad configuration or an
-        invalid chain, 128 + the signal number when interrupted (130 Ctrl-C, 143 SIGTERM).
+        invalid chain, 128 + the signal number when interrupted (130 Ctrl-C, 143 SIGTERM)
+        or when stdout was closed (141: the chain is cancelled, nothing more printed).
     """
     try:
         # --final needs neither events nor outputs: ask for the response alone
@@ -241,7 +247,8 @@ async def _run(
 
     Returns:
         ``(response, signum)``: the response (None when the client failed) and the
-        number of the signal that interrupted the run, else None.
+        number of the signal that interrupted the run (SIGPIPE when stdout's reader went
+        away), else None.
     """
     from ..client import ClientError, ConnectionLost, connect_memory
     from .common import local_capabilities
@@ -249,6 +256,7 @@ async def _run(
     response: ChainResponse | None = None
     failure: ClientError | None = None
     interrupted = _Interrupt()
+    stdout_closed = False
     try:
         # the session asks for what the configuration allows (proc with --allow-proc),
         # and an in-process run authenticates with the host's own token
@@ -266,6 +274,9 @@ async def _run(
                             response = message
                         else:
                             display.event(message)
+                except BrokenPipeError:  # stdout's reader went away (`| head`)
+                    stdout_closed = True
+                    await _cancel_unread(run)
                 except ConnectionLost as exc:
                     if not interrupted.event.is_set():
                         failure = exc
@@ -279,6 +290,8 @@ async def _run(
         display.end()
         with anyio.CancelScope(shield=True):
             await host.aclose()
+    if stdout_closed:
+        return _stdout_closed(response)
     if failure is not None:
         display.abort(f"a2e-host run: {failure}")
         return None, interrupted.signum
@@ -296,8 +309,37 @@ async def _run(
                 "details": {},
             },
         )
-    display.response(response)
+    try:
+        display.response(response)
+    except BrokenPipeError:
+        return _stdout_closed(response)
     return response, interrupted.signum
+
+
+async def _cancel_unread(run: Any) -> None:
+    """Nobody reads the output any more: cancel the chain (its nodes stop, processes are
+    killed) and wait up to :data:`CANCEL_WAIT` seconds for its response, unshown; the
+    connection closing after that cancels whatever is left."""
+    from ..client import ClientError
+
+    with anyio.move_on_after(CANCEL_WAIT):
+        try:
+            await run.cancel()
+            async for _ in run:
+                pass
+        except (ClientError, A2EError, TimeoutError):
+            pass
+
+
+def _stdout_closed(response: ChainResponse | None) -> tuple[ChainResponse | None, int]:
+    """End quietly after stdout's reader went away: later writes and the interpreter's
+    final flush go to /dev/null, and the exit code is a SIGPIPE'd process's (141)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return response, signal.SIGPIPE
 
 
 async def _cancel_on_signal(run: Any, display: _Display, interrupted: _Interrupt) -> None:
