@@ -33,7 +33,13 @@ EXIT_INTERRUPTED = 130
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line on stderr, exit code 2."""
+    """An ArgumentParser whose usage errors are one line on stderr, exit code 2, and
+    which takes no abbreviated option (``--tool fs`` is an error, not ``--tools fs``):
+    a silently completed typo enables something else than was meant."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see '{self.prog} --help')\n")
@@ -90,7 +96,8 @@ def _add_logging(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("logging (always on stderr)")
     group.add_argument("--log-format", choices=("auto", "console", "json"),
                        help="auto: console on a terminal, JSON lines otherwise")
-    group.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    group.add_argument("--log-level", choices=("auto", "debug", "info", "warning", "error"),
+                       help="auto (the default): warning for stdio and run, info for serve")
 
 
 def _command(

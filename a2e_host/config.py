@@ -66,7 +66,7 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         log_format: ``auto`` (console on a TTY, JSON otherwise), ``console`` or ``json``.
         log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
             for ``a2e-host stdio`` (an agent that spawns the host may never read its
-            stderr), ``info`` otherwise.
+            stderr) and ``run``, ``info`` otherwise.
     """
 
     limits: Limits = Limits()

@@ -307,7 +307,7 @@ async def _reap(proc: asyncio.subprocess.Process) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.e2e")
+    ap = argparse.ArgumentParser(prog="python -m bench.e2e", allow_abbrev=False)
     ap.add_argument("transport", choices=["stdio", "ws"])
     ap.add_argument("workload", help="a..e or a name; a comma list runs them one after "
                     "another on one host process, printing one JSON line each")

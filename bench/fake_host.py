@@ -87,11 +87,11 @@ async def _serve(host: str, port: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.fake_host")
+    ap = argparse.ArgumentParser(prog="python -m bench.fake_host", allow_abbrev=False)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("stdio")
+    s = sub.add_parser("stdio", allow_abbrev=False)
     s.add_argument("--tools", default="bench")
-    v = sub.add_parser("serve")
+    v = sub.add_parser("serve", allow_abbrev=False)
     v.add_argument("--host", default="127.0.0.1")
     v.add_argument("--port", type=int, default=8765)
     v.add_argument("--tools", default="bench")

@@ -173,6 +173,7 @@ async def run(cases: list[Case]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.isolation",
+        allow_abbrev=False,
         description="Each hostile request of issue 12 beside a probe session: the probe's "
                     "ping latencies and the host's peak RSS.",
     )

@@ -147,7 +147,8 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.measure", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.measure",
+                         description=__doc__.split("\n")[0], allow_abbrev=False)
     ap.add_argument("impl", choices=IMPLS)
     ap.add_argument("workload", help="a..e or a workload name", type=str)
     ap.add_argument("--runs", type=int, default=7)

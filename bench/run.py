@@ -403,7 +403,8 @@ def failed(r: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0],
+                         allow_abbrev=False)
     ap.add_argument("--quick", action="store_true",
                     help="small sizes, 1 run, correctness only (for CI)")
     ap.add_argument("--runs", type=int, default=None, help="timed runs (default 7; quick 1)")

@@ -181,6 +181,7 @@ def _table(timings: list[Timing]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__,
+                                     allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", "--runs", type=int, default=15, help="timed runs (default 15)")
     parser.add_argument("--command", action="append", default=None,

@@ -205,3 +205,32 @@ def test_sigterm_during_run_cancels_the_chain_and_exits_143(tmp_path: Path) -> N
     assert process.returncode == 128 + signal.SIGTERM
     assert json.loads(out.splitlines()[-1])["error"]["code"] == "cancelled"
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["run", "CHAIN", "--tool", "fs"], ["validate", "CHAIN", "--tool", "fs"],
+     ["tools", "--tool", "fs"], ["stdio", "--log-lev", "debug"], ["serve", "--po", "0"]],
+    ids=["run", "validate", "tools", "stdio", "serve"],
+)
+def test_an_abbreviated_flag_is_refused_not_taken_for_the_full_one(
+    tmp_path: Path, args: list[str]
+) -> None:
+    chain = str(write(tmp_path, UPPER))
+    done = cli(*[chain if a == "CHAIN" else a for a in args])
+    assert done.returncode == 2
+    assert f"unrecognized arguments: {args[-2]} {args[-1]}" in one_line(done)
+    assert done.stdout == ""
+
+
+def test_log_level_auto_is_accepted_and_means_warning_for_run_and_stdio(
+    tmp_path: Path,
+) -> None:
+    ran = cli("run", write(tmp_path, UPPER), "--final", "--tools", "+conformance",
+              "--log-level", "auto", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == {"words": 1, "lines": 1, "chars": 3}
+    assert ran.stderr == ""  # no INFO lines
+    served = cli("stdio", "--log-level", "auto")  # stdin is empty: serve nothing, exit
+    assert served.returncode == 0, served.stderr
+    assert served.stderr == ""

@@ -24,8 +24,8 @@ node; ``A2E_MAX_…`` or ``[limits]`` for a ceiling that refused the chain).
 Tool packs: when neither ``--tools`` nor the configuration (file or ``A2E_TOOLS``) names
 any, ``fs``, ``text`` and ``json`` are enabled
 (:data:`~a2e_host.config.LOCAL_TOOL_PACKS`, what the examples need); ``--tools +PACK``
-adds PACK to them. Host logs go to stderr at ``warning`` unless ``--log-level`` says
-otherwise.
+adds PACK to them. Host logs go to stderr at ``warning`` unless ``--log-level`` (or
+``A2E_LOG_LEVEL``, or the file's ``log_level``) says otherwise.
 
 Ctrl-C (SIGINT) or SIGTERM sends ``chain/cancel``: the host cancels the running nodes
 (processes killed) and the ``cancelled`` response is printed. A second Ctrl-C, or no
@@ -203,10 +203,8 @@ def run_main(
     from .common import load_command_config
 
     try:
-        config = load_command_config(
-            config_path, {"log_level": "warning", **overrides}, local_defaults=True
-        )
-        configure_logging(config.log_format, config.log_level)
+        config = load_command_config(config_path, overrides, local_defaults=True)
+        configure_logging(config.log_format, config.log_level, auto_level="warning")
         host = Host(config)  # a plugin refusing the configuration raises ValueError
     except ValueError as exc:
         print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
