@@ -17,6 +17,7 @@ from .nodes import Executor, NodeContext, current_node
 from .proc import ProcPolicy, run_proc
 from .skills import SkillRegistry, load_skills
 from .tools import ToolRegistry, load_tools
+from .tools.registry import tools_of_packs_not_enabled
 
 __all__ = ["Toolbox"]
 
@@ -43,6 +44,8 @@ class Toolbox:
         self.tools = tools if tools is not None else ToolRegistry()
         self.skills = skills if skills is not None else SkillRegistry()
         self.proc = proc if proc is not None else ProcPolicy()
+        self.config: HostConfig | None = None  # from_config's: for pack_providing
+        self._other_packs: dict[str, str] | None = None
         self.executors: dict[str, Executor] = {
             "tool": self.run_tool,
             "skill": self.skills.run_skill,
@@ -68,6 +71,7 @@ class Toolbox:
                 f"(file tools and proc cwd are confined to it)"
             )
         box = cls(load_tools(config), None, ProcPolicy.from_config(config))
+        box.config = config
         box.skills = load_skills(config, box)
         box.executors["skill"] = box.skills.run_skill
         return box
@@ -85,6 +89,21 @@ class Toolbox:
     def check_proc(self, node: ChainNode) -> str | None:
         """A static refusal for a proc node (see :meth:`ProcPolicy.static_check`), or None."""
         return self.proc.static_check(node)
+
+    def pack_providing(self, tool_name: str) -> str | None:
+        """The installed pack, not enabled, that provides ``tool_name``, or None (always
+        None for a toolbox not built by :meth:`from_config`).
+
+        The first call imports and builds every installed pack that is not enabled
+        (:func:`~a2e_host.tools.registry.tools_of_packs_not_enabled`), once per toolbox:
+        it is asked only for a tool validation found unknown, so starting a host never
+        imports a pack it does not enable.
+        """
+        if self.config is None:
+            return None
+        if self._other_packs is None:
+            self._other_packs = tools_of_packs_not_enabled(self.config)
+        return self._other_packs.get(tool_name)
 
     def suggest_tool(self, name: str) -> list[str]:
         """Tool names close to ``name``."""

@@ -119,7 +119,12 @@ _CONTROL = int(EdgeKind.NEXT | EdgeKind.TRUE | EdgeKind.FALSE | EdgeKind.HANDLER
 
 
 class Catalog(Protocol):
-    """What validation needs to know about the host's tools, skills and proc policy."""
+    """What validation needs to know about the host's tools, skills and proc policy.
+
+    A catalog may also have ``pack_providing(tool_name) -> str | None``: the installed
+    tool pack, not enabled, that provides a tool; the problem of an unknown tool then
+    names that pack and how to enable it. It is asked only for unknown tools.
+    """
 
     def tool_names(self) -> Collection[str]:
         """Names of the registered tools."""
@@ -534,9 +539,22 @@ class _Validator:
             self.invalid(nid, "name", f"{what} node has no name",
                          f"set 'name' to a registered {what} (see `a2e-host tools`)")
         elif name not in names:
+            pack = self.pack_providing(name) if among == "tools" else None
+            if pack:
+                self.invalid(nid, "name", f"unknown tool {name!r}; it is in the {pack!r} "
+                             "pack, which is not enabled",
+                             f"enable it with --tools +{pack}, or name it in A2E_TOOLS or "
+                             "the configuration file's tools")
+                return
             self.invalid(nid, "name", f"unknown {what} {name!r}{self.suggest(name, among)}",
                          f"use a registered {what} (see `a2e-host tools`) or enable the "
                          "pack that provides it")
+
+    def pack_providing(self, name: str) -> str | None:
+        """The catalog's not-enabled pack providing tool ``name``, when it can say."""
+        lookup = getattr(self.catalog, "pack_providing", None)
+        found = lookup(name) if lookup is not None else None
+        return found if isinstance(found, str) and found else None
 
     def tool_names(self) -> Collection[str]:
         if self._tools is None:

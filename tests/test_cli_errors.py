@@ -234,3 +234,14 @@ def test_log_level_auto_is_accepted_and_means_warning_for_run_and_stdio(
     served = cli("stdio", "--log-level", "auto")  # stdin is empty: serve nothing, exit
     assert served.returncode == 0, served.stderr
     assert served.stderr == ""
+
+
+def test_an_unknown_tool_names_the_installed_pack_that_provides_it(tmp_path: Path) -> None:
+    done = cli("run", write(tmp_path, UPPER), cwd=tmp_path)  # upper is in 'conformance'
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert ("  - up.name: unknown tool 'upper'; it is in the 'conformance' pack, which is "
+            "not enabled (fix: enable it with --tools +conformance") in done.stderr
+    checked = cli("validate", write(tmp_path, UPPER), "--json", cwd=tmp_path)
+    problem = json.loads(checked.stdout)["errors"][0]
+    assert problem["hint"].startswith("enable it with --tools +conformance")

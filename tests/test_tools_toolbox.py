@@ -64,3 +64,21 @@ def test_tools_command_json_lists_tools_skills_and_allowlist(
 def test_tools_command_unknown_pack_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert tools_main(json_out=False, config_path=None, overrides={"tools": ("nope",)}) == 2
     assert "unknown tool pack 'nope'" in capsys.readouterr().err
+
+
+def test_packs_not_enabled_are_imported_only_when_an_unknown_tool_needs_the_hint() -> None:
+    import subprocess
+
+    script = (
+        "import sys\n"
+        "from a2e_host.config import HostConfig\n"
+        "from a2e_host.toolbox import Toolbox\n"
+        "box = Toolbox.from_config(HostConfig(tools=('json',)))\n"
+        "before = 'a2e_toolpacks.conformance' in sys.modules\n"
+        "found = [box.pack_providing('upper'), box.pack_providing('word_count'),\n"
+        "         box.pack_providing('json_parse'), box.pack_providing('nosuch')]\n"
+        "print(before, found, 'a2e_toolpacks.conformance' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "False ['conformance', 'text', None, None] True"

@@ -394,3 +394,31 @@ def test_every_problem_has_the_documented_keys() -> None:
     for problem in problems(err):
         assert {"code", "node_id", "field", "message", "hint"} <= problem.keys()
         assert problem["message"] and problem["hint"]
+
+
+class PackCatalog(FakeCatalog):
+    """A catalog that knows which installed pack, not enabled, provides a tool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    def pack_providing(self, tool_name: str) -> str | None:
+        self.asked.append(tool_name)
+        return {"upper": "conformance"}.get(tool_name)
+
+
+def test_an_unknown_tool_of_an_installed_pack_names_the_pack_and_how_to_enable_it() -> None:
+    catalog = PackCatalog()
+    err = refusal([{"node_id": "a", "name": "upper", "next_node": "b"},
+                   {"node_id": "b", "name": "reed_file"}, {"node_id": "c", "name": "add"}],
+                  catalog=catalog)
+    by_node = {p["node_id"]: p for p in problems(err)}
+    assert by_node["a"]["message"] == (
+        "unknown tool 'upper'; it is in the 'conformance' pack, which is not enabled")
+    assert by_node["a"]["hint"].startswith("enable it with --tools +conformance")
+    # no pack provides it: the usual suggestion and hint
+    assert by_node["b"]["message"] == "unknown tool 'reed_file'; did you mean 'read_file'?"
+    assert "enable the pack that provides it" in by_node["b"]["hint"]
+    assert "c" not in by_node
+    assert catalog.asked == ["upper", "reed_file"]  # asked for unknown tools only

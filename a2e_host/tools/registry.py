@@ -28,6 +28,7 @@ __all__ = [
     "load_pack",
     "load_tools",
     "pack_entry_points",
+    "tools_of_packs_not_enabled",
 ]
 
 TOOLS_GROUP = "a2e_host.tools"
@@ -184,3 +185,25 @@ def load_tools(config: HostConfig, *, packs: dict[str, ToolPack] | None = None) 
         for t in _build(pack_name, pack, config):
             registry.register(t)
     return registry
+
+
+def tools_of_packs_not_enabled(config: HostConfig) -> dict[str, str]:
+    """Tool name → the installed pack that provides it, among the packs ``config.tools``
+    does not enable: for the hint "it is in the 'conformance' pack" on an unknown tool.
+
+    Imports and builds every such pack (so call it only when a hint needs it); a pack
+    that cannot be imported or built is left out. A tool in several packs maps to the
+    first pack by name.
+    """
+    enabled = set(config.tools)
+    found: dict[str, str] = {}
+    for name, ep in sorted(pack_entry_points().items()):
+        if name in enabled:
+            continue
+        try:
+            tools = _build(name, load_pack(ep), config)
+        except Exception:  # noqa: BLE001 - a broken pack provides nothing to hint at
+            continue
+        for t in tools:
+            found.setdefault(t.name, name)
+    return found
