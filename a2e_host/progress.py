@@ -195,8 +195,9 @@ class ChainProgress:
         if resp is None:
             return "chain running"
         if resp.success:
+            nodes = "node" if resp.nodes_run == 1 else "nodes"
             return (
-                f"chain {resp.chain_id} succeeded: {resp.nodes_run} nodes "
+                f"chain {resp.chain_id} succeeded: {resp.nodes_run} {nodes} "
                 f"in {resp.duration_ms} ms"
             )
         err = resp.error or {}

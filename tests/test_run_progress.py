@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from rich.console import Console
 
 from a2e_host.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
@@ -92,3 +93,11 @@ def test_durations_read_in_sensible_units() -> None:
     assert [format_duration(s) for s in (None, 0.004, 2.5, 125.0)] == [
         "", "4 ms", "2.50 s", "2 min 05.0 s",
     ]
+
+
+@pytest.mark.parametrize(("nodes_run", "said"), [(1, "1 node"), (0, "0 nodes"), (3, "3 nodes")])
+def test_the_summary_counts_nodes_in_good_grammar(nodes_run: int, said: str) -> None:
+    progress = ChainProgress(REQUEST, now=0.0)
+    progress.finish(ChainResponse(req_id="r", chain_id="demo", success=True,
+                                  nodes_run=nodes_run, duration_ms=5), 1.0)
+    assert progress.summary() == f"chain demo succeeded: {said} in 5 ms"
