@@ -909,14 +909,15 @@ async def open_ws_server(
 
     The server is the real thing — its own process, configuration and signal handling —
     so a test of an agent exercises what a deployment runs. It is started with
-    ``--host 127.0.0.1 --port 0`` after ``args`` and found by the line it prints once
-    listening. On exit it gets SIGTERM (the orderly stop: chains in flight are given
+    ``--host 127.0.0.1 --port 0`` after ``args`` (each unless ``args`` gives it: an
+    explicit ``--port P`` is honoured) and found by the line it prints once listening.
+    On exit it gets SIGTERM (the orderly stop: chains in flight are given
     ``shutdown_grace`` seconds, then cancelled), then ``close_timeout`` seconds to exit,
     then SIGKILL.
 
     Args:
-        args: ``serve`` flags, e.g. ``["--tools", "conformance", "--allow-proc", "wc"]``
-            (not ``--host`` / ``--port``).
+        args: ``serve`` flags, e.g. ``["--tools", "conformance", "--allow-proc", "wc"]``;
+            ``--host`` / ``--port`` given here replace ``127.0.0.1`` / ``0`` (a free port).
         command: the server command; default this interpreter's ``python -m a2e_host
             serve``, so no PATH lookup is involved.
         stderr: ``capture`` keeps the server's log in :attr:`WsServer.stderr_lines`;
@@ -932,7 +933,10 @@ async def open_ws_server(
     """
     import subprocess
 
-    argv = [*command, *args, "--host", "127.0.0.1", "--port", "0"]
+    argv = [*command, *args]
+    for flag, default in (("--host", "127.0.0.1"), ("--port", "0")):
+        if not any(arg == flag or arg.startswith(f"{flag}=") for arg in args):
+            argv += [flag, default]
     process = await anyio.open_process(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         cwd=cwd, env=env,
@@ -1040,8 +1044,8 @@ async def serve_ws(
                 print(message)
 
     Args:
-        args: ``serve`` flags, e.g. ``["--tools", "conformance"]`` (see
-            :func:`open_ws_server`).
+        args: ``serve`` flags, e.g. ``["--tools", "conformance"]``; an explicit
+            ``--port P`` is honoured (see :func:`open_ws_server`).
         agent_caps / auth_token / limits / agent_id / open_timeout: see :func:`connect_ws`.
         command / stderr / cwd / env / start_timeout / close_timeout: see
             :func:`open_ws_server`.

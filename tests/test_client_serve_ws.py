@@ -3,6 +3,8 @@ port, a real WebSocket client connected to it, and an orderly stop."""
 
 from __future__ import annotations
 
+import socket
+
 import anyio
 import pytest
 
@@ -55,3 +57,20 @@ async def test_one_server_takes_several_clients_and_a_late_cancel_lands_in_unrou
                 assert isinstance(late, ErrorMessage)
                 assert late.code == "invalid_message"
     assert server.returncode == 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.mark.parametrize("form", ["separate", "equals"])
+async def test_an_explicit_port_is_honoured_not_replaced_by_a_free_one(form: str) -> None:
+    port = free_port()
+    args = ["--port", str(port)] if form == "separate" else [f"--port={port}"]
+    with anyio.fail_after(60):
+        async with serve_ws(args, agent_caps=["chains"]) as client:
+            assert client.url == f"ws://127.0.0.1:{port}"
+            assert (await client.ping()) >= 0
