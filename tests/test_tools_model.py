@@ -220,3 +220,18 @@ def test_installed_packs_load_through_entry_points() -> None:
     assert {"echo", "flaky", "noop", "sleep_ms", "word_count", "csv_parse", "glob"} <= set(
         reg.names()
     )
+
+
+def test_a_pack_named_unlike_its_entry_point_loads_by_the_entry_point_with_a_warning() -> None:
+    from structlog.testing import capture_logs
+
+    packs = {"hash": ToolPack("size", "", lambda config: [Tool("file_size", lambda x: 1)])}
+    with capture_logs() as logs:
+        reg = load_tools(HostConfig(tools=("hash",)), packs=packs)
+    assert reg.names() == ["file_size"]
+    assert [(e["log_level"], e["entry_point"], e["pack_name"]) for e in logs] == [
+        ("warning", "hash", "size")]
+    assert "--tools uses the entry point's" in logs[0]["event"]
+    with capture_logs() as same:
+        load_tools(HostConfig(tools=("size",)), packs={"size": packs["hash"]})
+    assert same == []

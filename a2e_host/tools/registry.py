@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 
+import structlog
+
 from ..config import HostConfig
 from .model import Tool
 
@@ -34,13 +36,16 @@ __all__ = [
 TOOLS_GROUP = "a2e_host.tools"
 """The entry-point group tool packs register in."""
 
+_log = structlog.get_logger("a2e_host.tools")
+
 
 @dataclass(frozen=True, slots=True)
 class ToolPack:
     """A named set of tools, built for one configuration.
 
     Attributes:
-        name: the name ``--tools`` enables it by (the entry point's name should match).
+        name: the pack's own name; give it the entry point's name, which is the one
+            ``--tools`` enables it by (a difference is logged as a warning at load).
         description: one line for listings.
         factory: ``factory(config) -> list[Tool]``; e.g. ``fs`` confines its tools to
             ``config.root_path``.
@@ -182,6 +187,11 @@ def load_tools(config: HostConfig, *, packs: dict[str, ToolPack] | None = None) 
             known = ", ".join(sorted(installed)) or "none installed"
             raise ValueError(f"unknown tool pack {pack_name!r}; known packs: {known}")
         pack = found if isinstance(found, ToolPack) else load_pack(found)
+        if pack.name != pack_name:
+            _log.warning(
+                "a tool pack's name differs from its entry point's; --tools uses the entry "
+                "point's", entry_point=pack_name, pack_name=pack.name,
+            )
         for t in _build(pack_name, pack, config):
             registry.register(t)
     return registry
