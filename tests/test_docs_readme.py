@@ -1,9 +1,13 @@
-"""README.md's samples agree with the host: the "Writing a tool pack" example is one pack
-(its entry point and its ``ToolPack`` have the same name) that runs."""
+"""README.md's samples agree with the host: the handshake's ``features`` are the ones a
+real ``a2e-host stdio`` sends, and the "Writing a tool pack" example is one pack (its
+entry point and its ``ToolPack`` have the same name) that runs."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -17,6 +21,21 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def blocks(language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", README.read_text("utf-8"), re.M | re.S)
+
+
+def test_the_sample_handshake_lists_the_features_the_host_sends() -> None:
+    sample = next(line for block in blocks("json") for line in block.splitlines()
+                  if line.startswith('{"type":"handshake/resp"'))
+    found = re.search(r'"features":(\[[^\]]*\])', sample)
+    assert found is not None
+    documented = json.loads(found.group(1))
+    done = subprocess.run(
+        [sys.executable, "-m", "a2e_host", "stdio"], capture_output=True, text=True,
+        timeout=60, input='{"type":"handshake/req","id":"h1","agent_caps":["chains"]}\n',
+    )
+    resp = json.loads(done.stdout.splitlines()[0])
+    assert resp["type"] == "handshake/resp", resp
+    assert documented == resp["accepted_caps"][0]["metadata"]["features"]
 
 
 def test_the_tool_pack_example_is_one_pack_and_runs(tmp_path: Path) -> None:
