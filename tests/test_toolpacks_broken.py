@@ -124,3 +124,19 @@ def test_a_pack_whose_factory_fails_is_named_in_one_line() -> None:
         load_tools(HostConfig(tools=("boom",)), packs=packs)
     assert str(caught.value) == (
         "tool pack 'boom' failed to build its tools: RuntimeError: no licence file")
+
+
+def test_tools_without_all_imports_only_the_enabled_packs(site: Path, tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "from a2e_host.commands.tools import tools_main\n"
+        "code = tools_main(json_out=True, config_path=None, overrides={'tools': ('json',)})\n"
+        "packs = [m for m in sys.modules if m.startswith('a2e_toolpacks.')\n"
+        "         and not m.rpartition('.')[2].startswith('_')]\n"
+        "print(code, sorted(packs), file=sys.stderr)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(site))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path)
+    assert done.stderr.strip() == "0 ['a2e_toolpacks.jsontools']"
+    assert [p["name"] for p in json.loads(done.stdout)["packs"]] == ["json"]

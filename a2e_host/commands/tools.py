@@ -53,7 +53,7 @@ def tools_main(
         print(f"a2e-host tools: {exc}", file=sys.stderr)
         return 2
     info = describe(box)
-    info["packs"] = [p for p in installed_packs(config) if all_packs or p["enabled"]]
+    info["packs"] = installed_packs(config, include_disabled=all_packs)
     if json_out:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(info), indent=2).decode())
         sys.stdout.write("\n")
@@ -93,8 +93,13 @@ def describe(box: Toolbox) -> dict[str, Any]:
     }
 
 
-def installed_packs(config: HostConfig) -> list[dict[str, Any]]:
+def installed_packs(config: HostConfig, *, include_disabled: bool = True) -> list[dict[str, Any]]:
     """Every tool pack installed in the entry-point group ``a2e_host.tools``, by name.
+
+    Args:
+        config: the configuration (``tools``: the enabled packs; what factories read).
+        include_disabled: also the packs ``config.tools`` does not enable (each is then
+            imported and built); False lists, and imports, only the enabled ones.
 
     Returns:
         ``[{"name", "description", "enabled", "tools": [names], "error"}]``: ``enabled``
@@ -104,6 +109,8 @@ def installed_packs(config: HostConfig) -> list[dict[str, Any]]:
     enabled = set(config.tools)
     packs: list[dict[str, Any]] = []
     for name, ep in sorted(pack_entry_points().items()):
+        if not include_disabled and name not in enabled:
+            continue
         info: dict[str, Any] = {"name": name, "description": "", "enabled": name in enabled,
                                 "tools": [], "error": ""}
         try:
