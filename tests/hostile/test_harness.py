@@ -34,10 +34,10 @@ BENIGN = Case(
 BALLOON = Case(
     id="balloon",
     item="-",
-    title="one big node of 150 MB",
-    host=HostSpec(),
+    title="one big node of 150 MB, on a host that lets one output be that big",
+    host=HostSpec(env={"A2E_MAX_OUTPUT_BYTES": str(200_000_000)}),
     action=one_chain([tool("b", "big", input={"bytes": 150_000_000})]),
-    expect=expect_limit("max_output_bytes"),
+    expect=expect_limit("max_chain_output_bytes"),
     budget_mb=0,
     budget_note="none",
 )
