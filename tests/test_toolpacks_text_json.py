@@ -123,11 +123,16 @@ def test_the_chain_deadline_shortens_the_regex_budget(tools: ToolRegistry) -> No
     async def main() -> None:
         with anyio.move_on_after(0.3):
             await tool.invoke({"text": "a" * 40 + "!", "pattern": "(a|a)+$"})
-        await anyio.sleep(0.3)  # let the thread see its own deadline
-        cpu = time.process_time()
-        await anyio.sleep(1.0)
-        burnt = time.process_time() - cpu
-        assert burnt < 0.3, f"{burnt:.2f} s of CPU spent after the deadline"
+        # unbounded, (a|a)+$ over 40 a's backtracks for hours: the process must go quiet
+        # soon after the deadline (a few windows allowed for a loaded machine)
+        windows: list[float] = []
+        for _ in range(10):
+            cpu = time.process_time()
+            await anyio.sleep(0.5)
+            windows.append(time.process_time() - cpu)
+            if windows[-1] < 0.15:
+                return
+        raise AssertionError(f"CPU per 0.5 s window after the deadline: {windows}")
 
     anyio.run(main)
 
