@@ -160,7 +160,7 @@ async def test_a_recursion_error_while_validating_is_chain_invalid(
 
 
 @pytest.mark.asyncio
-async def test_a_chain_of_more_than_200_nodes_is_validated_in_a_worker_thread(
+async def test_a_chain_past_the_thread_threshold_is_validated_in_a_worker_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """issue 12.3: validation of a big chain must not hold the event loop."""
@@ -173,8 +173,9 @@ async def test_a_chain_of_more_than_200_nodes_is_validated_in_a_worker_thread(
 
     monkeypatch.setattr(a2e_chains, "validate_chain", spy)
     plugin, session = plugin_and_session()
-    small = request("small", [{"node_id": f"n{i}"} for i in range(200)], streaming=False)
-    big = request("big", [{"node_id": f"n{i}"} for i in range(201)], streaming=False)
+    n = a2e_chains.THREAD_PLANNING_NODES
+    small = request("small", [{"node_id": f"n{i}"} for i in range(n)], streaming=False)
+    big = request("big", [{"node_id": f"n{i}"} for i in range(n + 1)], streaming=False)
     outbox = await handle_all(plugin, session, small, big)
     assert all(r.success for r in outbox.responses())
     main = threading.main_thread().name
