@@ -493,3 +493,29 @@ async def test_payload_opt_ins_are_advertised_and_cut_outputs_from_events_and_re
     assert (lean["success"], lean["outputs"], lean["final_output"]) == (True, {}, {"count": 2})
     done = [e for e in events if e["phase"] == "done"]
     assert len(done) == 4 and all(e["output"] is None for e in done), done
+
+
+@pytest.mark.asyncio
+async def test_a_skills_inner_outputs_count_against_the_requests_output_budget(
+    tmp_path: Path,
+) -> None:
+    """max_chain_output_bytes covers sub-chains: the inner nodes of a skill keep their
+    outputs while it runs, and the one that crosses the request's budget fails it."""
+    skill = {"name": "heavy", "description": "three 1,000-byte outputs", "entry_node": "a",
+             "nodes": [tool("a", "big", input={"bytes": 1000}, next_node="b"),
+                       tool("b", "big", input={"bytes": 1000}, next_node="c"),
+                       tool("c", "big", input={"bytes": 1000})]}
+    (tmp_path / "heavy.json").write_text(json.dumps(skill), encoding="utf-8")
+    flags = ("--skills", str(tmp_path))
+    top = [{"node_id": "s", "kind": "skill", "name": "heavy"}]
+    async with stdio_session(*flags, caps=("chains", "skill"),
+                             max_chain_output_bytes=2500) as (session, _):
+        events, resp = await session.run(chain("inner", top))
+        async with stdio_session(*flags, caps=("chains", "skill"),
+                                 max_chain_output_bytes=4000) as (roomy, _):
+            _, fits = await roomy.run(chain("fits", top))
+    assert limit_of(resp) == {"ceiling": "max_chain_output_bytes", "scope": "session",
+                              "limit": 2500, "requested": 3 * 1011}
+    done = [e["node_id"] for e in events if e["phase"] == "done"]
+    assert done == ["s/a", "s/b"], events  # the third inner output crossed it
+    assert fits["success"] and fits["final_output"] == {"data": "x" * 1000}, fits
