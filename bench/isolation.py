@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.isolation",
         allow_abbrev=False,
-        description="Each hostile request of issue 12 beside a probe session: the probe's "
+        description="Each hostile request of the suite in tests/hostile (cases named by the item of the isolation issue they replay) beside a probe session: the probe's "
                     "ping latencies and the host's peak RSS.",
     )
     parser.add_argument("--cases", default="", help="comma-separated case ids or items")
