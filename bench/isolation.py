@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.isolation",
         allow_abbrev=False,
-        description="Each hostile request of the suite in tests/hostile (cases named by the item of the isolation issue they replay) beside a probe session: the probe's "
-                    "ping latencies and the host's peak RSS.",
+        description="Each hostile request of the suite in tests/hostile beside a probe "
+                    "session: the probe's ping latencies and the host's peak RSS.",
     )
     parser.add_argument("--cases", default="", help="comma-separated case ids or items")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
