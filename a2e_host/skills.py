@@ -254,18 +254,30 @@ def load_skills(
 
 
 def _installed_skills(config: HostConfig) -> list[Tool]:
+    """Every Python skill installed in :data:`SKILLS_GROUP`.
+
+    Raises:
+        SkillLoadError: an entry point cannot be imported, does not name a Tool or
+            ToolPack, or its factory fails: every installed skill is served, so a broken
+            one is a configuration the host cannot use (one line, exit 2 at start).
+    """
     found: list[Tool] = []
+    problems: list[tuple[str, str]] = []
     for ep in entry_points(group=SKILLS_GROUP):
-        obj = ep.load()
-        if isinstance(obj, Tool):
-            found.append(obj)
-        elif isinstance(obj, ToolPack):
-            found.extend(obj.factory(config))
-        else:
-            raise TypeError(
-                f"entry point {ep.name!r} of group {SKILLS_GROUP!r} must name a Tool or "
-                f"ToolPack, got {type(obj).__name__}"
-            )
+        where = f"installed skill {ep.name!r} ({ep.value})"
+        try:
+            obj = ep.load()
+            if isinstance(obj, Tool):
+                found.append(obj)
+            elif isinstance(obj, ToolPack):
+                found.extend(obj.factory(config))
+            else:
+                problems.append((where, f"must name a Tool or ToolPack, got "
+                                        f"{type(obj).__name__}"))
+        except Exception as exc:  # noqa: BLE001 — any import or factory failure, named
+            problems.append((where, f"cannot be loaded: {type(exc).__name__}: {exc}"))
+    if problems:
+        raise SkillLoadError(problems)
     return found
 
 
