@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.datastructures import Headers
 from websockets.exceptions import InvalidStatus
 
 from a2e_host.config import HostConfig
@@ -301,3 +302,28 @@ async def test_a_client_closing_normally_is_logged_with_its_close_code_not_as_dr
     assert len(closed) == 1
     assert (closed[0]["dropped"], closed[0]["close_code"], closed[0]["closed_by"]) == (
         False, code, "peer")
+
+
+def test_an_upgrade_refused_after_it_was_counted_is_released_at_once() -> None:
+    """A browser Origin (403) or a bad request is refused after process_request counted
+    it; its handler never runs, so the count is released when the response goes out."""
+    from types import SimpleNamespace
+
+    from websockets.http11 import Request, Response
+
+    from a2e_host.transports.websocket import _Admission
+
+    class Peer:  # a ServerConnection as the hooks use it: hashable, with an address
+        def __init__(self, port: int) -> None:
+            self.remote_address = ("127.0.0.1", port)
+
+    host = SimpleNamespace(config=HostConfig(max_connections=2), log=None)
+    admission = _Admission(host)  # type: ignore[arg-type]
+    request = Request("/", Headers())
+    refused, upgraded = Peer(1), Peer(2)
+    assert admission(refused, request) is None  # type: ignore[arg-type]
+    assert admission(upgraded, request) is None  # type: ignore[arg-type]
+    assert len(admission.limiter) == 2
+    admission.after_response(refused, request, Response(403, "Forbidden", Headers()))  # type: ignore[arg-type]
+    admission.after_response(upgraded, request, Response(101, "Switching", Headers()))  # type: ignore[arg-type]
+    assert len(admission.limiter) == 1  # only the open connection is counted

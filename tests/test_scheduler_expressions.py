@@ -229,3 +229,15 @@ async def test_ordering_a_number_against_a_string_is_null_not_a_node_error() -> 
     assert run.response.success, run.response.error
     assert run.response.outputs["c"] == {"condition": False, "taken": "f"}
     assert run.response.outputs["f"] == {"side": "f", "lt": None, "kept": ["a"]}
+
+
+@pytest.mark.asyncio
+async def test_an_arithmetic_overflow_in_an_expression_is_the_expressions_clean_error() -> None:
+    """avg() of a 401-digit integer (the decoder accepts it) overflows a float."""
+    plan = plan_of([{"node_id": "a", "input": {"v": [10**400]}, "next_node": "b"},
+                    {"node_id": "b", "input_map": {"x": "avg(a.output.v)"}}])
+    run = await run_with(plan, Limits())
+    error = run.response.error
+    assert error is not None and error["code"] == "chain_node_error"
+    assert "field 'input_map.x'" in error["message"] and "avg(a.output.v)" in error["message"]
+    assert error["details"] == {"field": "input_map.x", "expression": "avg(a.output.v)"}

@@ -87,7 +87,8 @@ _SIZE_SLICE = 20_000  # values an output measurement counts before it yields to 
 _INLINE_STEPS = 4096  # expression steps taken on the event loop (~1-2 ms) before a thread
 _EXPRESSION_THREADS = 4  # long expression evaluations running at once (per event loop)
 _EVALUATION_ERRORS = (
-    jmespath.exceptions.JMESPathError, TypeError, ValueError, KeyError, RecursionError
+    jmespath.exceptions.JMESPathError, TypeError, ValueError, KeyError, RecursionError,
+    ArithmeticError,  # avg() of a 401-digit integer overflows a float
 )
 _log = structlog.get_logger("a2e_host.scheduler")
 _expression_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
@@ -165,7 +166,9 @@ class _RequestBudget:
             (``max_chain_output_bytes``).
     """
 
-    __slots__ = ("nodes", "output_bytes", "spare_workers", "spare_items", "nested")
+    __slots__ = (
+        "nodes", "output_bytes", "spare_workers", "spare_items", "nested", "idle_borrowed"
+    )
 
     def __init__(self, limits: Limits | None = None) -> None:
         self.nodes = 0
@@ -175,6 +178,15 @@ class _RequestBudget:
         self.spare_workers = limits.max_concurrency - 1
         self.spare_items = limits.max_map_concurrency - 1
         self.nested = 0  # sub-chain runs alive now
+        # wake-ups of idle workers holding a spare slot, in any run of the request: set
+        # when a sub-chain starts, so they give their slots back to it
+        self.idle_borrowed: set[anyio.Event] = set()
+
+    def release_idle_slots(self) -> None:
+        """Wake every idle worker holding a spare slot: it returns the slot and stops."""
+        for wake in self.idle_borrowed:
+            wake.set()
+        self.idle_borrowed.clear()
 
 
 @dataclass(slots=True)
@@ -406,9 +418,27 @@ class ChainRunner:
                         return  # give the slot back to where sub-chains may need it
                     wake = anyio.Event()
                     self._idle.append(wake)
+                    if borrowed:
+                        self._budget.idle_borrowed.add(wake)
                     await wake.wait()
+                    if borrowed:
+                        self._budget.idle_borrowed.discard(wake)
+                        if wake in self._idle:  # woken to give its slot back, not for work
+                            self._idle.remove(wake)
                     continue
                 index = ready.popleft()
+                if ready and not self._idle and self._budget.nested:
+                    # slots given back by idle workers elsewhere in the request: take one
+                    # while this run has more ready nodes than workers
+                    spare = self._workers - self._busy - 1
+                    if (
+                        len(ready) > spare
+                        and self._workers < self.limits.max_concurrency
+                        and self._take_worker_slot()
+                    ):
+                        assert self._tg is not None
+                        self._workers += 1
+                        self._tg.start_soon(self._worker, True)
                 self._busy += 1
                 try:
                     await self._run_node(index)
@@ -961,6 +991,7 @@ class ChainRunner:
             )
             child._parent = self
             self._budget.nested += 1
+            self._budget.release_idle_slots()
             try:
                 result = await child.run(None)
             finally:

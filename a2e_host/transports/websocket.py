@@ -138,6 +138,15 @@ class _Admission:
     def release(self, connection: ServerConnection) -> None:
         self.limiter.release(connection)
 
+    def after_response(
+        self, connection: ServerConnection, request: Request, response: Response
+    ) -> None:
+        """The ``process_response`` hook: an upgrade refused after it was counted (a
+        browser ``Origin``, a bad request) never reaches the handler, whose ``finally``
+        releases the count; release it here."""
+        if response.status_code != HTTPStatus.SWITCHING_PROTOCOLS:
+            self.limiter.release(connection)
+
     def _log_refusal(self, refusal: Refusal) -> None:
         now = time.monotonic()
         if now - self._logged_at < self.LOG_EVERY:
@@ -194,6 +203,7 @@ async def serve_websocket(
         select_subprotocol=_select_subprotocol,
         origins=origins,
         process_request=admission,
+        process_response=admission.after_response,
         open_timeout=config.handshake_timeout,
         max_size=config.limits.max_message_bytes,
         ping_interval=config.keepalive_interval,
