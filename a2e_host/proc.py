@@ -633,6 +633,9 @@ async def _run(
             raise NodeError(
                 f"proc: could not start {spec.argv[0]!r}: {exc.strerror or exc}"
             ) from None
+        except BaseException:
+            ours.close()  # no supervisor will own it
+            raise
         finally:
             theirs.close()
     supervisor = _Supervisor(process, ours)
