@@ -159,11 +159,10 @@ async def test_a_recursion_error_while_validating_is_chain_invalid(
     assert error["code"] == "chain_invalid" and "nested too deeply" in error["message"]
 
 
-@pytest.mark.asyncio
-async def test_a_chain_past_the_thread_threshold_is_validated_in_a_worker_thread(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """issue 12.3: validation of a big chain must not hold the event loop."""
+async def validated_on(
+    monkeypatch: pytest.MonkeyPatch, *requests: ChainRequest
+) -> list[bool]:
+    """For each request handled in turn: was it validated in a worker thread?"""
     threads: list[str] = []
     real = a2e_chains.validate_chain
 
@@ -173,13 +172,20 @@ async def test_a_chain_past_the_thread_threshold_is_validated_in_a_worker_thread
 
     monkeypatch.setattr(a2e_chains, "validate_chain", spy)
     plugin, session = plugin_and_session()
+    outbox = await handle_all(plugin, session, *requests)
+    assert all(r.success for r in outbox.responses())
+    return [name != threading.main_thread().name for name in threads]
+
+
+@pytest.mark.asyncio
+async def test_a_chain_past_the_thread_threshold_is_validated_in_a_worker_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """issue 12.3: validation of a big chain must not hold the event loop."""
     n = a2e_chains.THREAD_PLANNING_NODES
     small = request("small", [{"node_id": f"n{i}"} for i in range(n)], streaming=False)
     big = request("big", [{"node_id": f"n{i}"} for i in range(n + 1)], streaming=False)
-    outbox = await handle_all(plugin, session, small, big)
-    assert all(r.success for r in outbox.responses())
-    main = threading.main_thread().name
-    assert threads[0] == main and threads[1] != main, threads
+    assert await validated_on(monkeypatch, small, big) == [False, True]
 
 
 @pytest.mark.asyncio
@@ -187,23 +193,11 @@ async def test_a_small_chain_with_much_expression_text_is_validated_in_a_worker_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Parsing costs by text: one node with 16 KiB of expressions leaves the loop too."""
-    threads: list[str] = []
-    real = a2e_chains.validate_chain
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(a2e_chains, "validate_chain", spy)
-    plugin, session = plugin_and_session()
     text = "[" + ", ".join(["input.a"] * 700) + "]"  # ~6,300 characters
     short = request("short", [{"node_id": "a", "input_map": {"k0": text}}], streaming=False)
     long = request("long", [{"node_id": "a", "input_map": {f"k{j}": text for j in range(3)}}],
                    streaming=False)
-    outbox = await handle_all(plugin, session, short, long)
-    assert all(r.success for r in outbox.responses())
-    main = threading.main_thread().name
-    assert threads[0] == main and threads[1] != main, threads
+    assert await validated_on(monkeypatch, short, long) == [False, True]
 
 
 # ── cancellable from the moment it is accepted ──────────────────────────────────
