@@ -60,7 +60,6 @@ from ..framing import LineTooLong
 from ..messages import HandshakeRequest, HandshakeResponse, Message, Ping, Pong, Shutdown
 from ..session import ConnectionSession, Session
 from ..transports import BinaryFrame, CloseCode, Incoming, Transport
-from .limiters import loop_limiter
 from .outbox import Outbox
 
 if TYPE_CHECKING:
@@ -76,14 +75,11 @@ HOST_TO_AGENT_TYPES = frozenset(
 """Types only the host sends; an agent sending one gets ``invalid_message``."""
 
 CANCEL_GRACE = 5.0
-THREAD_DECODE_BYTES = 256 * 1024
-"""Messages over this many bytes are decoded in a worker thread, not on the event loop:
-decoding 14 MB of nested lists takes seconds, most of it in garbage collection."""
-
-_DECODE_THREADS = 2  # big messages decoded at once, host-wide
-_decode_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
-    "a2e_host_decode_limiter"
-)
+GC_PAUSED_DECODE_BYTES = 256 * 1024
+"""Messages over this many bytes are decoded with the cyclic garbage collector paused:
+decoding 14 MB of nested lists took 2 s, most of it collections over its own new
+containers. (A worker thread would not help: msgspec holds the interpreter lock while it
+decodes.)"""
 _gc_lock = threading.Lock()
 _gc_pausers = 0  # decodes running with the cyclic collector paused
 _gc_was_enabled = False
@@ -356,18 +352,12 @@ class HostConnection:
     async def _receive_frame(self, frame: Incoming) -> None:
         try:
             message = self._decode(frame)
-            if not isinstance(message, Message):  # big: decoded off the event loop
-                message = await anyio.to_thread.run_sync(
-                    _decode_without_gc, message,
-                    limiter=loop_limiter(_decode_limiter, _DECODE_THREADS),
-                )
         except Exception as exc:
             self._send_error(exc, req_id=getattr(exc, "req_id", ""), message_type="")
             return
         await self._dispatch(message)
 
-    def _decode(self, frame: Incoming) -> Message | bytes | str:
-        """The message, or the frame itself when it is too big to decode on the loop."""
+    def _decode(self, frame: Incoming) -> Message:
         limit = self._max_message_bytes()
         if isinstance(frame, LineTooLong):
             raise self._too_large(frame.size, frame.limit)
@@ -379,8 +369,8 @@ class HostConnection:
         size = len(frame) if isinstance(frame, bytes) else _utf8_length(frame, limit)
         if size > limit:
             raise self._too_large(size, limit)
-        if size > THREAD_DECODE_BYTES:
-            return frame
+        if size > GC_PAUSED_DECODE_BYTES:
+            return _decode_without_gc(frame)
         return decode_message(frame)
 
     def _max_message_bytes(self) -> int:
