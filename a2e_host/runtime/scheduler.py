@@ -376,10 +376,8 @@ class ChainRunner:
                         self._workers += 1
                         tg.start_soon(self._worker, False)  # this run's own worker
                     for _ in range(min(len(roots), self.limits.max_concurrency) - 1):
-                        if not self._take_worker_slot():
+                        if not self._spawn_borrowed():
                             break
-                        self._workers += 1
-                        tg.start_soon(self._worker, True)
         finally:
             self._drive_done.set()
 
@@ -391,19 +389,18 @@ class ChainRunner:
             wanted -= 1
         # the current worker takes one; spawn only while every worker is busy
         spare = self._workers - self._busy
-        while wanted > spare and self._workers < self.limits.max_concurrency:
-            assert self._tg is not None
-            if not self._take_worker_slot():
-                break
-            self._workers += 1
-            self._tg.start_soon(self._worker, True)
+        while wanted > spare and self._spawn_borrowed():
             wanted -= 1
 
-    def _take_worker_slot(self) -> bool:
-        """Take one of the request's spare worker slots, if any is left."""
-        if self._budget.spare_workers <= 0:
+    def _spawn_borrowed(self) -> bool:
+        """Start one more worker on a spare slot of the request, if this run is under
+        ``max_concurrency`` and a slot is left; whether one was started."""
+        if self._workers >= self.limits.max_concurrency or self._budget.spare_workers <= 0:
             return False
+        assert self._tg is not None
         self._budget.spare_workers -= 1
+        self._workers += 1
+        self._tg.start_soon(self._worker, True)
         return True
 
     async def _worker(self, borrowed: bool) -> None:
@@ -430,15 +427,8 @@ class ChainRunner:
                 if ready and not self._idle and self._budget.nested:
                     # slots given back by idle workers elsewhere in the request: take one
                     # while this run has more ready nodes than workers
-                    spare = self._workers - self._busy - 1
-                    if (
-                        len(ready) > spare
-                        and self._workers < self.limits.max_concurrency
-                        and self._take_worker_slot()
-                    ):
-                        assert self._tg is not None
-                        self._workers += 1
-                        self._tg.start_soon(self._worker, True)
+                    if len(ready) > self._workers - self._busy - 1:
+                        self._spawn_borrowed()
                 self._busy += 1
                 try:
                     await self._run_node(index)
@@ -697,14 +687,7 @@ class ChainRunner:
         if quick is None:
             return -1
         size, non_finite = quick
-        budget = self._budget
-        total = budget.output_bytes + size
-        if non_finite or size > self.limits.max_output_bytes or (
-            total > self.limits.max_chain_output_bytes
-        ):
-            self._checked_size(size, True, non_finite, shown, node_id)  # raises
-        budget.output_bytes = total
-        self._kept += size
+        self._checked_size(size, True, non_finite, shown, node_id)
         return size
 
     async def _keep_large_output(self, output: Any, shown: str, node_id: str) -> int:
