@@ -1000,20 +1000,14 @@ async def _read_server_stderr(
 
 
 async def _stop(process: Process, close_timeout: float, signum: signal.Signals) -> None:
-    """Signal the child, wait ``close_timeout`` seconds, then kill it."""
+    """Signal the child, then :func:`_reap` it (terminate, then kill, if it overstays)."""
     if process.returncode is not None:
         return
     try:
         process.send_signal(signum)
     except ProcessLookupError:
         pass
-    with anyio.move_on_after(close_timeout):
-        await process.wait()
-        return
-    if process.returncode is None:
-        process.kill()
-        with anyio.move_on_after(5):
-            await process.wait()
+    await _reap(process, close_timeout)
 
 
 @asynccontextmanager
