@@ -5,13 +5,8 @@ subprocess (``a2e-host stdio``), send ``chain/req`` and receive sequenced
 ``chain/event`` frames and one ``chain/resp``.
 """
 
-from .messages import (
-    ChainEvent,
-    ChainNode,
-    ChainRequest,
-    ChainResponse,
-    Message,
-)
+from .chains.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
+from .messages import Message
 
 __version__ = "0.1.0"
 

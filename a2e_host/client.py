@@ -56,15 +56,18 @@ import msgspec
 from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .codec import decode_message, encode_line, encode_message
-from .exceptions import A2EError
-from .framing import LineSplitter, LineTooLong
-from .messages import (
+from .chains.messages import (
     ChainCancel,
     ChainEvent,
     ChainNode,
     ChainRequest,
     ChainResponse,
+    chain_codec,
+)
+from .codec import encode_line, encode_message
+from .exceptions import A2EError
+from .framing import LineSplitter, LineTooLong
+from .messages import (
     ErrorMessage,
     HandshakeRequest,
     HandshakeResponse,
@@ -207,7 +210,7 @@ class _WebSocketStream:
             frame = await self.ws.recv()
         except ConnectionClosed as exc:
             raise anyio.EndOfStream from exc
-        return decode_message(frame)
+        return chain_codec.decode(frame)
 
     async def aclose(self) -> None:
         await self.ws.close()
@@ -242,7 +245,7 @@ class StdioStream:
                         f"the host sent a line of {line.size} bytes, over this client's "
                         f"{line.limit}; raise max_line_bytes in spawn_stdio"
                     )
-                return decode_message(line)
+                return chain_codec.decode(line)
             if self._eof:
                 raise anyio.EndOfStream
             try:
@@ -291,7 +294,7 @@ class _MemoryStream:
     async def receive(self) -> Message:
         received = await self.conn.receive()
         if isinstance(received, bytes | str):
-            return decode_message(received)
+            return chain_codec.decode(received)
         if received is None:
             raise anyio.EndOfStream
         return received  # type: ignore[no-any-return]

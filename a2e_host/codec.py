@@ -1,20 +1,25 @@
 """Encode and decode A2E messages: bytes ↔ Structs.
 
-Layer: core (no I/O, no anyio, no clock). One reusable msgspec decoder handles every
-message type, tagged by ``type`` (PROTOCOL.md §1). The fast path is one typed decode;
-only a message that fails it is decoded again, untyped, to say precisely what is wrong
-(and to apply "the last duplicate key wins" to the ``type`` tag too, PROTOCOL.md §8).
+Layer: core (no I/O, no anyio, no clock). A :class:`MessageCodec` is built once per host
+from the core message types plus every enabled plugin's (:attr:`a2e_host.plugin.Plugin.
+message_types`): one reusable msgspec decoder over their tagged union, tagged by
+``type`` (PROTOCOL.md §1), so a plugin's messages are decoded, and refused, exactly as
+core ones. The fast path is one typed decode; only a message that fails it is decoded
+again, untyped, to say precisely what is wrong (and to apply "the last duplicate key
+wins" to the ``type`` tag too, PROTOCOL.md §8).
 
-Errors: :func:`decode_message` raises only :class:`~a2e_host.exceptions.RemoteProtocolError`
-subclasses (``parse_error``, ``invalid_message``, ``unknown_type``, ``schema_violation``,
-``version_mismatch``), whatever the bytes; each carries ``req_id``: the offending
-message's ``id`` when it was readable as a string, else ``""``.
-"""
+Errors: :meth:`MessageCodec.decode` raises only
+:class:`~a2e_host.exceptions.RemoteProtocolError` subclasses (``parse_error``,
+``invalid_message``, ``unknown_type``, ``schema_violation``, ``version_mismatch``),
+whatever the bytes; each carries ``req_id``: the offending message's ``id`` when it was
+readable as a string, else ``""``."""
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Union
 
 import msgspec
@@ -27,10 +32,11 @@ from .exceptions import (
     UnknownType,
     VersionMismatch,
 )
-from .messages import MESSAGE_TYPES, PROTOCOL_VERSION, Message
+from .messages import CORE_MESSAGE_TYPES, PROTOCOL_VERSION, Message
 
 __all__ = [
-    "decode_message",
+    "MessageCodec",
+    "core_codec",
     "encode_message",
     "encode_line",
     "encode_value",
@@ -42,8 +48,6 @@ __all__ = [
 SUPPORTED_VERSIONS = "1.x"
 """The versions this host speaks, as named in ``version_mismatch`` errors (PROTOCOL.md §1)."""
 
-_AnyMessage = Union[tuple(MESSAGE_TYPES.values())]  # type: ignore[valid-type]  # noqa: UP007
-_decoder: msgspec.json.Decoder[Message] = msgspec.json.Decoder(_AnyMessage)
 _any_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 _DECODE_FAILURES = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeError)
@@ -61,43 +65,76 @@ class _IdOnly(msgspec.Struct):
 _id_decoder = msgspec.json.Decoder(_IdOnly)
 
 
-def decode_message(data: bytes | bytearray | memoryview | str) -> Message:
-    """Decode one JSON message into its Struct (PROTOCOL.md §1, §2, §8).
+class MessageCodec:
+    """Decodes the messages of a fixed set of types with one reusable decoder.
 
     Args:
-        data: exactly one JSON object: UTF-8 bytes (one NDJSON line without its ``\\n``,
-            or one WebSocket frame), or an already decoded ``str``.
+        types: the message Structs (subclasses of :class:`~a2e_host.messages.Message`
+            with a ``tag``), e.g. ``CORE_MESSAGE_TYPES + plugin.message_types``.
 
-    Returns:
-        The Struct of its ``type`` (see :data:`~a2e_host.messages.MESSAGE_TYPES`): unknown
-        fields ignored, absent fields at their defaults, ``a2e`` read as an alias of
-        ``version`` (and then unset), the last of duplicate keys winning.
+    Attributes:
+        types: ``type`` tag → Struct, every type this codec decodes.
+        host_sent: the tags only a host sends (``FROM_HOST``).
 
     Raises:
-        ParseError: ``parse_error``: not JSON, not UTF-8 (a lone surrogate escape
-            included), or valid JSON beyond the decoder's limits: an integer of more
-            than ~4,300 digits, a float beyond ±1.8e308, nesting too deep.
-        InvalidMessage: ``invalid_message``: not a JSON object, or no string ``type``.
-        UnknownType: ``unknown_type``: a ``type`` not in ``MESSAGE_TYPES``.
-        SchemaViolation: ``schema_violation``: a field of the wrong type or a missing
-            required one; ``detail["path"]`` names it, e.g. ``$.nodes[2].kind``.
-        VersionMismatch: ``version_mismatch``: a ``version`` (or ``a2e``) whose major
-            version is not 1.
-
-        Every error has ``req_id`` (the message's ``id`` when readable, else ``""``) and
-        no other exception escapes, whatever the bytes.
+        ValueError: two types share a tag, or a type has none.
     """
-    try:
-        msg = _decoder.decode(data)
-    except _DECODE_FAILURES as exc:
-        return _decode_slowly(data, exc)
-    if not (type(data) is bytes and data.isascii()) and not isinstance(data, str):
-        _check_utf8(data)  # the typed decode skipped unknown fields unread
-    if msg.a2e is not msgspec.UNSET or not _speaks(msg.version):
-        err = _adopt_version(msg)
-        if err is not None:
-            raise _with_id(err, _read_id(data))
-    return msg
+
+    __slots__ = ("types", "host_sent", "decoder")
+
+    def __init__(self, types: Iterable[type[Message]]) -> None:
+        by_tag: dict[str, type[Message]] = {}
+        for cls in types:
+            if not cls.TYPE:
+                raise ValueError(f"message type {cls.__name__} has no TYPE tag")
+            if by_tag.get(cls.TYPE, cls) is not cls:
+                raise ValueError(
+                    f"message type {cls.TYPE!r} is declared twice ({by_tag[cls.TYPE].__name__}"
+                    f" and {cls.__name__})"
+                )
+            by_tag[cls.TYPE] = cls
+        self.types: Mapping[str, type[Message]] = MappingProxyType(by_tag)
+        self.host_sent = frozenset(tag for tag, cls in by_tag.items() if cls.FROM_HOST)
+        union = Union[tuple(by_tag.values())]  # type: ignore[valid-type]  # noqa: UP007
+        self.decoder: msgspec.json.Decoder[Message] = msgspec.json.Decoder(union)
+
+    def decode(self, data: bytes | bytearray | memoryview | str) -> Message:
+        """Decode one JSON message into its Struct (PROTOCOL.md §1, §2, §8).
+
+        Args:
+            data: exactly one JSON object: UTF-8 bytes (one NDJSON line without its ``\\n``,
+                or one WebSocket frame), or an already decoded ``str``.
+
+        Returns:
+            The Struct of its ``type`` (see :attr:`types`): unknown
+            fields ignored, absent fields at their defaults, ``a2e`` read as an alias of
+            ``version`` (and then unset), the last of duplicate keys winning.
+
+        Raises:
+            ParseError: ``parse_error``: not JSON, not UTF-8 (a lone surrogate escape
+                included), or valid JSON beyond the decoder's limits: an integer of more
+                than ~4,300 digits, a float beyond ±1.8e308, nesting too deep.
+            InvalidMessage: ``invalid_message``: not a JSON object, or no string ``type``.
+            UnknownType: ``unknown_type``: a ``type`` not in :attr:`types`.
+            SchemaViolation: ``schema_violation``: a field of the wrong type or a missing
+                required one; ``detail["path"]`` names it, e.g. ``$.nodes[2].kind``.
+            VersionMismatch: ``version_mismatch``: a ``version`` (or ``a2e``) whose major
+                version is not 1.
+
+            Every error has ``req_id`` (the message's ``id`` when readable, else ``""``) and
+            no other exception escapes, whatever the bytes.
+        """
+        try:
+            msg = self.decoder.decode(data)
+        except _DECODE_FAILURES as exc:
+            return _decode_slowly(self, data, exc)
+        if not (type(data) is bytes and data.isascii()) and not isinstance(data, str):
+            _check_utf8(data)  # the typed decode skipped unknown fields unread
+        if msg.a2e is not msgspec.UNSET or not _speaks(msg.version):
+            err = _adopt_version(msg)
+            if err is not None:
+                raise _with_id(err, _read_id(data))
+        return msg
 
 
 def _check_utf8(data: bytes | bytearray | memoryview) -> None:
@@ -158,7 +195,9 @@ def _adopt_version(msg: Message) -> VersionMismatch | None:
     return None if _speaks(msg.version) else _version_error(msg.version)
 
 
-def _decode_slowly(data: bytes | bytearray | memoryview | str, exc: BaseException) -> Message:
+def _decode_slowly(
+    codec: MessageCodec, data: bytes | bytearray | memoryview | str, exc: BaseException
+) -> Message:
     """After a failed typed decode: decode untyped, then either raise the one error
     that says what is wrong, or return the message (duplicate ``type`` keys)."""
     try:
@@ -190,13 +229,13 @@ def _decode_slowly(data: bytes | bytearray | memoryview | str, exc: BaseExceptio
             "with no unpaired \\ud800-\\udfff escapes"
         )
         raise _with_id(err, None) from None
-    result = _classify(obj, exc)
+    result = _classify(codec, obj, exc)
     if isinstance(result, Message):
         return result
     raise result from None
 
 
-def _classify(obj: Any, exc: BaseException) -> Message | RemoteProtocolError:
+def _classify(codec: MessageCodec, obj: Any, exc: BaseException) -> Message | RemoteProtocolError:
     """The error for a JSON value the typed decoder refused, or the message a retry decoded."""
     if not isinstance(obj, dict):
         return _with_id(
@@ -214,8 +253,8 @@ def _classify(obj: Any, exc: BaseException) -> Message | RemoteProtocolError:
             f"message 'type' must be a string such as \"chain/req\", got {json_kind(mtype)}"
         )
         return _with_id(err, req_id)
-    if mtype not in MESSAGE_TYPES:
-        known = sorted(MESSAGE_TYPES)
+    if mtype not in codec.types:
+        known = sorted(codec.types)
         err = UnknownType(
             f"unknown message type {mtype!r}; this host knows {', '.join(known)}",
             detail={"type": mtype, "known": known},
@@ -229,7 +268,7 @@ def _classify(obj: Any, exc: BaseException) -> Message | RemoteProtocolError:
         # The typed decoder may have refused only a repeated ``type`` key (the last one
         # wins, PROTOCOL.md §8): retry once on the de-duplicated object.
         try:
-            msg = _decoder.decode(_encoder.encode(obj))
+            msg = codec.decoder.decode(_encoder.encode(obj))
         except msgspec.ValidationError as e:
             exc = e
         except (msgspec.DecodeError, RecursionError, ValueError, TypeError):
@@ -356,3 +395,7 @@ def has_non_finite(value: Any) -> bool:
         elif isinstance(v, list | tuple):
             stack.extend(v)
     return False
+
+
+core_codec = MessageCodec(CORE_MESSAGE_TYPES)
+"""A codec for the core messages alone (PROTOCOL.md §2)."""

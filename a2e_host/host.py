@@ -24,10 +24,11 @@ from typing import Any
 import anyio
 
 from .admission import AuthThrottle
+from .codec import MessageCodec
 from .config import HostConfig
-from .exceptions import RemoteProtocolError
+from .errors import error_message_of
 from .logs import get_logger
-from .messages import ErrorMessage
+from .messages import CORE_MESSAGE_TYPES, ErrorMessage
 from .plugin import Plugin, SessionInfo
 from .runtime.connection import HostConnection
 from .session import MetadataFn, Session
@@ -96,6 +97,9 @@ class Host:
         else:
             loaded = [p(config) if isinstance(p, type) else p for p in plugins]
         self.plugins: list[Plugin] = sorted(loaded, key=lambda p: p.priority)
+        self.codec = MessageCodec(
+            CORE_MESSAGE_TYPES + tuple(t for p in self.plugins for t in p.message_types)
+        )
         self.started = time.monotonic()
         self.connections: set[HostConnection] = set()
         self._shutdown = anyio.Event()
@@ -138,8 +142,6 @@ class Host:
             if gate != "proc" or self.config.allow_proc
         }
 
-    # ── the one place exceptions become wire errors ───────────────────────
-
     def error_message(
         self,
         exc: BaseException,
@@ -149,40 +151,9 @@ class Host:
         capability_name: str = "",
         log: Any = None,
     ) -> ErrorMessage:
-        """The wire ``error`` for an exception raised while handling a message.
-
-        A :class:`~a2e_host.exceptions.RemoteProtocolError` keeps its code, message,
-        detail and retryable flag (its own ``req_id`` / ``capability_name`` attributes
-        win when set). Anything else is a bug: logged with its traceback and sent as
-        ``runtime_error`` with no detail (PROTOCOL.md §2).
-
-        Args:
-            exc: what was raised.
-            req_id: the offending message's id (``""`` if unreadable).
-            message_type: its ``type``, for the runtime_error sentence.
-            capability_name: the capability of the plugin that handled it, if any.
-            log: the connection's logger.
-        """
-        log = log or self.log
-        if isinstance(exc, RemoteProtocolError):
-            own_id = getattr(exc, "req_id", None)
-            log.debug("message refused", code=exc.code, req_id=own_id or req_id,
-                      error=exc.message)
-            return ErrorMessage(
-                req_id=own_id if isinstance(own_id, str) and own_id else req_id,
-                code=exc.code,
-                message=exc.message,
-                detail=exc.detail,
-                retryable=exc.retryable,
-                capability_name=getattr(exc, "capability_name", "") or capability_name,
-            )
-        what = repr(message_type) if message_type else "a message"
-        log.error("internal error while handling a message", req_id=req_id,
-                  message_type=message_type, exc_info=exc)
-        return ErrorMessage(
-            req_id=req_id,
-            code="runtime_error",
-            message=f"internal error while handling {what}; see the host log",
+        """:func:`~a2e_host.errors.error_message_of` with the host's logger by default."""
+        return error_message_of(
+            exc, req_id=req_id, log=log or self.log, message_type=message_type,
             capability_name=capability_name,
         )
 

@@ -15,11 +15,12 @@ import anyio
 import anyio.abc
 import structlog
 
-from .codec import decode_message, encode_message
+from .chains.messages import ChainRequest, ChainResponse, chain_codec
+from .codec import encode_message
 from .config import HostConfig
 from .exceptions import InvalidMessage
 from .limits import SessionLimits
-from .messages import ChainRequest, ChainResponse, Message, new_id
+from .messages import Message, new_id
 
 __all__ = ["InProcessHost", "run_request"]
 
@@ -97,7 +98,7 @@ class InProcessHost:
         Raises:
             RemoteProtocolError: the bytes are not a valid ``chain/req``.
         """
-        message = decode_message(request)
+        message = chain_codec.decode(request)
         if not isinstance(message, ChainRequest):
             raise InvalidMessage(f"expected a chain/req, got {message.TYPE!r}")
         outbox = _SinkOutbox(sink)

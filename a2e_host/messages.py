@@ -1,11 +1,13 @@
 """The A2E wire messages as msgspec Structs.
 
-Layer: core (no I/O, no anyio). Every field name, type and default follows the seed
-spec's tables (``docs/chains-spec.txt``: ChainRequest, ChainEvent, ChainResponse,
-ChainNode) and PROTOCOL.md §2 (the core messages, after the public A2E python SDK).
-Messages are tagged by ``type``; :mod:`a2e_host.codec` decodes them all with one
-decoder. Structs encode every field (defaults included), in declaration order after
-``type``.
+Layer: core (no I/O, no anyio). The envelope every message shares and the core
+messages every session speaks (handshake, ping, shutdown, error: PROTOCOL.md §2, after
+the public A2E python SDK). A capability's messages are declared by its plugin
+(:attr:`a2e_host.plugin.Plugin.message_types`; the chains capability's live in
+:mod:`a2e_host.chains.messages`); messages are tagged by ``type``, and
+:class:`a2e_host.codec.MessageCodec` decodes the core types plus every enabled plugin's
+with one decoder. Structs encode every field (defaults included), in declaration order
+after ``type``.
 """
 
 from __future__ import annotations
@@ -19,13 +21,7 @@ import msgspec
 
 __all__ = [
     "PROTOCOL_VERSION",
-    "DEFAULT_TIMEOUT",
     "Capability",
-    "ChainCancel",
-    "ChainEvent",
-    "ChainNode",
-    "ChainRequest",
-    "ChainResponse",
     "ErrorMessage",
     "HandshakeRequest",
     "HandshakeResponse",
@@ -33,7 +29,7 @@ __all__ = [
     "Ping",
     "Pong",
     "Shutdown",
-    "MESSAGE_TYPES",
+    "CORE_MESSAGE_TYPES",
     "new_id",
     "new_chain_id",
 ]
@@ -73,8 +69,8 @@ class Message(msgspec.Struct, kw_only=True, tag_field="type"):
         id: message id; a fresh uuid4 hex string when not given.
         version: protocol version, ``"1.0"``; any ``1.x`` is accepted on input.
         ts: Unix epoch timestamp, float seconds; now when not given.
-        a2e: input-only alias of ``version`` (PROTOCOL.md §2). :func:`a2e_host.codec.
-            decode_message` checks it, copies it into ``version`` and unsets it, so it is
+        a2e: input-only alias of ``version`` (PROTOCOL.md §2). :meth:`a2e_host.codec.
+            MessageCodec.decode` checks it, copies it into ``version`` and unsets it, so it is
             never emitted; leave it unset when building messages.
     """
 
@@ -84,6 +80,8 @@ class Message(msgspec.Struct, kw_only=True, tag_field="type"):
     a2e: str | msgspec.UnsetType = msgspec.UNSET
 
     TYPE: ClassVar[str] = ""
+    FROM_HOST: ClassVar[bool] = False
+    """True for types only a host sends (an agent sending one gets ``invalid_message``)."""
 
     @property
     def protocol_version(self) -> str:
@@ -137,6 +135,7 @@ class HandshakeResponse(Message, tag="handshake/resp", kw_only=True):
     """
 
     TYPE: ClassVar[str] = "handshake/resp"
+    FROM_HOST: ClassVar[bool] = True
     req_id: str = ""
     session_id: str = msgspec.field(default_factory=new_id)
     accepted_caps: list[Capability] = []
@@ -157,6 +156,7 @@ class Pong(Message, tag="pong", kw_only=True):
     ping's id, ``uptime_seconds`` float seconds since the host started."""
 
     TYPE: ClassVar[str] = "pong"
+    FROM_HOST: ClassVar[bool] = True
     req_id: str = ""
     uptime_seconds: float = 0.0
 
@@ -182,6 +182,7 @@ class ErrorMessage(Message, tag="error", kw_only=True):
     """
 
     TYPE: ClassVar[str] = "error"
+    FROM_HOST: ClassVar[bool] = True
     req_id: str = ""
     code: str
     message: str = ""
@@ -190,178 +191,12 @@ class ErrorMessage(Message, tag="error", kw_only=True):
     capability_name: str = ""
 
 
-# ── chains (seed 000) ───────────────────────────────────────────────────────
-
-DEFAULT_TIMEOUT = 300
-"""Seconds a chain may run when its ``chain/req`` leaves ``timeout`` out (the seed's
-default), capped by ``max_timeout`` (PROTOCOL.md §5)."""
-
-# The default of ``ChainRequest.timeout`` is this very object, built at run time: a
-# decoded or written ``300`` is another int object, so ``timeout is _OMITTED_TIMEOUT``
-# tells a request that left ``timeout`` out from one that asked for 300 seconds, while
-# the field stays a plain ``int`` with the seed's default on the wire and in the schema.
-_OMITTED_TIMEOUT: int = int(str(DEFAULT_TIMEOUT))
-
-
-class ChainNode(msgspec.Struct, kw_only=True):
-    """One node of a chain (seed table ``ChainNode``).
-
-    An empty string in an optional field means the field is absent (PROTOCOL.md §4).
-
-    Attributes:
-        node_id: unique within the chain.
-        kind: ``tool``, ``skill``, ``proc``, ``branch`` or ``map``.
-        name: the tool or skill to invoke.
-        input: static input values.
-        input_map: input field → JMESPath expression over the chain context (§3).
-        condition: JMESPath truthiness expression (branch).
-        true_node / false_node: branch targets.
-        items_path: JMESPath to the list a map iterates.
-        map_node: the template node a map runs once per item.
-        next_node: the default successor.
-        on_error: ``abort`` (default), ``skip`` or a handler's node_id.
-    """
-
-    node_id: str
-    kind: str
-    name: str = ""
-    input: dict[str, Any] = {}
-    input_map: dict[str, str] = {}
-    condition: str = ""
-    true_node: str = ""
-    false_node: str = ""
-    items_path: str = ""
-    map_node: str = ""
-    next_node: str = ""
-    on_error: str = "abort"
-
-
-class ChainRequest(Message, tag="chain/req", kw_only=True):
-    """Agent → host: execute a chain (seed table ``chain/req``).
-
-    Attributes:
-        session_id: from ``handshake/resp``.
-        chain_id: chain identifier; 8 fresh hex digits when absent or empty.
-        nodes: the DAG's nodes (the seed's ``list[dict]``, typed as :class:`ChainNode` so
-            a malformed node is a ``schema_violation`` naming its path).
-        entry_node: node_id of the first node; must be a root (PROTOCOL.md §4).
-        initial_input: the context's ``input``.
-        correlation_id: ties the chain to an agent turn.
-        streaming: send ``chain/event`` frames; false sends only ``chain/resp``.
-        timeout: chain wall-clock limit in int seconds (> 0, within ``max_timeout``).
-            Left out, it is ``min(300, max_timeout)`` (:meth:`timeout_within`).
-        include_outputs: *extension* (PROTOCOL.md §5): false sends ``chain/resp.outputs``
-            as ``{}``; ``final_output`` is sent either way.
-        event_outputs: *extension* (PROTOCOL.md §5): false sends every ``done`` event
-            with ``output: null``.
-    """
-
-    TYPE: ClassVar[str] = "chain/req"
-    session_id: str = ""
-    chain_id: str = msgspec.field(default_factory=new_chain_id)
-    nodes: list[ChainNode] = []
-    entry_node: str = ""
-    initial_input: dict[str, Any] = {}
-    correlation_id: str = ""
-    streaming: bool = True
-    timeout: int = _OMITTED_TIMEOUT
-    include_outputs: bool = True
-    event_outputs: bool = True
-
-    def __post_init__(self) -> None:
-        """An empty ``chain_id`` means absent (PROTOCOL.md §4): give it a fresh one."""
-        if not self.chain_id:
-            self.chain_id = new_chain_id()
-
-    @property
-    def timeout_omitted(self) -> bool:
-        """Whether the request left ``timeout`` out (it then reads 300)."""
-        return self.timeout is _OMITTED_TIMEOUT
-
-    def timeout_within(self, max_timeout: int) -> int:
-        """The timeout the request asks for, int seconds: ``timeout`` as sent, or
-        ``min(300, max_timeout)`` when it was left out — a default is not a request, so
-        a host or session whose ``max_timeout`` is under 300 takes it (PROTOCOL.md §5).
-
-        Args:
-            max_timeout: the effective ``max_timeout`` ceiling, seconds.
-        """
-        if self.timeout is _OMITTED_TIMEOUT:
-            return min(DEFAULT_TIMEOUT, max_timeout)
-        return self.timeout
-
-
-class ChainEvent(Message, tag="chain/event", kw_only=True):
-    """Host → agent progress of one node (seed table ``chain/event``; extends A2EEvent,
-    whose field order it keeps: ``kind, req_id, data, seq`` then the seed's own).
-
-    Attributes:
-        kind / data: A2EEvent's fields, always ``"status"`` and ``{}`` (PROTOCOL.md §5).
-        req_id: the ``chain/req`` id.
-        seq: 1, 2, 3 … per request, gapless (PROTOCOL.md §5).
-        node_id: the node; map items as ``<template>[<index>]``, skill inner nodes as
-            ``<outer>/<inner>``.
-        phase: ``start``, ``done``, ``skip`` or ``error``.
-        output: the node output when ``phase`` is ``done``.
-        error: the error message when ``phase`` is ``error``.
-    """
-
-    TYPE: ClassVar[str] = "chain/event"
-    kind: str = "status"
-    req_id: str = ""
-    data: dict[str, Any] = {}
-    seq: int = 0
-    node_id: str = ""
-    phase: str = "start"
-    output: Any = None
-    error: str = ""
-
-
-class ChainResponse(Message, tag="chain/resp", kw_only=True):
-    """Host → agent: the final result, sent once per ``chain/req`` (seed table ``chain/resp``).
-
-    Attributes:
-        outputs: node_id → output of every ``done`` node.
-        final_output: output of the last terminal node, in declaration order, that is done.
-        duration_ms: int milliseconds from receipt to response.
-        nodes_run: declared nodes that started (a map counts once).
-        error: ``{"code", "message", "node_id", "retryable", "details"}`` or null.
-    """
-
-    TYPE: ClassVar[str] = "chain/resp"
-    req_id: str = ""
-    chain_id: str = ""
-    success: bool = False
-    outputs: dict[str, Any] = {}
-    final_output: Any = None
-    duration_ms: int = 0
-    nodes_run: int = 0
-    error: dict[str, Any] | None = None
-
-
-class ChainCancel(Message, tag="chain/cancel", kw_only=True):
-    """*Extension* ``chain/cancel``, agent → host (PROTOCOL.md §5): cancel the running chain
-    whose ``chain/req`` id is ``req_id``; it ends with a ``chain/resp`` whose error code is
-    ``cancelled``. ``session_id`` is the sender's session, as in ``chain/req``."""
-
-    TYPE: ClassVar[str] = "chain/cancel"
-    session_id: str = ""
-    req_id: str = ""
-
-
-MESSAGE_TYPES: dict[str, type[Message]] = {
-    cls.TYPE: cls
-    for cls in (
-        HandshakeRequest,
-        HandshakeResponse,
-        Ping,
-        Pong,
-        Shutdown,
-        ErrorMessage,
-        ChainRequest,
-        ChainEvent,
-        ChainResponse,
-        ChainCancel,
-    )
-}
-"""Every message type this host knows, by its ``type`` tag."""
+CORE_MESSAGE_TYPES: tuple[type[Message], ...] = (
+    HandshakeRequest,
+    HandshakeResponse,
+    Ping,
+    Pong,
+    Shutdown,
+    ErrorMessage,
+)
+"""The messages every host speaks, whatever its plugins (PROTOCOL.md §2)."""

@@ -8,7 +8,9 @@ party would::
     chains = "a2e_chains:ChainPlugin"
 
 The host instantiates each plugin class with the :class:`~a2e_host.config.HostConfig`,
-orders them by ``priority`` (lower first), routes each message whose ``type`` matches the
+orders them by ``priority`` (lower first), decodes every type a plugin declares in
+``message_types`` with the core messages' decoder (so a plugin's schema errors name
+``$.field`` paths as core ones do), routes each message whose ``type`` matches the
 plugin's ``namespace`` (``chain/*``) to :meth:`Plugin.handle`, and lists the plugin's
 capability in ``handshake/resp.accepted_caps`` when the agent asks for it.
 """
@@ -92,12 +94,18 @@ class Plugin:
         namespace: message types routed here, ``"chain/*"`` style.
         priority: lower loads (and routes) first; ChainPlugin is 10 (seed).
         features: *extensions* spoken, published in the handshake metadata.
+        message_types: the Structs of the messages this capability speaks, both
+            directions (subclasses of :class:`~a2e_host.messages.Message` with a
+            ``tag``; ``FROM_HOST`` set on those only the host sends). The host decodes
+            them with the core types in one decoder; a type outside every enabled
+            plugin's list is ``unknown_type``.
     """
 
     capability: ClassVar[str] = ""
     namespace: ClassVar[str] = ""
     priority: ClassVar[int] = 100
     features: ClassVar[tuple[str, ...]] = ()
+    message_types: ClassVar[tuple[type[Message], ...]] = ()
 
     def __init__(self, config: HostConfig) -> None:
         self.config = config

@@ -23,7 +23,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from .messages import ChainEvent, ChainRequest, ChainResponse
+from .chains.messages import ChainEvent, ChainRequest, ChainResponse
 
 __all__ = ["ChainProgress", "NodeProgress", "format_duration"]
 
@@ -155,7 +155,7 @@ class ChainProgress:
     def _items_total(self, map_id: str) -> int | None:
         node = self._declared[map_id]
         try:
-            from .expressions import compile_expression
+            from .chains.expressions import compile_expression
 
             context: dict[str, Any] = {"input": self.request.initial_input, **self._outputs}
             activators = [

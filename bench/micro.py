@@ -109,12 +109,13 @@ def figures() -> dict[str, Any]:
 def ours(req: bytes, n_nodes: int) -> dict[str, Any]:
     """The same decode / encode figures through a2e_host's codec, when it imports."""
     try:
-        from a2e_host.codec import decode_message, encode_message
-        from a2e_host.messages import ChainEvent as HostChainEvent
+        from a2e_host.chains.messages import ChainEvent as HostChainEvent
+        from a2e_host.chains.messages import chain_codec
+        from a2e_host.codec import encode_message
     except ImportError:
         return {}
     out: dict[str, Any] = {
-        "ours_decode_us_per_node": _per(lambda: decode_message(req), n_nodes)}
+        "ours_decode_us_per_node": _per(lambda: chain_codec.decode(req), n_nodes)}
 
     def enc() -> None:
         for i in range(1000):
@@ -131,9 +132,9 @@ def ours(req: bytes, n_nodes: int) -> dict[str, Any]:
 
 def ours_validation(n: int = 10_000) -> dict[str, Any]:
     """Validation (graph, expressions, checks, plan) of an ``n``-node linear chain, ms."""
+    from a2e_host.chains.messages import ChainNode, ChainRequest
+    from a2e_host.chains.validation import validate_chain
     from a2e_host.limits import Limits, SessionLimits
-    from a2e_host.messages import ChainNode, ChainRequest
-    from a2e_host.validation import validate_chain
 
     class Catalog:
         def tool_names(self) -> list[str]:

@@ -22,8 +22,8 @@ from typing import Any
 
 import anyio
 
+from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.client import Client, serve_ws
-from a2e_host.messages import ChainEvent, ChainResponse
 
 QUICK_CHAIN: list[dict[str, Any]] = [
     {"node_id": "sum", "kind": "tool", "name": "add", "input": {"a": 2, "b": 3}},

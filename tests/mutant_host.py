@@ -11,9 +11,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from a2e_host.messages import ChainEvent
-from a2e_host.runtime import scheduler
-from a2e_host.validation import _Validator
+from a2e_host.chains import scheduler
+from a2e_host.chains.messages import ChainEvent
+from a2e_host.chains.validation import _Validator
 
 
 def seq_not_incremented() -> None:

@@ -16,8 +16,8 @@ import anyio
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
+from a2e_host.chains.messages import ChainNode, ChainResponse
 from a2e_host.client import spawn_stdio
-from a2e_host.messages import ChainNode, ChainResponse
 from tests.test_host_fakes import CLI, REPO, WAIT, HostProcess, host_env, open_host
 from tests.test_robustness_ws import serving
 

@@ -19,11 +19,12 @@ import pytest
 import structlog
 from a2e_chains import ChainPlugin, worst_case_node_count
 
+from a2e_host.chains.messages import ChainNode, ChainRequest, ChainResponse
+from a2e_host.chains.skills import read_skill_file
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import Busy
 from a2e_host.limits import Limits, SessionLimits
-from a2e_host.messages import ChainNode, ChainRequest, ChainResponse, Message
-from a2e_host.skills import read_skill_file
+from a2e_host.messages import Message
 
 WAIT = 10.0
 
@@ -206,7 +207,7 @@ async def test_a_small_chain_with_much_expression_text_is_validated_in_a_worker_
 @pytest.mark.asyncio
 async def test_a_cancel_handled_right_after_its_request_cancels_it_before_any_node() -> None:
     """issue 13.1: the cancel arrives before the chain's task has even started."""
-    from a2e_host.messages import ChainCancel
+    from a2e_host.chains.messages import ChainCancel
 
     plugin, session = plugin_and_session()
     outbox = FakeOutbox()

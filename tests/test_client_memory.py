@@ -5,10 +5,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from a2e_host.chains.messages import ChainEvent, ChainRequest, ChainResponse
 from a2e_host.client import ChainRun, HandshakeFailed, HostError, connect_memory
 from a2e_host.config import HostConfig
 from a2e_host.host import Host
-from a2e_host.messages import ChainEvent, ChainRequest, ChainResponse
 
 pytestmark = pytest.mark.asyncio
 

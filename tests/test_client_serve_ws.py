@@ -8,8 +8,9 @@ import socket
 import anyio
 import pytest
 
+from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.client import ServerFailed, open_ws_server, serve_ws
-from a2e_host.messages import ChainEvent, ChainResponse, ErrorMessage
+from a2e_host.messages import ErrorMessage
 
 pytestmark = pytest.mark.asyncio
 

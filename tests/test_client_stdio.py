@@ -7,8 +7,8 @@ import sys
 import anyio
 import pytest
 
+from a2e_host.chains.messages import ChainEvent
 from a2e_host.client import HandshakeFailed, spawn_stdio
-from a2e_host.messages import ChainEvent
 
 pytestmark = pytest.mark.asyncio
 

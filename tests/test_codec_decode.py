@@ -7,15 +7,18 @@ from typing import Any
 import msgspec
 import pytest
 
-from a2e_host.codec import decode_message, encode_message
-from a2e_host.exceptions import RemoteProtocolError
-from a2e_host.messages import (
-    Capability,
+from a2e_host.chains.messages import (
     ChainCancel,
     ChainEvent,
     ChainNode,
     ChainRequest,
     ChainResponse,
+    chain_codec,
+)
+from a2e_host.codec import encode_message
+from a2e_host.exceptions import RemoteProtocolError
+from a2e_host.messages import (
+    Capability,
     ErrorMessage,
     HandshakeRequest,
     HandshakeResponse,
@@ -52,7 +55,7 @@ def _req(**fields: Any) -> bytes:
 
 def _error(data: bytes | str) -> RemoteProtocolError:
     with pytest.raises(RemoteProtocolError) as info:
-        decode_message(data)
+        chain_codec.decode(data)
     return info.value
 
 
@@ -91,13 +94,13 @@ MESSAGES: list[Message] = [
 def test_every_message_round_trips_through_encode_and_decode(msg: Message) -> None:
     data = encode_message(msg)
     assert b"\n" not in data
-    decoded = decode_message(data)
+    decoded = chain_codec.decode(data)
     assert type(decoded) is type(msg)
     assert decoded == msg
 
 
 def test_the_seed_wire_example_decodes_to_typed_nodes() -> None:
-    req = decode_message(SEED_LINEAR)
+    req = chain_codec.decode(SEED_LINEAR)
     assert isinstance(req, ChainRequest)
     assert (req.id, req.session_id, req.chain_id, req.entry_node) == ("c1", "s1", "abc123", "read")
     assert req.ts == 1716123456.789
@@ -107,7 +110,7 @@ def test_the_seed_wire_example_decodes_to_typed_nodes() -> None:
 
 
 def test_a_str_is_decoded_like_its_utf8_bytes() -> None:
-    assert decode_message(SEED_LINEAR.decode()) == decode_message(SEED_LINEAR)
+    assert chain_codec.decode(SEED_LINEAR.decode()) == chain_codec.decode(SEED_LINEAR)
 
 
 # (name, bytes, expected class or error code, expected detail.path or None)
@@ -170,7 +173,7 @@ def test_bytes_decode_to_a_message_or_one_error_code(
     name: str, data: bytes, expected: type[Message] | str, path: str | None
 ) -> None:
     if isinstance(expected, type):
-        assert type(decode_message(data)) is expected
+        assert type(chain_codec.decode(data)) is expected
         return
     err = _error(data)
     assert err.code == expected
@@ -179,14 +182,14 @@ def test_bytes_decode_to_a_message_or_one_error_code(
     if path is not None:
         assert path in err.message
     # The decoder keeps no state: the next message decodes.
-    assert decode_message(PING) == Ping(id="p1", ts=5.0)
+    assert chain_codec.decode(PING) == Ping(id="p1", ts=5.0)
 
 
 def test_100000_nested_arrays_are_a_parse_error_not_a_recursion_error() -> None:
     for data in (b"[" * 100_000 + b"]" * 100_000, b'{"type":"chain/event","output":'
                  + b"[" * 100_000 + b"]" * 100_000 + b"}", b"[" * 100_000):
         assert _error(data).code == "parse_error"
-    assert isinstance(decode_message(PING), Ping)
+    assert isinstance(chain_codec.decode(PING), Ping)
 
 
 def test_a_str_with_a_lone_surrogate_is_a_parse_error() -> None:
@@ -195,9 +198,9 @@ def test_a_str_with_a_lone_surrogate_is_a_parse_error() -> None:
 
 def test_the_largest_integer_the_decoder_takes_round_trips() -> None:
     big = int("9" * 4300)
-    event = decode_message(b'{"type":"chain/event","output":' + str(big).encode() + b"}")
+    event = chain_codec.decode(b'{"type":"chain/event","output":' + str(big).encode() + b"}")
     assert isinstance(event, ChainEvent) and event.output == big
-    assert decode_message(encode_message(event)) == event
+    assert chain_codec.decode(encode_message(event)) == event
 
 
 def test_req_id_is_the_message_id_when_readable() -> None:
@@ -230,7 +233,7 @@ def test_version_mismatch_names_the_versions_the_host_speaks() -> None:
 
 
 def test_the_a2e_alias_becomes_version_and_is_never_emitted() -> None:
-    msg = decode_message(b'{"type":"ping","id":"p","ts":1.0,"a2e":"1.2"}')
+    msg = chain_codec.decode(b'{"type":"ping","id":"p","ts":1.0,"a2e":"1.2"}')
     assert msg.version == "1.2"
     assert msg.a2e is msgspec.UNSET
     assert encode_message(msg) == b'{"type":"ping","id":"p","version":"1.2","ts":1.0}'
@@ -242,9 +245,9 @@ def test_a2e_and_version_must_both_be_spoken() -> None:
 
 
 def test_duplicate_keys_last_one_wins_the_type_tag_included() -> None:
-    assert isinstance(decode_message(b'{"type":"ping","type":"chain/req"}'), ChainRequest)
-    assert isinstance(decode_message(b'{"type":"chain/req","type":"ping"}'), Ping)
-    msg = decode_message(b'{"type":"ping","id":"a","id":"b"}')
+    assert isinstance(chain_codec.decode(b'{"type":"ping","type":"chain/req"}'), ChainRequest)
+    assert isinstance(chain_codec.decode(b'{"type":"chain/req","type":"ping"}'), Ping)
+    msg = chain_codec.decode(b'{"type":"ping","id":"a","id":"b"}')
     assert msg.id == "b"
     err = _error(b'{"type":"ping","type":"chain/req","nodes":"x","id":"d"}')
     assert (err.code, err.detail["path"], err.req_id) == (  # type: ignore[attr-defined]

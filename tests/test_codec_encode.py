@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from a2e_host.codec import decode_message, encode_line, encode_message, encode_value, has_non_finite
-from a2e_host.messages import ChainEvent, ChainResponse, Ping
+from a2e_host.chains.messages import ChainEvent, ChainResponse, chain_codec
+from a2e_host.codec import encode_line, encode_message, encode_value, has_non_finite
+from a2e_host.messages import Ping
 
 
 def test_messages_encode_as_compact_single_line_json() -> None:
@@ -33,7 +34,7 @@ def test_line_and_paragraph_separators_are_escaped_and_decode_back() -> None:
     assert "\u2028".encode() not in data and "\u2029".encode() not in data
     assert b"\n" not in data
     assert b"a\\u2028b\\u2029c\\nd" in data
-    decoded = decode_message(data)
+    decoded = chain_codec.decode(data)
     assert isinstance(decoded, ChainEvent)
     assert (decoded.output, decoded.error) == (text, "\u2028")
     assert len(data.decode().splitlines()) == 1

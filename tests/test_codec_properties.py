@@ -9,10 +9,11 @@ import msgspec
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from a2e_host.codec import decode_message, encode_line
+from a2e_host.chains.messages import ChainEvent, chain_codec
+from a2e_host.codec import encode_line
 from a2e_host.exceptions import RemoteProtocolError
 from a2e_host.framing import LineSplitter
-from a2e_host.messages import MESSAGE_TYPES, ChainEvent, Message
+from a2e_host.messages import Message
 
 DOCUMENTED_CODES = {
     "parse_error",
@@ -42,7 +43,7 @@ _field_values = st.one_of(json_values, st.sampled_from(["1.0", "2.0", "", "chain
 message_like = st.fixed_dictionaries(
     {},
     optional={
-        "type": st.sampled_from(sorted(MESSAGE_TYPES)) | json_values,
+        "type": st.sampled_from(sorted(chain_codec.types)) | json_values,
         "id": st.text(max_size=4) | json_values,
         "version": st.sampled_from(["1.0", "1.5", "2.0", "x"]) | json_values,
         "a2e": st.sampled_from(["1.0", "3"]) | json_values,
@@ -93,7 +94,7 @@ any_bytes = st.one_of(
 @example(b'{"type":"ping","type":"chain/req","nodes":3}')
 def test_any_bytes_decode_to_a_message_or_a_documented_error(data: bytes) -> None:
     try:
-        msg = decode_message(data)
+        msg = chain_codec.decode(data)
     except RemoteProtocolError as err:
         assert err.code in DOCUMENTED_CODES
         assert isinstance(err.req_id, str)  # type: ignore[attr-defined]
@@ -102,7 +103,7 @@ def test_any_bytes_decode_to_a_message_or_a_documented_error(data: bytes) -> Non
             assert err.detail["path"].startswith("$")
     else:
         assert isinstance(msg, Message)
-        assert type(msg) is MESSAGE_TYPES[type(msg).TYPE]
+        assert type(msg) is chain_codec.types[type(msg).TYPE]
         assert msg.a2e is msgspec.UNSET
         assert msg.version.partition(".")[0] == "1"
 
@@ -132,7 +133,7 @@ def test_any_json_output_round_trips_exactly_through_a_line(value: Any) -> None:
     splitter = LineSplitter(max_line_bytes=1 << 20)
     [line] = splitter.receive_data(encode_line(event))
     assert isinstance(line, bytes)
-    decoded = decode_message(line)
+    decoded = chain_codec.decode(line)
     assert isinstance(decoded, ChainEvent)
     assert _same(decoded.output, value)
     assert decoded == event

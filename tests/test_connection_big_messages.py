@@ -12,7 +12,8 @@ import anyio
 import pytest
 from websockets.asyncio.client import connect
 
-from a2e_host.codec import decode_message
+from a2e_host.chains.messages import chain_codec
+from a2e_host.codec import core_codec
 from a2e_host.messages import Ping
 from a2e_host.runtime import connection
 from tests.test_robustness_ws import hello, receive, reply, serving
@@ -20,17 +21,17 @@ from tests.test_robustness_ws import hello, receive, reply, serving
 
 def test_decoding_without_gc_restores_the_collector_as_it_found_it() -> None:
     assert gc.isenabled()
-    message = connection._decode_without_gc(b'{"type":"ping","id":"p1"}')
+    message = connection._decode_without_gc(core_codec, b'{"type":"ping","id":"p1"}')
     assert isinstance(message, Ping) and message.id == "p1"
     assert gc.isenabled() and connection._gc_pausers == 0
     gc.disable()
     try:
-        connection._decode_without_gc(b'{"type":"ping","id":"p2"}')
+        connection._decode_without_gc(core_codec, b'{"type":"ping","id":"p2"}')
         assert not gc.isenabled()  # it was off: it stays off
     finally:
         gc.enable()
     with pytest.raises(Exception):  # noqa: B017 — any decode error; the state is the point
-        connection._decode_without_gc(b"{not json")
+        connection._decode_without_gc(core_codec, b"{not json")
     assert gc.isenabled() and connection._gc_pausers == 0
 
 
@@ -45,7 +46,7 @@ async def test_another_sessions_pings_are_answered_while_a_big_message_is_decode
     assert len(request) > 2_000_000
     # what decoding it on the loop cost: one stall, the collector running throughout
     t = time.perf_counter()
-    decode_message(request.encode())
+    chain_codec.decode(request.encode())
     on_the_loop = time.perf_counter() - t
     pongs: list[float] = []  # when each pong arrived
     first = anyio.Event()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from a2e_host.expressions import (
+from a2e_host.chains.expressions import (
     MAX_EXPRESSION_CHARS,
     MAX_EXPRESSION_NESTING,
     Expression,
@@ -261,7 +261,7 @@ def test_the_budgeted_interpreter_agrees_with_jmespath(text: str) -> None:
 
 
 def test_the_cache_bounds_its_text_not_only_its_entries() -> None:
-    from a2e_host import expressions
+    from a2e_host.chains import expressions
 
     for i in range(24):  # 24 × ~60,000 characters: past the cache's 1 Mi characters
         compile_expression(f"['{i}', '" + "x" * 60_000 + "']")

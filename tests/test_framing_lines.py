@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from a2e_host.codec import decode_message, encode_line
+from a2e_host.chains.messages import ChainEvent, chain_codec
+from a2e_host.codec import encode_line
 from a2e_host.framing import LineSplitter, LineTooLong
-from a2e_host.messages import ChainEvent, Ping
+from a2e_host.messages import Ping
 
 MiB = 1024 * 1024
 
@@ -46,7 +47,7 @@ def test_u2028_and_u2029_inside_strings_do_not_break_lines() -> None:
     line = encode_line(ChainEvent(id="e", ts=0.0, output="x\u2028y"))
     [got] = LineSplitter(1000).receive_data(line)
     assert isinstance(got, bytes)
-    assert decode_message(got) == ChainEvent(id="e", ts=0.0, output="x\u2028y")
+    assert chain_codec.decode(got) == ChainEvent(id="e", ts=0.0, output="x\u2028y")
 
 
 def test_a_final_line_without_newline_is_returned_by_close() -> None:
@@ -97,7 +98,7 @@ def test_a_20_mb_line_under_a_16_mib_cap_is_one_refusal_then_the_next_message_de
     size = len(b'{"type":"chain/req","pad":"') + fed + 2
     assert out[:1] == [LineTooLong(size=size, limit=16 * MiB)]
     assert len(out) == 2 and isinstance(out[1], bytes)
-    assert decode_message(out[1]) == Ping(id="after", ts=1.0)
+    assert chain_codec.decode(out[1]) == Ping(id="after", ts=1.0)
 
 
 def test_memory_held_for_an_over_long_line_is_bounded_by_the_cap() -> None:

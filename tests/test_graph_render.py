@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from a2e_host.chains.messages import ChainNode
 from a2e_host.commands.graph import chain_edges, to_dot, to_mermaid
-from a2e_host.messages import ChainNode
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CHAIN_FILES = sorted(EXAMPLES.glob("*.json"))

@@ -8,12 +8,11 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
+from a2e_host.chains.messages import ChainRequest, ChainResponse
 from a2e_host.config import HostConfig
 from a2e_host.host import Host
 from a2e_host.limits import Limits
 from a2e_host.messages import (
-    ChainRequest,
-    ChainResponse,
     ErrorMessage,
     HandshakeRequest,
     HandshakeResponse,

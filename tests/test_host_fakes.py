@@ -35,8 +35,9 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from a2e_host.chains.messages import CHAIN_MESSAGE_TYPES, ChainRequest, ChainResponse
 from a2e_host.exceptions import Busy
-from a2e_host.messages import ChainRequest, ChainResponse, Message
+from a2e_host.messages import Message
 from a2e_host.plugin import Plugin, PluginContext, SessionInfo
 
 
@@ -47,6 +48,7 @@ class FakeChainPlugin(Plugin):
     namespace: ClassVar[str] = "chain/*"
     priority: ClassVar[int] = 10
     features: ClassVar[tuple[str, ...]] = ("fake",)
+    message_types: ClassVar[tuple[type[Message], ...]] = CHAIN_MESSAGE_TYPES
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from a2e_host.codec import decode_message
+from a2e_host.chains.messages import chain_codec
 from a2e_host.messages import Ping
 from a2e_host.runtime.outbox import Outbox
 
@@ -19,7 +19,7 @@ async def test_frames_leave_in_order_without_drops_past_the_high_water_mark() ->
     assert len(outbox) == 10
     batch = await outbox.receive_batch(max_frames=4)
     rest = await outbox.receive_batch()
-    assert [decode_message(f).id for f in batch + rest] == [m.id for m in sent]
+    assert [chain_codec.decode(f).id for f in batch + rest] == [m.id for m in sent]
 
 
 @pytest.mark.asyncio
@@ -70,7 +70,7 @@ async def test_a_closed_outbox_discards_frames_and_ends_the_writer() -> None:
     outbox.close()
     outbox.send_nowait(Ping(id="discarded"))
     await outbox.wait_writable()  # never hangs on a dead connection
-    assert [decode_message(f).id for f in await outbox.receive_batch()] == ["kept"]
+    assert [chain_codec.decode(f).id for f in await outbox.receive_batch()] == ["kept"]
     with pytest.raises(anyio.EndOfStream):
         await outbox.receive_batch()
 

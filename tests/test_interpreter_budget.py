@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from a2e_host.expressions import compile_expression
-from a2e_host.interpreter import (
+from a2e_host.chains.expressions import compile_expression
+from a2e_host.chains.interpreter import (
     CHECK_EVERY,
     Budget,
     ContextView,

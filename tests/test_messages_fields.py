@@ -10,14 +10,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from a2e_host.messages import (
-    MESSAGE_TYPES,
-    Capability,
+from a2e_host.chains.messages import (
     ChainCancel,
     ChainEvent,
     ChainNode,
     ChainRequest,
     ChainResponse,
+    chain_codec,
+)
+from a2e_host.messages import (
+    Capability,
     ErrorMessage,
     HandshakeRequest,
     HandshakeResponse,
@@ -144,7 +146,7 @@ def _wire_fields(cls: type[Any]) -> list[msgspec.structs.FieldInfo]:
 
 
 def test_message_types_map_every_tag_to_its_struct() -> None:
-    assert MESSAGE_TYPES == TAGS
+    assert chain_codec.types == TAGS
     for tag, cls in TAGS.items():
         assert cls.__struct_config__.tag == tag
         assert cls.__struct_config__.tag_field == "type"

@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from a2e_host.plan import NodeStatus, PlanState
+from a2e_host.chains.plan import NodeStatus, PlanState
 from tests.test_plan_state import plan_of
 
 

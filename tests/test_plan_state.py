@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from a2e_host.chains.messages import ChainNode, ChainRequest
+from a2e_host.chains.plan import NodeStatus, PlanState
+from a2e_host.chains.validation import ChainPlan, validate_chain
 from a2e_host.limits import Limits, SessionLimits
-from a2e_host.messages import ChainNode, ChainRequest
-from a2e_host.plan import NodeStatus, PlanState
-from a2e_host.validation import ChainPlan, validate_chain
 
 
 class FakeCatalog:

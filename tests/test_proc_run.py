@@ -12,10 +12,10 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from a2e_host.chains.messages import ChainNode
+from a2e_host.chains.proc import ProcPolicy, run_proc
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import NodeError, NodeTimeout
-from a2e_host.messages import ChainNode
-from a2e_host.proc import ProcPolicy, run_proc
 
 PY = sys.executable
 MiB = 1024 * 1024

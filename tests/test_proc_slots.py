@@ -10,8 +10,8 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from a2e_host.chains.proc import DEFAULT_MAX_PROCS, ProcPolicy, run_proc
 from a2e_host.config import HostConfig, load_config
-from a2e_host.proc import DEFAULT_MAX_PROCS, ProcPolicy, run_proc
 
 # Each proc writes its own pid to started_<i>, then blocks reading the fifo gate_<i>.
 SCRIPT = "echo $$ > started_$0; exec cat gate_$0"

@@ -16,9 +16,9 @@ import anyio
 import pytest
 from websockets.asyncio.client import connect
 
+from a2e_host.chains.proc import ProcPolicy, run_proc
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import NodeError, NodeTimeout
-from a2e_host.proc import ProcPolicy, run_proc
 from tests.test_host_fakes import CLI, WAIT, open_host
 from tests.test_robustness_ws import receive
 
@@ -165,7 +165,7 @@ async def test_a_setsid_grandchild_dies_when_the_client_disconnects(tmp_path: Pa
 HOST_THAT_DIES = r"""
 import sys, anyio
 from a2e_host.config import HostConfig
-from a2e_host.proc import ProcPolicy, run_proc
+from a2e_host.chains.proc import ProcPolicy, run_proc
 policy = ProcPolicy.from_config(HostConfig(allow_proc=("sh",), root=sys.argv[1]))
 anyio.run(run_proc, {"argv": ["sh", "-c", sys.argv[2]]}, policy)
 """

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from a2e_host.chains.toolbox import Toolbox
 from a2e_host.config import HostConfig
-from a2e_host.toolbox import Toolbox
 
 CLI = [sys.executable, "-m", "a2e_host"]
 

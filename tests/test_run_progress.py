@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from a2e_host.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
+from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
 from a2e_host.progress import ChainProgress, format_duration
 
 REQUEST = ChainRequest(

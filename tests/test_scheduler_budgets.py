@@ -11,10 +11,11 @@ from typing import Any
 import anyio
 import pytest
 
+from a2e_host.chains.messages import ChainEvent, ChainNode, ChainResponse
+from a2e_host.chains.nodes import NodeContext
+from a2e_host.chains.scheduler import ChainRunner
 from a2e_host.limits import Limits
-from a2e_host.messages import ChainEvent, ChainNode, ChainResponse, Message
-from a2e_host.nodes import NodeContext
-from a2e_host.runtime.scheduler import ChainRunner
+from a2e_host.messages import Message
 from tests.test_scheduler_cases import WAIT, Run, plan_of, run_plan
 
 KIB = 1024

@@ -14,12 +14,13 @@ from typing import Any
 import anyio
 import pytest
 
+from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
+from a2e_host.chains.nodes import NodeContext
+from a2e_host.chains.scheduler import ChainRunner
+from a2e_host.chains.validation import ChainPlan, validate_chain
 from a2e_host.exceptions import ChainInvalid, NodeError
 from a2e_host.limits import Limits, SessionLimits
-from a2e_host.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse, Message
-from a2e_host.nodes import NodeContext
-from a2e_host.runtime.scheduler import ChainRunner
-from a2e_host.validation import ChainPlan, validate_chain
+from a2e_host.messages import Message
 from tests.reference_interpreter import check_event_stream
 
 Tool = Callable[[ChainNode, dict[str, Any], NodeContext], Awaitable[Any]]

@@ -12,11 +12,12 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from a2e_host import expressions
-from a2e_host.interpreter import EvaluationCancelled
+from a2e_host.chains import expressions
+from a2e_host.chains.interpreter import EvaluationCancelled
+from a2e_host.chains.messages import ChainEvent, ChainResponse
+from a2e_host.chains.scheduler import ChainRunner
 from a2e_host.limits import Limits, SessionLimits
-from a2e_host.messages import ChainEvent, ChainResponse, Message
-from a2e_host.runtime.scheduler import ChainRunner
+from a2e_host.messages import Message
 from tests.test_scheduler_cases import WAIT, Run, check_stream, echo_tool, plan_of
 
 DOUBLINGS = "|".join(["[@,@]"] * 40)

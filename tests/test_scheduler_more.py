@@ -12,10 +12,11 @@ from typing import Any
 import anyio
 import pytest
 
+from a2e_host.chains.messages import ChainNode
+from a2e_host.chains.nodes import NodeContext
+from a2e_host.chains.scheduler import ChainRunner
 from a2e_host.limits import Limits
-from a2e_host.messages import ChainNode, Message
-from a2e_host.nodes import NodeContext
-from a2e_host.runtime.scheduler import ChainRunner
+from a2e_host.messages import Message
 from tests.test_scheduler_cases import echo_tool, plan_of, run_plan
 
 

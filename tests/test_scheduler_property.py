@@ -20,12 +20,13 @@ import anyio.lowlevel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
+from a2e_host.chains.nodes import NodeContext
+from a2e_host.chains.scheduler import ChainRunner
+from a2e_host.chains.validation import validate_chain
 from a2e_host.exceptions import ChainInvalid, NodeError
 from a2e_host.limits import Limits, SessionLimits
-from a2e_host.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse, Message
-from a2e_host.nodes import NodeContext
-from a2e_host.runtime.scheduler import ChainRunner
-from a2e_host.validation import validate_chain
+from a2e_host.messages import Message
 from tests.reference_interpreter import (
     RefResult,
     ToolFailure,

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from a2e_host.chains.messages import ChainRequest
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import (
     CapabilityMissing,
@@ -15,7 +16,7 @@ from a2e_host.exceptions import (
     UnknownSession,
 )
 from a2e_host.limits import Limits
-from a2e_host.messages import ChainRequest, HandshakeRequest, Ping
+from a2e_host.messages import HandshakeRequest, Ping
 from a2e_host.session import ConnectionSession, Session, SessionState
 
 SERVED: dict[str, Any] = {

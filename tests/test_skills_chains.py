@@ -9,8 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
+from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.client import spawn_stdio
-from a2e_host.messages import ChainEvent, ChainResponse
 
 CLI = [sys.executable, "-m", "a2e_host"]
 

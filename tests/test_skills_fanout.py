@@ -12,8 +12,8 @@ from typing import Any
 import anyio
 import pytest
 
+from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.client import spawn_stdio
-from a2e_host.messages import ChainEvent, ChainResponse
 
 CLI = [sys.executable, "-m", "a2e_host"]
 LEVELS, COPIES = 6, 4  # 1,365 skill nodes and 1,024 leaves below one top node
@@ -69,10 +69,10 @@ async def test_a_skill_fan_out_runs_within_the_requests_concurrency(tmp_path: Pa
 async def test_a_sub_chain_gets_back_the_slots_of_workers_idle_elsewhere_in_the_request() -> None:
     """Workers of the top run that went idle before a skill started hold spare slots;
     the sub-chain must still get max_concurrency nodes in flight."""
+    from a2e_host.chains.messages import ChainNode, ChainRequest
+    from a2e_host.chains.scheduler import ChainRunner
+    from a2e_host.chains.validation import validate_chain
     from a2e_host.limits import Limits, SessionLimits
-    from a2e_host.messages import ChainNode, ChainRequest
-    from a2e_host.runtime.scheduler import ChainRunner
-    from a2e_host.validation import validate_chain
 
     class Catalog:
         def tool_names(self) -> set[str]:

@@ -9,12 +9,12 @@ from typing import Any
 import anyio
 import pytest
 
+from a2e_host.chains.messages import ChainNode
+from a2e_host.chains.nodes import NodeContext
+from a2e_host.chains.skills import DeclaredSkill, SkillLoadError, load_skills
+from a2e_host.chains.toolbox import Toolbox
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import NodeError
-from a2e_host.messages import ChainNode
-from a2e_host.nodes import NodeContext
-from a2e_host.skills import DeclaredSkill, SkillLoadError, load_skills
-from a2e_host.toolbox import Toolbox
 from a2e_host.tools import tool
 
 SHOUT_YAML = """\

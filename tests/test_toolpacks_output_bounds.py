@@ -13,12 +13,12 @@ import anyio
 import pytest
 from a2e_toolpacks import conformance, jsontools, text
 
+from a2e_host.chains.messages import ChainNode
+from a2e_host.chains.nodes import NodeContext
+from a2e_host.chains.toolbox import Toolbox
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import ChainLimitExceeded
 from a2e_host.limits import Limits, SessionLimits
-from a2e_host.messages import ChainNode
-from a2e_host.nodes import NodeContext
-from a2e_host.toolbox import Toolbox
 
 CAP = 100_000
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import anyio
 import pytest
 
+from a2e_host.chains.messages import ChainNode
+from a2e_host.chains.nodes import NodeContext
+from a2e_host.chains.toolbox import Toolbox
 from a2e_host.commands.tools import tools_main
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import NodeError
-from a2e_host.messages import ChainNode
-from a2e_host.nodes import NodeContext
-from a2e_host.toolbox import Toolbox
 
 CTX = NodeContext(node_id="n", chain_id="c", req_id="r")
 
@@ -72,7 +72,7 @@ def test_packs_not_enabled_are_imported_only_when_an_unknown_tool_needs_the_hint
     script = (
         "import sys\n"
         "from a2e_host.config import HostConfig\n"
-        "from a2e_host.toolbox import Toolbox\n"
+        "from a2e_host.chains.toolbox import Toolbox\n"
         "box = Toolbox.from_config(HostConfig(tools=('json',)))\n"
         "before = 'a2e_toolpacks.conformance' in sys.modules\n"
         "found = [box.pack_providing('upper'), box.pack_providing('word_count'),\n"

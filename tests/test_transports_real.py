@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
+from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.client import Client, connect_ws, spawn_stdio
-from a2e_host.messages import ChainEvent, ChainResponse
 from tests.test_conformance_suite import serving
 
 PY = sys.executable

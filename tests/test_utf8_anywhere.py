@@ -10,9 +10,9 @@ import anyio
 import pytest
 from websockets.asyncio.client import connect
 
-from a2e_host.codec import decode_message
+from a2e_host.chains.messages import ChainRequest, chain_codec
 from a2e_host.exceptions import ParseError
-from a2e_host.messages import ChainRequest, Ping
+from a2e_host.messages import Ping
 from tests.test_host_fakes import CLI, WAIT, open_host
 from tests.test_ws_server import serving, wait_closed
 
@@ -30,16 +30,16 @@ ISSUE_LINE = b'{"type":"ping","id":"x4","version":"1.0","ts":1,"z":"\xff\xfe"}'
 )
 def test_invalid_utf8_in_a_field_the_host_skips_is_a_parse_error(data: bytes, offset: int) -> None:
     with pytest.raises(ParseError) as info:
-        decode_message(data)
+        chain_codec.decode(data)
     err = info.value
     assert (err.code, err.req_id, err.detail) == ("parse_error", "", {"offset": offset})
     assert f"byte 0x{data[offset]:02x} at offset {offset}" in err.message
 
 
 def test_valid_utf8_anywhere_still_decodes() -> None:
-    msg = decode_message('{"type":"ping","id":"é","z":{"ключ":"值 🙂"}}'.encode())
+    msg = chain_codec.decode('{"type":"ping","id":"é","z":{"ключ":"值 🙂"}}'.encode())
     assert isinstance(msg, Ping) and msg.id == "é"
-    req = decode_message(b'{"type":"chain/req","id":"c","nodes":[],"note":"caf\xc3\xa9"}')
+    req = chain_codec.decode(b'{"type":"chain/req","id":"c","nodes":[],"note":"caf\xc3\xa9"}')
     assert isinstance(req, ChainRequest)
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from a2e_host.chains.messages import ChainNode
 from a2e_host.commands import validate as command
-from a2e_host.messages import ChainNode
 
 
 class FakeCatalog:

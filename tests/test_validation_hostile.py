@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from a2e_host import validation
+from a2e_host.chains import validation
+from a2e_host.chains.expressions import MAX_EXPRESSION_NESTING
 from a2e_host.exceptions import ChainInvalid
-from a2e_host.expressions import MAX_EXPRESSION_NESTING
 from a2e_host.limits import Limits
 from tests.test_expressions_compile import NESTINGS
 from tests.test_validation_problems import problems, refusal, validate

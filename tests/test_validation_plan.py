@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from a2e_host.chains.messages import ChainNode, ChainRequest
+from a2e_host.chains.validation import ChainPlan, EdgeKind, validate_chain
 from a2e_host.limits import Limits, SessionLimits
-from a2e_host.messages import ChainNode, ChainRequest
-from a2e_host.validation import ChainPlan, EdgeKind, validate_chain
 
 NEXT, TRUE, FALSE, HANDLER, DATA = (
     EdgeKind.NEXT, EdgeKind.TRUE, EdgeKind.FALSE, EdgeKind.HANDLER, EdgeKind.DATA

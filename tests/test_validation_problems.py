@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from a2e_host.chains.messages import ChainNode, ChainRequest
+from a2e_host.chains.validation import ChainPlan, validate_chain
 from a2e_host.exceptions import ChainInvalid
 from a2e_host.limits import Limits, SessionLimits
-from a2e_host.messages import ChainNode, ChainRequest
-from a2e_host.validation import ChainPlan, validate_chain
 
 ALL_CAPS = frozenset({"chains", "skill", "proc"})
 

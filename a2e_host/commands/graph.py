@@ -7,7 +7,7 @@ Layer: command (reads one file, prints to stdout). The graph is the declaration'
   ``true`` / ``false``; an ``on_error`` handler labelled ``on_error``;
 * data edges dashed: a node id at the root of one of the node's expressions (``input_map``
   values, ``condition``, ``items_path``), found through
-  :attr:`a2e_host.expressions.Expression.roots` (not drawn where a control edge already
+  :attr:`a2e_host.chains.expressions.Expression.roots` (not drawn where a control edge already
   joins the same two nodes);
 * a map's template drawn inside a box (Mermaid ``subgraph``, Graphviz ``cluster``) entered
   from the map by a thick ``each item`` edge; nested maps nest.
@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..messages import ChainNode
+from ..chains.messages import ChainNode
 from .run import ChainFileError, read_chain_request
 
 __all__ = ["Edge", "chain_edges", "graph_main", "to_dot", "to_mermaid", "FORMATS"]
@@ -128,7 +128,7 @@ def _expression_roots(node: ChainNode) -> set[str]:
 
 def _roots_of(text: str) -> set[str]:
     try:
-        from ..expressions import compile_expression
+        from ..chains.expressions import compile_expression
     except ImportError:  # pragma: no cover - only before the expressions module exists
         match = _LEADING_ID.match(text)
         return {match.group(1)} if match else set()

@@ -56,9 +56,9 @@ from typing import Any, TextIO
 import anyio
 import msgspec
 
-from ..codec import decode_message, encode_message
+from ..chains.messages import ChainEvent, ChainRequest, ChainResponse, chain_codec
+from ..codec import encode_message
 from ..exceptions import A2EError
-from ..messages import ChainEvent, ChainRequest, ChainResponse
 
 __all__ = [
     "CANCEL_WAIT",
@@ -118,7 +118,7 @@ def read_chain_request(
             )
         body["initial_input"] = {**base, **given}
     try:
-        message = decode_message(msgspec.json.encode(body))
+        message = chain_codec.decode(msgspec.json.encode(body))
     except A2EError as exc:
         raise ChainFileError(f"chain file {str(path)!r} is not a valid chain/req: {exc}") from None
     assert isinstance(message, ChainRequest)

@@ -1,10 +1,10 @@
 """``a2e-host schema``: a JSON Schema for every message, generated from the Structs.
 
 Layer: command (file and stdout I/O around a pure generator). The schemas are what
-``msgspec.json.schema`` says of :data:`a2e_host.messages.MESSAGE_TYPES`, so they cannot
-drift from the decoder; the committed copies in ``schemas/`` are regenerated and
-compared byte for byte by the test suite (STYLE.md: generated artifacts).
-"""
+``msgspec.json.schema`` says of every type :data:`a2e_host.chains.messages.chain_codec`
+decodes (the core and the chains messages), so they cannot drift from the decoder; the
+committed copies in ``schemas/`` are regenerated and compared byte for byte by the test
+suite (STYLE.md: generated artifacts)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ..messages import MESSAGE_TYPES
+from ..chains.messages import chain_codec
 
 __all__ = ["INDEX_FILE", "schema_file_name", "message_schemas", "render_schemas", "schema_main"]
 
@@ -37,8 +37,8 @@ def message_schemas() -> dict[str, dict[str, Any]]:
         hold the nested models, e.g. ``ChainNode``) with a ``$schema`` key added.
     """
     out: dict[str, dict[str, Any]] = {}
-    for message_type in sorted(MESSAGE_TYPES):
-        schema = msgspec.json.schema(MESSAGE_TYPES[message_type])
+    for message_type in sorted(chain_codec.types):
+        schema = msgspec.json.schema(chain_codec.types[message_type])
         out[message_type] = {"$schema": _DIALECT, **schema}
     return out
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
+from ..chains.toolbox import Toolbox
 from ..config import HostConfig
-from ..toolbox import Toolbox
 from ..tools import Tool, ToolPackError, load_pack, pack_entry_points
 from ..tools.registry import reason_line
 from .common import load_command_config

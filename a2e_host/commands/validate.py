@@ -19,12 +19,11 @@ from typing import Any
 
 import msgspec
 
-from ..codec import decode_message
+from ..chains.messages import ChainRequest, chain_codec
+from ..chains.validation import Catalog, ChainPlan, validate_chain
 from ..config import HostConfig
 from ..exceptions import ChainInvalid, RemoteProtocolError
 from ..limits import SessionLimits
-from ..messages import ChainRequest
-from ..validation import Catalog, ChainPlan, validate_chain
 from .common import load_command_config, local_capabilities, problem_hint
 
 __all__ = ["validate_main"]
@@ -97,7 +96,7 @@ def _read_request(path: Path) -> ChainRequest:
     if body["type"] != "chain/req":
         raise _Unreadable("invalid_message", f"{str(path)!r} holds a {body['type']!r} message; "
                           "validate takes a chain/req body")
-    msg = decode_message(msgspec.json.encode(body))
+    msg = chain_codec.decode(msgspec.json.encode(body))
     if not isinstance(msg, ChainRequest):  # pragma: no cover - the type tag decides
         raise _Unreadable("invalid_message", f"{str(path)!r} does not hold a chain/req body")
     return msg
@@ -111,9 +110,9 @@ def _catalog(config: HostConfig) -> tuple[Catalog, frozenset[str]]:
     Raises:
         ValueError: a plugin refused the configuration (e.g. an unknown tool pack).
     """
+    from ..chains.toolbox import Toolbox
     from ..host import Host
     from ..logs import configure_logging
-    from ..toolbox import Toolbox
 
     configure_logging("auto", "warning")  # a plugin that fails to load is logged on stderr
     host = Host(config)

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ..codec import decode_message, encode_message
+from ..chains.messages import chain_codec
+from ..codec import encode_message
 from ..messages import Message
 from . import CloseCode, Incoming
 
@@ -136,12 +137,12 @@ class MemoryClient:
             raise anyio.EndOfStream from None
 
     async def receive(self) -> Message:
-        """The next message from the host, decoded (:func:`~a2e_host.codec.decode_message`).
+        """The next message from the host, decoded (:data:`~a2e_host.chains.messages.chain_codec`).
 
         Raises:
             anyio.EndOfStream: the host closed the connection.
         """
-        return decode_message(await self.receive_bytes())
+        return chain_codec.decode(await self.receive_bytes())
 
     @property
     def close_code(self) -> int | None:

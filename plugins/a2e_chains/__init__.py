@@ -3,8 +3,8 @@
 
 A first-party plugin that uses only the public plugin API (:mod:`a2e_host.plugin`) and
 is found through the entry-point group ``a2e_host.plugins`` like any third-party one.
-Per request it validates the chain into a plan (:func:`a2e_host.validation.validate_chain`),
-then runs it with :class:`a2e_host.runtime.scheduler.ChainRunner` in the connection's
+Per request it validates the chain into a plan (:func:`a2e_host.chains.validation.validate_chain`),
+then runs it with :class:`a2e_host.chains.scheduler.ChainRunner` in the connection's
 task group, so several chains of one connection run concurrently.
 
 Life of one ``chain/req``, each step keeping "exactly one ``chain/resp``":
@@ -17,7 +17,7 @@ Life of one ``chain/req``, each step keeping "exactly one ``chain/resp``":
    :data:`THREAD_PLANNING_NODES` nodes is planned in a worker thread (at most two at a
    time), so other sessions keep being served meanwhile. A refusal, and any exception
    while planning (a RecursionError, a bug), ends in a ``chain/resp``.
-3. **Run** by a :class:`~a2e_host.runtime.scheduler.ChainRunner` (or answered
+3. **Run** by a :class:`~a2e_host.chains.scheduler.ChainRunner` (or answered
    ``cancelled`` at once, when cancelled while planned).
 4. **Left**: the chain leaves the in-flight table just before its ``chain/resp`` is
    written, so a client that sends its next chain the moment the response arrives is
@@ -33,6 +33,16 @@ from typing import Any, ClassVar
 import anyio
 import anyio.lowlevel
 
+from a2e_host.chains.messages import (
+    CHAIN_MESSAGE_TYPES,
+    ChainCancel,
+    ChainNode,
+    ChainRequest,
+    ChainResponse,
+)
+from a2e_host.chains.scheduler import ChainRunner
+from a2e_host.chains.toolbox import Toolbox
+from a2e_host.chains.validation import ChainPlan, expression_chars, validate_chain
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import (
     Busy,
@@ -42,12 +52,9 @@ from a2e_host.exceptions import (
     UnknownSession,
 )
 from a2e_host.limits import SessionLimits
-from a2e_host.messages import ChainCancel, ChainNode, ChainRequest, ChainResponse, Message
+from a2e_host.messages import Message
 from a2e_host.plugin import Plugin, PluginContext, SessionInfo
 from a2e_host.runtime.limiters import loop_limiter
-from a2e_host.runtime.scheduler import ChainRunner
-from a2e_host.toolbox import Toolbox
-from a2e_host.validation import ChainPlan, expression_chars, validate_chain
 
 __all__ = ["ChainPlugin", "THREAD_PLANNING_NODES", "worst_case_node_count"]
 
@@ -98,6 +105,7 @@ class ChainPlugin(Plugin):
     capability: ClassVar[str] = "chains"
     namespace: ClassVar[str] = "chain/*"
     priority: ClassVar[int] = 10
+    message_types: ClassVar[tuple[type[Message], ...]] = CHAIN_MESSAGE_TYPES
     features: ClassVar[tuple[str, ...]] = (
         "chain/cancel",
         "handshake/limits",

@@ -16,9 +16,9 @@ from typing import Any, NoReturn, TypeVar
 
 import anyio.to_thread
 
+from a2e_host.chains.nodes import current_node
 from a2e_host.exceptions import ChainLimitExceeded
 from a2e_host.limits import Limits
-from a2e_host.nodes import current_node
 
 __all__ = ["INLINE_CHARS", "output_cap", "refuse_output", "offload"]
 

@@ -1,6 +1,6 @@
-"""Run a validated :class:`~a2e_host.validation.ChainPlan` with anyio, streaming events.
+"""Run a validated :class:`~a2e_host.chains.validation.ChainPlan` with anyio, streaming events.
 
-Layer: runtime. Drives the pure :class:`~a2e_host.plan.PlanState`; sends ``chain/event``
+Layer: runtime. Drives the pure :class:`~a2e_host.chains.plan.PlanState`; sends ``chain/event``
 frames and one ``chain/resp`` through an ``emit`` callable. Source: PROTOCOL.md §3–§5, §8.
 
 Theory of operation.
@@ -61,20 +61,21 @@ import structlog
 
 from ..codec import json_kind
 from ..exceptions import ChainError, ChainLimitExceeded, NodeError
-from ..expressions import Expression, clip, is_truthy
-from ..interpreter import (
+from ..limits import Limits, SessionLimits
+from ..messages import Message
+from ..runtime.limiters import loop_limiter
+from ..sizes import JsonSizer, quick_json_size
+from .expressions import Expression, clip, is_truthy
+from .interpreter import (
     Budget,
     ContextView,
     EvaluationSliceExhausted,
     ExpressionBudgetExceeded,
 )
-from ..limits import Limits, SessionLimits
-from ..messages import ChainEvent, ChainNode, ChainRequest, ChainResponse, Message
-from ..nodes import Executor, NodeContext
-from ..plan import NodeStatus, PlanState
-from ..sizes import JsonSizer, quick_json_size
-from ..validation import ChainPlan, PlanNode
-from .limiters import loop_limiter
+from .messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
+from .nodes import Executor, NodeContext
+from .plan import NodeStatus, PlanState
+from .validation import ChainPlan, PlanNode
 
 __all__ = ["ChainRunner", "Emit", "RunResult"]
 

@@ -27,7 +27,7 @@ Theory of operation:
 
 Validation is near-linear in the size of the request, also when it is hostile:
 expressions are bounded in length and nesting before they are parsed
-(:data:`~a2e_host.expressions.MAX_EXPRESSION_NESTING`), every walk is iterative, and
+(:data:`~a2e_host.chains.expressions.MAX_EXPRESSION_NESTING`), every walk is iterative, and
 "did you mean" suggestions are bounded: among many names a lookup goes through an index
 of one-character deletions (names within about two edits), and only the first
 :data:`_SUGGESTIONS` lookups of one validation are made (every problem is still reported).
@@ -50,7 +50,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from .exceptions import ChainInvalid, ChainLimitExceeded
+from ..exceptions import ChainInvalid, ChainLimitExceeded
+from ..limits import SessionLimits
 from .expressions import (
     MAX_EXPRESSION_CHARS,
     MAX_EXPRESSION_NESTING,
@@ -60,7 +61,6 @@ from .expressions import (
     clip,
     compile_expression,
 )
-from .limits import SessionLimits
 from .messages import ChainNode, ChainRequest
 
 __all__ = [

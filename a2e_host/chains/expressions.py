@@ -17,8 +17,8 @@ Theory of operation:
   jmespath interpreter, with the same semantics (a field of a mapping, else null):
   about 0.25 µs instead of 4–6 µs per evaluation. It cannot loop or build anything, so
   it runs without a budget.
-* Every other expression is evaluated by :mod:`a2e_host.interpreter` under a
-  :class:`~a2e_host.interpreter.Budget` (steps, bytes of the values it builds, a cancel
+* Every other expression is evaluated by :mod:`a2e_host.chains.interpreter` under a
+  :class:`~a2e_host.chains.interpreter.Budget` (steps, bytes of the values it builds, a cancel
   flag; PROTOCOL.md §6).
 * **Bounds at compile time.** An expression is at most :data:`MAX_EXPRESSION_CHARS`
   characters and nests at most :data:`MAX_EXPRESSION_NESTING` levels. Nesting is bounded
@@ -155,7 +155,7 @@ class Expression:
 
         Args:
             context: the node's context, usually an
-                :class:`~a2e_host.interpreter.ContextView`.
+                :class:`~a2e_host.chains.interpreter.ContextView`.
             budget: what the evaluation may spend; None for the default ceilings. A plain
                 dotted path needs no budget and ignores it.
 
@@ -164,7 +164,7 @@ class Expression:
 
         Raises:
             ExpressionBudgetExceeded, EvaluationSliceExhausted, EvaluationCancelled: see
-                :func:`a2e_host.interpreter.evaluate`.
+                :func:`a2e_host.chains.interpreter.evaluate`.
             jmespath.exceptions.JMESPathError: e.g. a function called with a wrong type.
             TypeError, ValueError, RecursionError: from a function applied to odd values.
                 The caller turns any of them into the node's error.

@@ -1,23 +1,23 @@
 """The toolbox: everything executable a host configuration exposes, in one object.
 
 Layer: runtime edge. The chain plugin holds one :class:`Toolbox`; validation reads it as
-its :class:`~a2e_host.validation.Catalog` (tool and skill names, proc policy) and the
+its :class:`~a2e_host.chains.validation.Catalog` (tool and skill names, proc policy) and the
 scheduler calls its :attr:`Toolbox.executors` for ``tool``, ``skill`` and ``proc`` nodes
-(:class:`~a2e_host.nodes.Executor`). Source: PROTOCOL.md §4 (catalog checks), §5 (running).
+(:class:`~a2e_host.chains.nodes.Executor`). Source: PROTOCOL.md §4 (catalog checks), §5 (running).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .config import HostConfig
-from .exceptions import NodeError
+from ..config import HostConfig
+from ..exceptions import NodeError
+from ..tools import ToolRegistry, load_tools
+from ..tools.registry import tools_of_packs_not_enabled
 from .messages import ChainNode
 from .nodes import Executor, NodeContext, current_node
 from .proc import ProcPolicy, run_proc
 from .skills import SkillRegistry, load_skills
-from .tools import ToolRegistry, load_tools
-from .tools.registry import tools_of_packs_not_enabled
 
 __all__ = ["Toolbox"]
 
@@ -32,7 +32,7 @@ class Toolbox:
 
     Attributes:
         executors: ``{"tool": …, "skill": …, "proc": …}``, each an
-            :class:`~a2e_host.nodes.Executor`.
+            :class:`~a2e_host.chains.nodes.Executor`.
     """
 
     def __init__(
@@ -117,7 +117,7 @@ class Toolbox:
 
     async def run_tool(self, node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
         """The ``tool`` executor: ``tools.get(node.name).invoke(args)``, with ``ctx`` as
-        :data:`~a2e_host.nodes.current_node` while it runs.
+        :data:`~a2e_host.chains.nodes.current_node` while it runs.
 
         Raises:
             NodeError: the tool is not registered (validation should have refused it), or
@@ -133,5 +133,5 @@ class Toolbox:
             current_node.reset(token)
 
     async def run_proc(self, node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
-        """The ``proc`` executor (see :func:`a2e_host.proc.run_proc`)."""
+        """The ``proc`` executor (see :func:`a2e_host.chains.proc.run_proc`)."""
         return await run_proc(args, self.proc, node_id=ctx.node_id)

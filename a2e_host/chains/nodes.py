@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .limits import SessionLimits
+from ..limits import SessionLimits
 from .messages import ChainNode
 
 __all__ = ["NodeContext", "Executor", "SubchainRunner", "current_node"]

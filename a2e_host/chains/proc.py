@@ -63,10 +63,10 @@ import msgspec
 import structlog
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
-from .config import HostConfig
-from .exceptions import NodeError, NodeTimeout
+from ..config import HostConfig
+from ..exceptions import NodeError, NodeTimeout
+from ..tools.confine import PathRefused, RootDir
 from .messages import ChainNode
-from .tools.confine import PathRefused, RootDir
 
 __all__ = [
     "ProcPolicy",
@@ -82,7 +82,7 @@ DEFAULT_MAX_PROCS = 32
 """Proc nodes running at once on a host by default (``HostConfig.max_procs``)."""
 """Bytes of stdout (and, separately, of stderr) kept per process, by default."""
 
-_log = structlog.get_logger("a2e_host.proc")
+_log = structlog.get_logger("a2e_host.chains.proc")
 _BASE_ENV = ("PATH", "LANG", "HOME")
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _REAP_TIMEOUT = 5.0

@@ -55,7 +55,7 @@ class NodeStatus:
 
 
 class PlanState:
-    """Readiness counters for one run of a :class:`~a2e_host.validation.ChainPlan`.
+    """Readiness counters for one run of a :class:`~a2e_host.chains.validation.ChainPlan`.
 
     Map templates are outside this machine: they run per item inside their map node.
 

@@ -20,7 +20,7 @@ Two kinds share one registry:
         - {node_id: count, kind: tool, name: word_count, input_map: {text: read.output.text}}
 
   Each file is decoded (nodes into :class:`~a2e_host.messages.ChainNode`) and validated as
-  a chain (:func:`a2e_host.validation.validate_chain`) when loaded; a broken file stops
+  a chain (:func:`a2e_host.chains.validation.validate_chain`) when loaded; a broken file stops
   loading with :class:`SkillLoadError` naming the file and every problem. At run time the
   skill's input becomes the sub-chain's ``initial_input`` and its ``final_output`` the
   node's output. ``input_schema`` is descriptive, except that its ``required`` names are
@@ -37,12 +37,12 @@ from typing import Any, Protocol
 
 import msgspec
 
-from .config import HostConfig
-from .exceptions import ChainInvalid, NodeError
-from .limits import SessionLimits
+from ..config import HostConfig
+from ..exceptions import ChainInvalid, NodeError
+from ..limits import SessionLimits
+from ..tools import Tool, ToolPack, ToolRegistry
 from .messages import ChainNode, ChainRequest
 from .nodes import NodeContext
-from .tools import Tool, ToolPack, ToolRegistry
 
 __all__ = [
     "SKILLS_GROUP",
@@ -185,7 +185,7 @@ class SkillRegistry:
         return len(self.python) + len(self.declared)
 
     async def run_skill(self, node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
-        """The ``skill`` executor (:class:`~a2e_host.nodes.Executor`).
+        """The ``skill`` executor (:class:`~a2e_host.chains.nodes.Executor`).
 
         A Python skill is invoked like a tool; a declarative one runs as a sub-chain through
         ``ctx.run_subchain`` with ``args`` as its ``initial_input``.
