@@ -27,13 +27,13 @@ RESPONSE_GRACE = 30.0
 class ChainRun:
     """One ``chain/req`` in flight: an async iterator of its messages.
 
-    Iterating yields every :class:`~a2e_host.messages.ChainEvent` as it arrives and ends
-    with the :class:`~a2e_host.messages.ChainResponse` (also kept as :attr:`response`).
+    Iterating yields every :class:`~a2e_host.chains.messages.ChainEvent` as it arrives and ends
+    with the :class:`~a2e_host.chains.messages.ChainResponse` (also kept as :attr:`response`).
     The request is sent on the first iteration step or by :meth:`start`, whichever comes
     first.
 
     Attributes:
-        request: the :class:`~a2e_host.messages.ChainRequest` sent.
+        request: the :class:`~a2e_host.chains.messages.ChainRequest` sent.
         req_id: its ``id``, the ``req_id`` of every event and of the response.
         response: the response once received, else None.
 
