@@ -1,0 +1,228 @@
+"""A deterministic stand-in for the chains plugin, for host/transport tests, and a launcher
+that runs the real ``stdio`` / ``serve`` commands with it injected.
+
+It serves ``chain/req`` with ``initial_input["op"]`` choosing the behaviour:
+
+=============  ==========================================================================
+op             behaviour
+=============  ==========================================================================
+``echo``       answers ``chain/resp`` (success, ``final_output`` = the input) at once
+``block``      runs ``time.sleep(seconds)`` in a worker thread (a blocking sync tool)
+``hold``       waits until released (``FakeChainPlugin.release``) or cancelled
+``noisy``      ``print()``s, runs a child that writes to its inherited stdout, answers
+``crash``      raises a plain RuntimeError inside the work task
+``refuse``     raises ``Busy`` from ``handle`` itself
+=============  ==========================================================================
+
+Every started chain ends with exactly one ``chain/resp``: a cancelled one answers
+``success: false`` with error code ``cancelled`` from a shielded scope.
+
+Launcher: ``python -m tests.support.fakes stdio|serve [overrides-json]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from a2e_host.chains.messages import CHAIN_MESSAGE_TYPES, ChainRequest, ChainResponse
+from a2e_host.exceptions import Busy
+from a2e_host.messages import Message
+from a2e_host.plugin import Plugin, PluginContext, SessionInfo
+
+
+class FakeChainPlugin(Plugin):
+    """See the module docstring. Records what happened for in-process assertions."""
+
+    capability: ClassVar[str] = "chains"
+    namespace: ClassVar[str] = "chain/*"
+    priority: ClassVar[int] = 10
+    features: ClassVar[tuple[str, ...]] = ("fake",)
+    message_types: ClassVar[tuple[type[Message], ...]] = CHAIN_MESSAGE_TYPES
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.running: dict[str, set[str]] = {}
+        self.started: dict[str, anyio.Event] = {}
+        self.released: dict[str, anyio.Event] = {}
+        self.cancelled: list[str] = []
+        self.closed_sessions: list[str] = []
+
+    def metadata(self, session: SessionInfo) -> dict[str, Any]:
+        meta = super().metadata(session)
+        meta["limits"] = session.limits.effective.to_dict()
+        return meta
+
+    def started_event(self, req_id: str) -> anyio.Event:
+        return self.started.setdefault(req_id, anyio.Event())
+
+    def release(self, req_id: str) -> None:
+        self.released.setdefault(req_id, anyio.Event()).set()
+
+    async def handle(self, message: Message, ctx: PluginContext) -> None:
+        assert isinstance(message, ChainRequest)
+        op = message.initial_input.get("op", "echo")
+        if op == "refuse" or ctx.closing:
+            raise Busy("refused on purpose; try again later")
+        running = self.running.setdefault(ctx.session.session_id, set())
+        limit = ctx.session.limits.effective.max_parallel
+        if len(running) >= limit:
+            raise Busy(f"{len(running)} chains in flight, max_parallel is {limit}")
+        running.add(message.id)
+        ctx.start_soon(self._run, message, ctx, name=f"fake {message.id}")
+
+    async def _run(self, request: ChainRequest, ctx: PluginContext) -> None:
+        args = request.initial_input
+        op = args.get("op", "echo")
+        self.started_event(request.id).set()
+        print(f"fake chain started {request.id}", file=sys.stderr, flush=True)
+        try:
+            if op == "block":
+                await anyio.to_thread.run_sync(
+                    time.sleep, float(args["seconds"]), abandon_on_cancel=True
+                )
+            elif op == "hold":
+                await self.released.setdefault(request.id, anyio.Event()).wait()
+            elif op == "noisy":
+                print("noise from a tool's print()")
+                await anyio.to_thread.run_sync(_child_writes_to_stdout)
+            elif op == "crash":
+                raise RuntimeError("secret internal detail")
+            await ctx.outbox.wait_writable()
+            ctx.outbox.send_nowait(_response(request, success=True, output=args))
+        except anyio.get_cancelled_exc_class():
+            self.cancelled.append(request.id)
+            error = {"code": "cancelled", "message": "cancelled", "node_id": "",
+                     "retryable": False, "details": {}}
+            ctx.outbox.send_nowait(_response(request, success=False, error=error))
+            raise
+        finally:
+            self.running.get(ctx.session.session_id, set()).discard(request.id)
+
+    async def session_closed(self, session: SessionInfo) -> None:
+        self.closed_sessions.append(session.session_id)
+
+
+def _child_writes_to_stdout() -> None:
+    subprocess.run(
+        [sys.executable, "-c", "import sys; sys.stdout.write('noise from a child\\n')"],
+        check=True,
+    )
+
+
+def _response(
+    request: ChainRequest, *, success: bool, output: Any = None, error: Any = None
+) -> ChainResponse:
+    return ChainResponse(
+        req_id=request.id,
+        chain_id=request.chain_id,
+        success=success,
+        final_output=output,
+        error=error,
+        nodes_run=1,
+    )
+
+
+# ── host processes for transport tests ─────────────────────────────────────
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "a2e_host"]
+FAKE = [sys.executable, "-m", "tests.support.fakes"]
+WAIT = 15.0  # seconds: the bound on every wait for a host process
+
+
+class HostProcess:
+    """A host subprocess; stderr is collected in the background (never blocks it)."""
+
+    def __init__(self, process: Process) -> None:
+        self.process = process
+        self.stderr = bytearray()
+        self._stderr_grew = anyio.Event()
+        self.stdout = BufferedByteReceiveStream(process.stdout) if process.stdout else None
+
+    async def collect_stderr(self) -> None:
+        assert self.process.stderr is not None
+        async for chunk in self.process.stderr:
+            self.stderr += chunk
+            self._stderr_grew.set()
+            self._stderr_grew = anyio.Event()
+
+    async def wait_stderr(self, pattern: str) -> re.Match[str]:
+        """Wait (bounded by the caller) until stderr matches ``pattern``."""
+        while True:
+            found = re.search(pattern, self.stderr.decode("utf-8", "replace"))
+            if found:
+                return found
+            await self._stderr_grew.wait()
+
+    async def send(self, *lines: bytes | dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        data = b"".join(
+            (json.dumps(x).encode() if isinstance(x, dict) else x) + b"\n" for x in lines
+        )
+        await self.process.stdin.send(data)
+
+    async def receive(self) -> dict[str, Any]:
+        """The next stdout line, which must be one JSON object."""
+        assert self.stdout is not None
+        with anyio.fail_after(WAIT):
+            line = await self.stdout.receive_until(b"\n", 64 * 2**20)
+        message = json.loads(line)
+        assert isinstance(message, dict), line[:200]
+        return message
+
+    async def read_rest(self) -> bytes:
+        """Everything left on stdout until the host closes it."""
+        assert self.stdout is not None
+        chunks = []
+        with anyio.fail_after(WAIT):
+            try:
+                while True:
+                    chunks.append(await self.stdout.receive())
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                pass
+        return b"".join(chunks)
+
+    async def wait(self) -> int:
+        with anyio.fail_after(WAIT):
+            return await self.process.wait()
+
+
+def host_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2E_")}
+    env.update({"PYTHONPATH": str(REPO), "A2E_LOG_FORMAT": "json", **extra})
+    return env
+
+
+async def open_host(argv: list[str], **env: str) -> HostProcess:
+    process = await anyio.open_process(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=REPO, env=host_env(**env),
+    )
+    return HostProcess(process)
+
+
+def main(argv: list[str]) -> None:
+    from a2e_host.commands.serve import serve_main, stdio_main
+
+    command = argv[0]
+    overrides = json.loads(argv[1]) if len(argv) > 1 else {}
+    overrides.setdefault("log_format", "json")
+    if command == "stdio":
+        stdio_main(None, overrides, plugins=[FakeChainPlugin])
+    else:
+        serve_main(None, overrides, plugins=[FakeChainPlugin])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

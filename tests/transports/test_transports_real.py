@@ -1,0 +1,166 @@
+"""Issue cases against the real CLI and the real chains plugin, over stdio and WebSocket."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from a2e_host.chains.messages import ChainEvent, ChainResponse
+from a2e_host.client import Client, connect_ws, spawn_stdio
+from tests.conformance.test_conformance_suite import serving
+
+PY = sys.executable
+EXTRA = [PY, "-m", "tests.support.extra_tools_host"]
+
+
+def lines(*messages: dict[str, Any]) -> str:
+    return "".join(json.dumps(m) + "\n" for m in messages)
+
+
+HELLO = {"type": "handshake/req", "id": "h", "agent_caps": ["chains"]}
+
+
+def test_a_printing_tool_leaves_stdout_pure_ndjson() -> None:
+    chain = {"type": "chain/req", "id": "c", "entry_node": "n",
+             "nodes": [{"node_id": "n", "kind": "tool", "name": "noisy", "input": {"v": 1}}]}
+    done = subprocess.run([*EXTRA, "stdio"], input=lines(HELLO, chain), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [m["type"] for m in out] == [
+        "handshake/resp", "chain/event", "chain/event", "chain/resp",
+    ]
+    assert out[-1]["outputs"] == {"n": {"v": 1}}
+    assert "forged" in done.stderr and "raw bytes on fd 1" in done.stderr
+
+
+@pytest.mark.asyncio
+async def test_a_blocking_tool_does_not_delay_a_ping_on_the_same_connection() -> None:
+    with anyio.fail_after(30):
+        async with spawn_stdio([*EXTRA, "stdio"], stderr="capture") as client:
+            run = client.run_chain(
+                [{"node_id": "b", "kind": "tool", "name": "block", "input": {"seconds": 3}}], "b"
+            )
+            await run.start()
+            started = time.monotonic()
+            await client.ping()
+            ping_took = time.monotonic() - started
+            response = await run.result()
+    assert response.success is True and response.outputs == {"b": {"blocked": 3}}
+    assert ping_took < 2.0, f"the ping waited {ping_took:.2f} s behind a blocked thread"
+
+
+async def slow_and_fast(client: Client) -> None:
+    slow = client.run_chain(
+        [{"node_id": "s", "kind": "tool", "name": "sleep", "input": {"seconds": 1, "value": 1}},
+         {"node_id": "t", "kind": "tool", "name": "echo", "input_map": {"v": "s.output.value"}}],
+        "s",
+    )
+    fast = client.run_chain(
+        [{"node_id": "a", "kind": "tool", "name": "add", "input": {"a": 2, "b": 3}}], "a"
+    )
+    finished: list[str] = []
+    seen: dict[str, list[Any]] = {}
+
+    async def collect(run: Any, name: str) -> None:
+        async for message in run:
+            seen.setdefault(name, []).append(message)
+        finished.append(name)
+
+    await slow.start()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(collect, slow, "slow")
+        tg.start_soon(collect, fast, "fast")
+    assert finished == ["fast", "slow"]
+    for name, run in (("slow", slow), ("fast", fast)):
+        messages = seen[name]
+        assert isinstance(messages[-1], ChainResponse) and messages[-1].success
+        events = [m for m in messages if isinstance(m, ChainEvent)]
+        assert {m.req_id for m in messages} == {run.req_id}
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert seen["fast"][-1].outputs == {"a": {"sum": 5}}
+    assert seen["slow"][-1].outputs["t"] == {"v": 1}
+
+
+@pytest.mark.asyncio
+async def test_slow_and_fast_chains_on_one_stdio_connection() -> None:
+    argv = [PY, "-m", "a2e_host", "stdio", "--tools", "conformance"]
+    with anyio.fail_after(30):
+        async with spawn_stdio(argv, stderr="capture") as client:
+            await slow_and_fast(client)
+
+
+@pytest.mark.asyncio
+async def test_slow_and_fast_chains_on_one_websocket_connection() -> None:
+    with serving([PY, "-m", "a2e_host", "serve", "--port", "0", "--tools", "conformance"]) as url:
+        with anyio.fail_after(30):
+            async with connect_ws(url) as client:
+                await slow_and_fast(client)
+
+
+def test_every_node_is_logged_at_debug_level() -> None:
+    chain = {"type": "chain/req", "id": "c", "entry_node": "a", "nodes": [
+        {"node_id": "a", "kind": "tool", "name": "add", "input": {"a": 1, "b": 2},
+         "next_node": "b"},
+        {"node_id": "b", "kind": "tool", "name": "fail", "input": {"message": "no"},
+         "on_error": "skip"},
+    ]}
+    argv = [PY, "-m", "a2e_host", "stdio", "--tools", "conformance", "--log-format", "json",
+            "--log-level", "debug"]
+    done = subprocess.run(argv, input=lines(HELLO, chain), capture_output=True, text=True,
+                          timeout=60)
+    logs = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    nodes = [(e["event"], e.get("node_id")) for e in logs if e.get("level") == "debug"
+             and e["event"].startswith("node ")]
+    assert nodes == [("node started", "a"), ("node done", "a"),
+                     ("node started", "b"), ("node failed", "b")]
+    assert all(e["req_id"] == "c" and e["chain_id"] for e in logs
+               if e["event"].startswith("node "))
+    info = subprocess.run(argv[:-1] + ["info"], input=lines(HELLO, chain), capture_output=True,
+                          text=True, timeout=60)
+    assert '"node started"' not in info.stderr and '"chain finished"' in info.stderr
+
+
+def test_stdio_client_vanishing_mid_proc_kills_the_whole_process_group(tmp_path: Any) -> None:
+    import os
+    import signal
+
+    script = "sleep 60 & echo $$ > pid.tmp && mv pid.tmp pid; wait"
+    hello = {"type": "handshake/req", "id": "h", "agent_caps": ["chains", "proc"]}
+    chain = {"type": "chain/req", "id": "c", "entry_node": "p", "nodes": [
+        {"node_id": "p", "kind": "proc", "input": {"argv": ["sh", "-c", script]}}]}
+    host = subprocess.Popen(
+        [PY, "-m", "a2e_host", "stdio", "--allow-proc", "sh", "--allow-proc", "sleep",
+         "--root", str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+    assert host.stdin is not None and host.stdout is not None
+    host.stdin.write(lines(hello, chain).encode())
+    host.stdin.flush()
+    pid_file = tmp_path / "pid"
+    deadline = time.monotonic() + 10
+    while not pid_file.exists():
+        assert time.monotonic() < deadline, "the proc never started"
+        time.sleep(0.01)
+    pgid = int(pid_file.read_text())
+    os.killpg(pgid, 0)  # alive while the chain runs
+    host.stdin.close()  # the client goes: stdin and stdout closed
+    host.stdout.close()
+    gone_by = time.monotonic() + 2.0
+    alive = True
+    while alive and time.monotonic() < gone_by:
+        try:
+            os.killpg(pgid, 0)
+            time.sleep(0.02)
+        except ProcessLookupError:
+            alive = False
+    if alive:
+        os.killpg(pgid, signal.SIGKILL)
+    assert not alive, f"process group {pgid} outlived its vanished client by 2 s"
+    assert host.wait(timeout=15) == 0
