@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+
 # ~45 short measurement processes, three at a time: ~10 s on an idle 2-core machine,
 # about three times that on a busy one; the bound leaves room for a much slower one.
 QUICK_BENCH_TIMEOUT = 240.0

@@ -18,12 +18,21 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from a2e_host.chains.messages import ChainNode, ChainResponse
 from a2e_host.client import spawn_stdio
-from tests.support.fakes import CLI, REPO, WAIT, HostProcess, host_env, open_host
-from tests.transports.test_robustness_ws import serving
+from tests.support import REPO
+from tests.support.process import (
+    CLI,
+    WAIT,
+    HostProcess,
+    current_rss,
+    host_env,
+    peak_rss,
+    reset_peak_rss,
+)
+from tests.support.requests import chain, tool
+from tests.support.stdio import STDIO, stdio_process
+from tests.support.ws import serving
 
 MIB = 2**20
-STDIO = [*CLI, "stdio", "--tools", "conformance"]
-SERVE = [*CLI, "serve", "--port", "0", "--tools", "conformance"]
 
 
 # ── helpers: a real host, its memory, its sessions ──────────────────────────────
@@ -70,26 +79,15 @@ async def stdio_session(
     *flags: str, caps: tuple[str, ...] = ("chains",), **limits: int
 ) -> AsyncIterator[tuple[Session, HostProcess]]:
     """The real ``a2e-host stdio`` (with extra ``flags``), handshaken; it must exit 0
-    without a traceback after EOF."""
-    async with anyio.create_task_group() as tg:
-        host = await open_host([*STDIO, *flags])
-        tg.start_soon(host.collect_stderr)
+    without a traceback after EOF (:func:`~tests.support.stdio.stdio_process`)."""
+    async with stdio_process([*STDIO, *flags]) as host:
 
         async def send(*messages: dict[str, Any]) -> None:
             await host.send(*messages)  # several messages: one write
 
         session = Session(send, host.receive)
         await session.hello(caps, **limits)
-        try:
-            yield session, host
-        finally:
-            assert host.process.stdin is not None
-            await host.process.stdin.aclose()
-            await host.read_rest()
-            code = await host.wait()
-            tg.cancel_scope.cancel()
-        assert code == 0, host.stderr[-2000:]
-        assert b"Traceback" not in host.stderr, host.stderr[-3000:].decode("utf-8", "replace")
+        yield session, host
 
 
 def ws_session(ws: ClientConnection) -> Session:
@@ -104,35 +102,6 @@ def ws_session(ws: ClientConnection) -> Session:
         return message
 
     return Session(send, receive)
-
-
-def reset_peak_rss(pid: int) -> None:
-    """Reset the process's peak RSS (VmHWM) to its current RSS (Linux, ``clear_refs`` 5)."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-
-
-def peak_rss(pid: int) -> int:
-    """The process's peak RSS since the last reset, bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM in /proc status")
-
-
-def current_rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc status")
-
-
-def chain(req_id: str, nodes: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
-    return {"type": "chain/req", "id": req_id, "nodes": nodes,
-            "entry_node": nodes[0]["node_id"], **fields}
-
-
-def tool(node_id: str, name: str, **fields: Any) -> dict[str, Any]:
-    return {"node_id": node_id, "kind": "tool", "name": name, **fields}
 
 
 def limit_of(resp: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from a2e_host.chains.expressions import (
     compile_expression,
     is_truthy,
 )
+from tests.support.expressions import NESTINGS
 
 
 @pytest.mark.parametrize(
@@ -181,22 +182,6 @@ def test_dotted_paths_get_the_same_tree_jmespath_would_parse(names: list[str]) -
 
 
 # ── bounds at compile time (issue 12, item 2) ──────────────────────────────────
-
-NESTINGS = {
-    "parentheses": lambda n: "(" * n + "input" + ")" * n,
-    "brackets": lambda n: "[" * n + "input" + "]" * n,
-    "braces": lambda n: "{a: " * n + "input" + "}" * n,
-    "not": lambda n: "!" * n + "input",
-    "function calls": lambda n: "to_array(" * n + "input" + ")" * n,
-    "backtick literal": lambda n: "`" + "[" * n + "]" * n + "`",
-    "object literal": lambda n: "`" + '{"a": ' * n + "1" + "}" * n + "`",
-    "projections": lambda n: "input" + "[*].a" * n,
-    "value projections": lambda n: ".".join(["*"] * n),
-    "filters": lambda n: "input" + "[?a].b" * n,
-    "flattens": lambda n: "input" + "[]" * n,
-    "or chain": lambda n: " || ".join(["input"] * n),
-    "exprefs": lambda n: "map(&" * (n // 2) + "@" + ", [@])" * (n // 2),
-}
 
 
 @pytest.mark.parametrize("form", NESTINGS)

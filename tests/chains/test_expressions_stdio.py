@@ -11,8 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.support.fakes import open_host
-from tests.transports.test_robustness_stdio import STDIO, Client, chain, error_of, tool
+from tests.support.process import open_host
+from tests.support.requests import chain, error_of, tool
+from tests.support.stdio import STDIO, Client
 
 DOUBLINGS = "|".join(["[@,@]"] * 40)
 FLATTENED = "length(" + "|".join(["[@,@]"] * 28) + "|" + "|".join(["[]"] * 27) + ")"

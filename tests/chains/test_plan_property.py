@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from a2e_host.chains.plan import NodeStatus, PlanState
-from tests.chains.test_plan_state import plan_of
+from tests.support.chains import plan_of
 
 
 @st.composite

@@ -7,36 +7,13 @@ Each case is a chain and a script of what happened; after every step the exact
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 import pytest
 
-from a2e_host.chains.messages import ChainNode, ChainRequest
 from a2e_host.chains.plan import NodeStatus, PlanState
-from a2e_host.chains.validation import ChainPlan, validate_chain
-from a2e_host.limits import Limits, SessionLimits
-
-
-class FakeCatalog:
-    def tool_names(self) -> Collection[str]:
-        return {"echo"}
-
-    def skill_names(self) -> Collection[str]:
-        return set()
-
-    def check_proc(self, node: ChainNode) -> str | None:
-        return None
-
-
-def plan_of(nodes: list[dict[str, Any]], entry: str | None = None) -> ChainPlan:
-    request = ChainRequest(
-        nodes=[ChainNode(**{"kind": "tool", "name": "echo", **n}) for n in nodes],
-        entry_node=entry or nodes[0]["node_id"],
-    )
-    return validate_chain(
-        request, FakeCatalog(), SessionLimits(Limits()), granted=frozenset({"chains"})
-    )
+from a2e_host.chains.validation import ChainPlan
+from tests.support.chains import plan_of
 
 
 def names(plan: ChainPlan, indexes: list[int]) -> list[str]:

@@ -19,8 +19,8 @@ from websockets.asyncio.client import connect
 from a2e_host.chains.proc import ProcPolicy, run_proc
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import NodeError, NodeTimeout
-from tests.support.fakes import CLI, WAIT, open_host
-from tests.transports.test_robustness_ws import receive
+from tests.support.process import CLI, WAIT, open_host
+from tests.support.ws import receive
 
 
 def policy(root: Path) -> ProcPolicy:

@@ -16,9 +16,10 @@ import anyio
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.support.fakes import CLI, WAIT, open_host
-from tests.transports.test_robustness_stdio import Client, chain, error_of
-from tests.transports.test_robustness_ws import receive
+from tests.support.process import CLI, WAIT, open_host
+from tests.support.requests import chain, error_of
+from tests.support.stdio import Client, handshake, stdio_process
+from tests.support.ws import receive
 
 PROC_FLAGS = ["--allow-proc", "sh", "--allow-proc", "sleep"]
 CAPS = ["chains", "proc"]
@@ -27,26 +28,11 @@ CAPS = ["chains", "proc"]
 @asynccontextmanager
 async def proc_stdio(root: Path, **env: str) -> AsyncIterator[Client]:
     """The real stdio host confined to ``root``, handshake asking ``proc``; EOF, exit 0."""
-    async with anyio.create_task_group() as tg:
-        host = await open_host([*CLI, "stdio", *PROC_FLAGS, "--root", str(root)], **env)
-        tg.start_soon(host.collect_stderr)
-        await host.send({"type": "handshake/req", "id": "h", "agent_caps": CAPS})
-        resp = await host.receive()
-        assert resp["type"] == "handshake/resp" and resp["ok"], resp
+    async with stdio_process([*CLI, "stdio", *PROC_FLAGS, "--root", str(root)], **env) as host:
+        resp = await handshake(host, CAPS)
         assert [c["capability"] for c in resp["accepted_caps"]] == ["chains"], resp
         assert resp["accepted_caps"][0]["metadata"]["gates"] == ["proc"], resp  # a gate
-        try:
-            yield Client(host, resp)
-        finally:
-            assert host.process.stdin is not None
-            await host.process.stdin.aclose()
-            rest = await host.read_rest()
-            code = await host.wait()
-            tg.cancel_scope.cancel()
-        for line in rest.splitlines():
-            assert isinstance(json.loads(line), dict), f"stdout line is not a message: {line!r}"
-        assert code == 0, host.stderr[-2000:]
-        assert b"Traceback" not in host.stderr, host.stderr[-4000:].decode("utf-8", "replace")
+        yield Client(host, resp)
 
 
 def proc(node_id: str, **fields: Any) -> dict[str, Any]:

@@ -11,8 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.support.fakes import CLI, WAIT, open_host
-from tests.transports.test_robustness_stdio import Client, chain, error_of, stdio_host
+from tests.support.process import CLI, WAIT, open_host
+from tests.support.requests import chain, error_of
+from tests.support.stdio import Client, stdio_host
 
 INNER_FAILS = """\
 name: inner_fails

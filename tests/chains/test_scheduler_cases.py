@@ -8,116 +8,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import anyio
 import pytest
 
-from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
+from a2e_host.chains.messages import ChainNode, ChainResponse
 from a2e_host.chains.nodes import NodeContext
 from a2e_host.chains.scheduler import ChainRunner
-from a2e_host.chains.validation import ChainPlan, validate_chain
 from a2e_host.exceptions import ChainInvalid, NodeError
-from a2e_host.limits import Limits, SessionLimits
+from a2e_host.limits import Limits
 from a2e_host.messages import Message
-from tests.support.reference_interpreter import check_event_stream
-
-Tool = Callable[[ChainNode, dict[str, Any], NodeContext], Awaitable[Any]]
-WAIT = 5.0  # seconds: the bound on every wait that should end at once
-
-
-class FakeCatalog:
-    def tool_names(self) -> Collection[str]:
-        return {"echo", "fail", "sleep", "block", "gate", "probe"}
-
-    def skill_names(self) -> Collection[str]:
-        return set()
-
-    def check_proc(self, node: ChainNode) -> str | None:
-        return None
-
-
-def plan_of(nodes: list[dict[str, Any]], entry: str | None = None, **fields: Any) -> ChainPlan:
-    request = ChainRequest(
-        id="req-1",
-        nodes=[ChainNode(**{"kind": "tool", "name": "echo", **n}) for n in nodes],
-        entry_node=entry or nodes[0]["node_id"],
-        **fields,
-    )
-    return validate_chain(
-        request, FakeCatalog(), SessionLimits(Limits()), granted=frozenset({"chains"})
-    )
-
-
-async def echo_tool(node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
-    """``echo`` returns its input; ``fail`` raises with ``message``."""
-    if node.name == "fail":
-        raise NodeError(str(args.get("message", "boom")))
-    return args
-
-
-class Run:
-    """One chain run's output: events, the response, and when the response was sent."""
-
-    def __init__(self, sent: list[Message], response_at: float) -> None:
-        self.sent = sent
-        self.response_at = response_at
-        assert sent and isinstance(sent[-1], ChainResponse), "the chain/resp comes last"
-        assert all(isinstance(m, ChainEvent) for m in sent[:-1]), "only events before it"
-        self.events: list[ChainEvent] = [m for m in sent[:-1] if isinstance(m, ChainEvent)]
-        self.response: ChainResponse = sent[-1]
-
-    @property
-    def pairs(self) -> list[tuple[str, str]]:
-        return [(e.node_id, e.phase) for e in self.events]
-
-    def of(self, node_id: str) -> list[str]:
-        return [e.phase for e in self.events if e.node_id == node_id]
-
-    def event(self, node_id: str, phase: str) -> ChainEvent:
-        found = [e for e in self.events if e.node_id == node_id and e.phase == phase]
-        assert len(found) == 1, f"{node_id} has {len(found)} {phase} events: {self.pairs}"
-        return found[0]
-
-
-def check_stream(run: Run) -> None:
-    """PROTOCOL.md §5: gapless seq from 1; one terminal event per started node; ..."""
-    check_event_stream(run.events, "req-1")
-
-
-async def run_plan(
-    plan: ChainPlan,
-    tool: Tool = echo_tool,
-    *,
-    limits: Limits | None = None,
-    during: Callable[[ChainRunner], Awaitable[None]] | None = None,
-    watch: Callable[[Message], None] | None = None,
-    check: bool = True,
-) -> Run:
-    """Run ``plan`` to its response; ``during(runner)`` runs alongside (e.g. to cancel),
-    ``watch`` sees each message as it is emitted."""
-    sent: list[Message] = []
-    response_at: list[float] = []
-
-    def emit(message: Message) -> None:
-        sent.append(message)
-        if watch is not None:
-            watch(message)
-        if isinstance(message, ChainResponse):
-            response_at.append(time.monotonic())
-
-    runner = ChainRunner(plan, executors={"tool": tool}, limits=limits or Limits(), emit=emit)
-    with anyio.fail_after(WAIT):
-        async with anyio.create_task_group() as tg:
-            if during is not None:
-                tg.start_soon(during, runner)
-            await runner.run_to_response(time.monotonic())
-    run = Run(sent, response_at[0])
-    if check:
-        check_stream(run)
-    return run
-
+from tests.support.chains import WAIT, Run, check_stream, echo_tool, plan_of, run_plan
 
 # ── branch and join ─────────────────────────────────────────────────────────
 

@@ -18,7 +18,7 @@ from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.chains.scheduler import ChainRunner
 from a2e_host.limits import Limits, SessionLimits
 from a2e_host.messages import Message
-from tests.chains.test_scheduler_cases import WAIT, Run, check_stream, echo_tool, plan_of
+from tests.support.chains import WAIT, Run, check_stream, echo_tool, plan_of
 
 DOUBLINGS = "|".join(["[@,@]"] * 40)
 LONG_FILTER = "length(input.items[?to_string(@)=='x'])"

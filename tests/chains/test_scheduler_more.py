@@ -17,7 +17,7 @@ from a2e_host.chains.nodes import NodeContext
 from a2e_host.chains.scheduler import ChainRunner
 from a2e_host.limits import Limits
 from a2e_host.messages import Message
-from tests.chains.test_scheduler_cases import echo_tool, plan_of, run_plan
+from tests.support.chains import echo_tool, plan_of, run_plan
 
 
 @pytest.mark.asyncio

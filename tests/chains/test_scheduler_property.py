@@ -12,7 +12,6 @@ scheduler: then only what is deterministic is compared.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
 from typing import Any
 
 import anyio
@@ -27,6 +26,7 @@ from a2e_host.chains.validation import validate_chain
 from a2e_host.exceptions import ChainInvalid, NodeError
 from a2e_host.limits import Limits, SessionLimits
 from a2e_host.messages import Message
+from tests.support.chains import FakeCatalog
 from tests.support.reference_interpreter import (
     RefResult,
     ToolFailure,
@@ -36,17 +36,6 @@ from tests.support.reference_interpreter import (
 )
 
 TOOLS = ("ok", "bad", "bad_odd")
-
-
-class FakeCatalog:
-    def tool_names(self) -> Collection[str]:
-        return set(TOOLS)
-
-    def skill_names(self) -> Collection[str]:
-        return set()
-
-    def check_proc(self, node: ChainNode) -> str | None:
-        return None
 
 
 def tool_result(name: str, shown: str, args: dict[str, Any]) -> Any:
@@ -146,7 +135,8 @@ async def run_scheduler(
     )
     try:
         plan = validate_chain(
-            request, FakeCatalog(), SessionLimits(Limits()), granted=frozenset({"chains"})
+            request, FakeCatalog(tools=TOOLS, skills=()), SessionLimits(Limits()),
+            granted=frozenset({"chains"}),
         )
     except ChainInvalid as exc:  # the generator only makes valid chains
         raise AssertionError(f"generated chain refused: {exc.details['errors']}") from None

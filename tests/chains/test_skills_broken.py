@@ -12,16 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.dist import install_dist
+
 HANDSHAKE = {"type": "handshake/req", "id": "h", "agent_caps": ["chains"]}
 
 
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
-    dist = tmp_path / "site" / "a2e_badskill-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: a2e-badskill\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[a2e_host.skills]\nbroken = a2e_nosuchskill:SKILL\n")
-    return tmp_path / "site"
+    return install_dist(tmp_path / "site", "a2e-badskill", "0.1",
+                        {"a2e_host.skills": {"broken": "a2e_nosuchskill:SKILL"}})
 
 
 @pytest.mark.parametrize("command", ["stdio", "run"])

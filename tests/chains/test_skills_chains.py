@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +10,7 @@ import pytest
 
 from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.client import spawn_stdio
-
-CLI = [sys.executable, "-m", "a2e_host"]
+from tests.support.process import CLI
 
 SHOUT = """\
 name: shout

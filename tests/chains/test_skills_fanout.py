@@ -5,7 +5,6 @@ and the sub-chain runs alive — stay bounded, whatever the breadth (issue 12.7)
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,8 @@ import pytest
 
 from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.client import spawn_stdio
+from tests.support.process import CLI
 
-CLI = [sys.executable, "-m", "a2e_host"]
 LEVELS, COPIES = 6, 4  # 1,365 skill nodes and 1,024 leaves below one top node
 
 

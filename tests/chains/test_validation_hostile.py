@@ -12,8 +12,8 @@ from a2e_host.chains import validation
 from a2e_host.chains.expressions import MAX_EXPRESSION_NESTING
 from a2e_host.exceptions import ChainInvalid
 from a2e_host.limits import Limits
-from tests.chains.test_expressions_compile import NESTINGS
-from tests.chains.test_validation_problems import problems, refusal, validate
+from tests.support.chains import problems, refusal, validate
+from tests.support.expressions import NESTINGS
 
 # ── nesting ────────────────────────────────────────────────────────────────────
 

@@ -3,7 +3,6 @@ templates (PROTOCOL.md §4, §5)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 import pytest
@@ -11,21 +10,11 @@ import pytest
 from a2e_host.chains.messages import ChainNode, ChainRequest
 from a2e_host.chains.validation import ChainPlan, EdgeKind, validate_chain
 from a2e_host.limits import Limits, SessionLimits
+from tests.support.chains import FakeCatalog
 
 NEXT, TRUE, FALSE, HANDLER, DATA = (
     EdgeKind.NEXT, EdgeKind.TRUE, EdgeKind.FALSE, EdgeKind.HANDLER, EdgeKind.DATA
 )
-
-
-class FakeCatalog:
-    def tool_names(self) -> Collection[str]:
-        return {"echo", "add", "read_file"}
-
-    def skill_names(self) -> Collection[str]:
-        return {"summarize"}
-
-    def check_proc(self, node: ChainNode) -> str | None:
-        return None
 
 
 def plan_of(nodes: list[dict[str, Any]], entry: str, **fields: Any) -> ChainPlan:

@@ -2,60 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 import pytest
 
-from a2e_host.chains.messages import ChainNode, ChainRequest
-from a2e_host.chains.validation import ChainPlan, validate_chain
 from a2e_host.exceptions import ChainInvalid
-from a2e_host.limits import Limits, SessionLimits
-
-ALL_CAPS = frozenset({"chains", "skill", "proc"})
-
-
-class FakeCatalog:
-    def __init__(self, proc_refusal: str | None = None) -> None:
-        self.proc_refusal = proc_refusal
-
-    def tool_names(self) -> Collection[str]:
-        return {"echo", "add", "read_file"}
-
-    def skill_names(self) -> Collection[str]:
-        return {"summarize"}
-
-    def check_proc(self, node: ChainNode) -> str | None:
-        return self.proc_refusal
-
-
-def validate(
-    nodes: list[dict[str, Any]],
-    entry: str = "a",
-    *,
-    limits: Limits | None = None,
-    asked: dict[str, int] | None = None,
-    granted: frozenset[str] = ALL_CAPS,
-    catalog: FakeCatalog | None = None,
-    **fields: Any,
-) -> ChainPlan:
-    request = ChainRequest(
-        nodes=[ChainNode(**{"kind": "tool", "name": "echo", **n}) for n in nodes],
-        entry_node=entry, **fields,
-    )
-    return validate_chain(request, catalog or FakeCatalog(),
-                          SessionLimits(limits or Limits(), asked), granted=granted)
-
-
-def refusal(nodes: list[dict[str, Any]], entry: str = "a", **kw: Any) -> ChainInvalid:
-    with pytest.raises(ChainInvalid) as info:
-        validate(nodes, entry, **kw)
-    return info.value
-
-
-def problems(err: ChainInvalid) -> list[dict[str, Any]]:
-    errors: list[dict[str, Any]] = err.details["errors"]
-    return errors
+from a2e_host.limits import Limits
+from tests.support.chains import FakeCatalog, problems, refusal, validate
 
 
 def where(err: ChainInvalid) -> set[tuple[str, str, str]]:

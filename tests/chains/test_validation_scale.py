@@ -3,7 +3,6 @@ limits (PROTOCOL.md §4). Timing lives in the benchmarks, not here."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 import pytest
@@ -12,17 +11,7 @@ from a2e_host.chains.messages import ChainNode, ChainRequest
 from a2e_host.chains.validation import ChainPlan, EdgeKind, validate_chain
 from a2e_host.exceptions import ChainInvalid
 from a2e_host.limits import Limits, SessionLimits
-
-
-class FakeCatalog:
-    def tool_names(self) -> Collection[str]:
-        return {"echo"}
-
-    def skill_names(self) -> Collection[str]:
-        return ()
-
-    def check_proc(self, node: ChainNode) -> str | None:
-        return None
+from tests.support.chains import FakeCatalog
 
 
 def validate(nodes: list[dict[str, Any]], entry: str) -> ChainPlan:
@@ -30,7 +19,7 @@ def validate(nodes: list[dict[str, Any]], entry: str) -> ChainPlan:
         nodes=[ChainNode(**{"kind": "tool", "name": "echo", **n}) for n in nodes],
         entry_node=entry,
     )
-    return validate_chain(request, FakeCatalog(), SessionLimits(Limits()),
+    return validate_chain(request, FakeCatalog(tools=("echo",), skills=()), SessionLimits(Limits()),
                           granted=frozenset({"chains"}))
 
 

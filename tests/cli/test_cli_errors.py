@@ -8,13 +8,12 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-CLI = [sys.executable, "-m", "a2e_host"]
+from tests.support.process import CLI
 
 UPPER = {
     "entry_node": "up",
@@ -28,11 +27,7 @@ UPPER = {
 }
 
 
-@pytest.fixture(autouse=True)
-def no_config_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("A2E_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_config_from_environment")
 
 
 def cli(*args: str | Path, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:

@@ -5,11 +5,9 @@ sets ``auth_token``), ``validate`` and ``run`` agreeing on proc nodes, ``--tools
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +15,15 @@ import pytest
 
 from a2e_host.commands.common import load_command_config
 from a2e_host.commands.run import read_chain_request
+from tests.support import REPO
+from tests.support.process import CLI
 
-CLI = [sys.executable, "-m", "a2e_host"]
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = REPO / "README.md"
 
 needs_wc = pytest.mark.skipif(shutil.which("wc") is None, reason="needs the wc executable")
 
 
-@pytest.fixture(autouse=True)
-def no_config_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("A2E_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_config_from_environment")
 
 
 def cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

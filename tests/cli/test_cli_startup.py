@@ -5,12 +5,13 @@ importing what only the local commands use (the CLI framework, the terminal UI, 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 
 import pytest
+
+from tests.support import REPO
 
 HANDSHAKE = b'{"type":"handshake/req","id":"h1","agent_caps":["chains"]}\n'
 UNNEEDED = ("typer", "click", "pydantic", "rich", "pygments", "yaml")
@@ -90,7 +91,7 @@ def test_bench_startup_reports_min_median_max_per_command() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench.startup", "-n", "2", "--json", "--importtime"],
         capture_output=True, text=True, timeout=170,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        cwd=REPO,
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

@@ -13,8 +13,9 @@ import pytest
 
 from a2e_host.chains.messages import ChainNode
 from a2e_host.commands.graph import chain_edges, to_dot, to_mermaid
+from tests.support import REPO
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = REPO / "examples"
 CHAIN_FILES = sorted(EXAMPLES.glob("*.json"))
 
 _DECL = re.compile(r"^([A-Za-z_]\w*)(\[\[|\[/|\[|\{|\()")

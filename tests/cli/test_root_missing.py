@@ -5,15 +5,13 @@ finds nothing."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.config import HostConfig
-
-CLI = [sys.executable, "-m", "a2e_host"]
+from tests.support.process import CLI
 
 
 @pytest.mark.parametrize("command", ["stdio", "serve"])

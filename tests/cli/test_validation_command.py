@@ -3,39 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from a2e_host.chains.messages import ChainNode
 from a2e_host.commands import validate as command
+from tests.support.chains import FakeCatalog
 
-
-class FakeCatalog:
-    def tool_names(self) -> Collection[str]:
-        return {"echo", "read_file"}
-
-    def skill_names(self) -> Collection[str]:
-        return ()
-
-    def check_proc(self, node: ChainNode) -> str | None:
-        return None
-
-
-@pytest.fixture(autouse=True)
-def no_config_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("A2E_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("no_config_from_environment")
 
 
 @pytest.fixture
 def fake_catalog(monkeypatch: pytest.MonkeyPatch) -> None:
     granted = frozenset({"chains", "tools", "skill", "proc"})
-    monkeypatch.setattr(command, "_catalog", lambda config: (FakeCatalog(), granted))
+    catalog = FakeCatalog(tools=("echo", "read_file"), skills=())
+    monkeypatch.setattr(command, "_catalog", lambda config: (catalog, granted))
 
 
 VALID = {

@@ -18,6 +18,7 @@ from conformance.manifest import (
     readme_with_table,
     render_markdown,
 )
+from tests.support import REPO
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +144,7 @@ def test_selection_by_pattern_matches_case_ids_and_requirements():
 
 
 def test_kit_never_imports_a_host_implementation():
-    package = Path(__file__).resolve().parents[2] / "conformance"
+    package = REPO / "conformance"
     for source in package.glob("*.py"):
         text = source.read_text(encoding="utf-8")
         assert "import a2e_host" not in text and "from a2e_host" not in text, source.name

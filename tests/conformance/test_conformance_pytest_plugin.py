@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+
 # pytest's start-up, a probe and two host processes (the shared session, and one for the
 # case that lowers max_nodes): a few seconds, under the global guard even when busy.
 PLUGIN_TIMEOUT = 90.0

@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
-import re
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +29,14 @@ from conformance.suite import (
     session_key,
     skip_reason,
 )
+from tests.support import REPO
 from tests.support.extensionless_host import HIDDEN_CEILINGS, HIDDEN_FEATURES
 from tests.support.mutant_host import MUTANTS
+from tests.support.ws import serving_sync
 
-REPO = Path(__file__).resolve().parents[2]
 HOST = [sys.executable, "-m", "a2e_host"]
 KIT = [sys.executable, "-m", "conformance"]
 STDIO_HOST = " ".join([*HOST, "stdio", "--tools", "conformance"])
-START_TIMEOUT = 30.0
 # The whole kit over stdio: ~20 s on an idle 2-core machine, about three times that
 # when the machine is busy; the bound leaves room for a much slower one.
 FULL_KIT_TIMEOUT = 240.0
@@ -55,41 +50,6 @@ UNRELATED = ("ping-pong", "error-parse-not-json", "error-unknown-type")
 #: some of those would only time out (with cycles accepted, a cyclic chain waits
 #: forever for nodes that never become ready; one refused-too-late case shows it).
 MUTANT_CASES = {"cycle_accepted": ("cycle-two-nodes",)}
-
-
-@contextmanager
-def serving(argv: list[str]) -> Iterator[str]:
-    """Start a WebSocket host on a free loopback port; yield its URL; stop it."""
-    proc = subprocess.Popen(
-        argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )
-    lines: queue.Queue[str] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.put(line)
-
-    pumping = threading.Thread(target=pump, daemon=True)
-    pumping.start()
-    try:
-        url = ""
-        while not url:
-            line = lines.get(timeout=START_TIMEOUT)
-            if match := re.search(r"listening on (ws://\S+)", line):
-                url = match.group(1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        pumping.join(timeout=15)
-        assert proc.stderr is not None
-        proc.stderr.close()
 
 
 def run_kit(*args: str, timeout: float = SMALL_KIT_TIMEOUT) -> dict[str, Any]:
@@ -131,7 +91,7 @@ def test_our_host_passes_the_kit_over_stdio() -> None:
 
 
 def test_our_host_passes_the_kit_over_websocket() -> None:
-    with serving([*HOST, "serve", "--port", "0", "--tools", "conformance"]) as url:
+    with serving_sync([*HOST, "serve", "--port", "0", "--tools", "conformance"]) as url:
         report = run_kit("--ws", url)
     assert failures(report) == []
     assert report["summary"]["failed"] == 0
@@ -145,7 +105,7 @@ def test_every_broken_host_fails_a_named_requirement(mutant: str) -> None:
     argv = [sys.executable, "-m", "tests.support.mutant_host", mutant, "serve", "--port", "0",
             "--tools", "conformance"]
     selection = [*MUTANT_CASES.get(mutant, (requirement,)), *UNRELATED]
-    with serving(argv) as url:
+    with serving_sync(argv) as url:
         report = run_kit("--ws", url, *(arg for p in selection for arg in ("-k", p)))
     failed = {r["id"] for r in report["requirements"] if r["status"] == "failed"}
     assert report["exit_code"] == 1
@@ -213,7 +173,7 @@ def test_a_host_without_the_extensions_gets_their_cases_skipped_not_failed() -> 
             "--tools", "conformance"]
     controls = ("ping-pong", "limits-published", "max-nodes-session-refusal")
     selection = [*EXTENSION_REQUIREMENTS, *controls]
-    with serving(argv) as url:
+    with serving_sync(argv) as url:
         report = run_kit("--ws", url, *(arg for p in selection for arg in ("-k", p)))
     assert failures(report) == []
     assert report["exit_code"] == 0

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.dist import install_dist
+
 TOKEN = "tok-5ecret-d0-not-log"
 
 PACK = '''
@@ -39,14 +41,9 @@ PACK = ToolPack(name="crash", description="A tool with a bug.", factory=make_too
 
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
-    site = tmp_path / "site"
-    (site / "a2e_crashpack").mkdir(parents=True)
-    (site / "a2e_crashpack" / "__init__.py").write_text(PACK)
-    dist = site / "a2e_crashpack-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: a2e-crashpack\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[a2e_host.tools]\ncrash = a2e_crashpack:PACK\n")
-    return site
+    return install_dist(tmp_path / "site", "a2e-crashpack", "0.1",
+                        {"a2e_host.tools": {"crash": "a2e_crashpack:PACK"}},
+                        files={"a2e_crashpack/__init__.py": PACK})
 
 
 @pytest.mark.parametrize("log_format", ["auto", "console"])

@@ -16,7 +16,7 @@ import pytest
 import structlog
 
 from a2e_host.logs import LogWriter, configure_logging, get_logger, resolve_level
-from tests.support.fakes import CLI, WAIT, HostProcess, open_host
+from tests.support.process import CLI, WAIT, HostProcess, open_host
 
 STDIO = [*CLI, "stdio", "--tools", "conformance"]
 

@@ -10,8 +10,9 @@ import pytest
 
 from a2e_host.chains.messages import chain_codec
 from a2e_host.commands.schema import INDEX_FILE, render_schemas, schema_file_name, schema_main
+from tests.support import REPO
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+SCHEMAS = REPO / "schemas"
 
 
 def test_committed_schemas_match_a_fresh_generation_byte_for_byte(tmp_path: Path) -> None:

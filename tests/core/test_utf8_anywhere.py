@@ -13,8 +13,9 @@ from websockets.asyncio.client import connect
 from a2e_host.chains.messages import ChainRequest, chain_codec
 from a2e_host.exceptions import ParseError
 from a2e_host.messages import Ping
-from tests.support.fakes import CLI, WAIT, open_host
-from tests.transports.test_ws_server import serving, wait_closed
+from tests.support.process import CLI, WAIT, open_host
+from tests.support.ws import serving_argv as serving
+from tests.support.ws import wait_closed
 
 ISSUE_LINE = b'{"type":"ping","id":"x4","version":"1.0","ts":1,"z":"\xff\xfe"}'
 

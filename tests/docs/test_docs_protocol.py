@@ -4,9 +4,10 @@ cites is in the repository (issue 13 item 15)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+from tests.support import REPO
+
+DOCS = REPO / "docs"
 PROTOCOL = DOCS / "PROTOCOL.md"
 
 

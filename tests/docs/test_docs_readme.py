@@ -15,8 +15,9 @@ import anyio
 
 from a2e_host.config import HostConfig
 from a2e_host.tools import ToolPack, load_tools
+from tests.support import REPO
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = REPO / "README.md"
 
 
 def blocks(language: str) -> list[str]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "agent_ws.py"
+from tests.support import REPO
+
+SCRIPT = REPO / "examples" / "agent_ws.py"
 
 
 def test_agent_script_streams_events_and_cancels_the_long_chain() -> None:

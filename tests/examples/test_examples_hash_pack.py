@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import anyio
@@ -22,25 +21,16 @@ import pytest
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import NodeError
 from a2e_host.tools import ToolPack, discover_packs, load_tools
+from tests.support import REPO
+from tests.support.dist import install_project
 
-PACK_DIR = Path(__file__).resolve().parents[2] / "examples" / "hash-pack"
+PACK_DIR = REPO / "examples" / "hash-pack"
 
 
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
     """A site directory holding the example's dist-info (entry points from its pyproject)."""
-    project = tomllib.loads((PACK_DIR / "pyproject.toml").read_text())["project"]
-    dist = tmp_path / "site" / f"a2e_hashpack-{project['version']}.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
-    )
-    lines = []
-    for group, entries in project["entry-points"].items():
-        lines.append(f"[{group}]")
-        lines += [f"{name} = {target}" for name, target in entries.items()]
-    (dist / "entry_points.txt").write_text("\n".join(lines) + "\n")
-    return tmp_path / "site"
+    return install_project(tmp_path / "site", PACK_DIR)
 
 
 @pytest.fixture

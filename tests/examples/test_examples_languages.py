@@ -9,7 +9,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+
 CHAIN = REPO / "examples" / "languages.json"
 
 

@@ -15,8 +15,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +22,11 @@ import anyio
 import pytest
 from websockets.asyncio.client import connect
 
-PLUGIN_DIR = Path(__file__).resolve().parents[2] / "examples" / "notes-plugin"
-CLI = [sys.executable, "-m", "a2e_host"]
+from tests.support import REPO
+from tests.support.dist import install_project
+from tests.support.process import CLI
+
+PLUGIN_DIR = REPO / "examples" / "notes-plugin"
 WAIT = 60.0
 
 SCRIPT: list[dict[str, Any]] = [
@@ -76,18 +77,8 @@ def check_replies(replies: list[dict[str, Any]]) -> None:
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """The environment of a host with the example plugin installed (and nothing else new)."""
-    project = tomllib.loads((PLUGIN_DIR / "pyproject.toml").read_text())["project"]
-    dist = tmp_path / "site" / f"a2e_notes-{project['version']}.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
-    )
-    lines = []
-    for group, entries in project["entry-points"].items():
-        lines.append(f"[{group}]")
-        lines += [f"{name} = {target}" for name, target in entries.items()]
-    (dist / "entry_points.txt").write_text("\n".join(lines) + "\n")
-    path = [str(tmp_path / "site"), str(PLUGIN_DIR), os.environ.get("PYTHONPATH", "")]
+    site = install_project(tmp_path / "site", PLUGIN_DIR)
+    path = [str(site), str(PLUGIN_DIR), os.environ.get("PYTHONPATH", "")]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
 
 

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+
 CHAIN = REPO / "examples" / "repo-report.json"
 
 

@@ -4,9 +4,8 @@ it."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from tests.support import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 LIMIT = 500
 """Lines a module may have."""
 

@@ -4,9 +4,9 @@ one by one, so a new sub-package missing from it would install as nothing."""
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import REPO
+
 SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]
 
 

@@ -16,7 +16,7 @@ from a2e_host.chains.messages import chain_codec
 from a2e_host.codec import core_codec
 from a2e_host.messages import Ping
 from a2e_host.runtime import connection
-from tests.transports.test_robustness_ws import hello, receive, reply, serving
+from tests.support.ws import hello, receive, reply, serving
 
 
 def test_decoding_without_gc_restores_the_collector_as_it_found_it() -> None:

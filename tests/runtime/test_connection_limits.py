@@ -20,8 +20,10 @@ from a2e_host.config import HostConfig
 from a2e_host.host import Host
 from a2e_host.messages import ErrorMessage, HandshakeRequest, HandshakeResponse, Ping, Pong
 from a2e_host.transports.memory import MemoryClient, open_memory_connection
-from tests.support.fakes import CLI, WAIT, FakeChainPlugin, HostProcess, open_host
-from tests.transports.test_ws_server import serving, wait_closed
+from tests.support.fakes import FakeChainPlugin
+from tests.support.process import CLI, WAIT, HostProcess, open_host
+from tests.support.ws import serving_argv as serving
+from tests.support.ws import wait_closed
 
 TOKEN = "s3cret"
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-CLI = [sys.executable, "-m", "a2e_host"]
+from tests.support.process import CLI
 
 
 @pytest.mark.parametrize("command", ["stdio", "serve"])

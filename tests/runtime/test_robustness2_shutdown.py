@@ -12,18 +12,12 @@ import anyio
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.support.fakes import CLI, WAIT, open_host
-from tests.transports.test_robustness_stdio import chain, tool
-from tests.transports.test_robustness_ws import hello, receive, reply, wait_started
-from tests.transports.test_ws_server import wait_closed
+from tests.support.process import WAIT, open_host
+from tests.support.requests import HANDSHAKE, sleeper
+from tests.support.stdio import STDIO
+from tests.support.ws import SERVE, hello, receive, reply, wait_closed, wait_started
 
-STDIO = [*CLI, "stdio", "--tools", "conformance"]
-SERVE = [*CLI, "serve", "--port", "0", "--tools", "conformance"]
-HANDSHAKE = {"type": "handshake/req", "id": "h", "agent_caps": ["chains"]}
 PROMPT = 5.0  # seconds: far below the 30 s sleep, far above a 1 s shutdown timeout
-
-def sleeper(req_id: str, seconds: float) -> dict[str, Any]:
-    return chain(req_id, [tool("s", "sleep", input={"seconds": seconds})])
 
 @pytest.mark.asyncio
 async def test_stdio_shutdown_timeout_1_cancels_a_30s_sleep_then_exits_0() -> None:

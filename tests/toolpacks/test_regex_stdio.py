@@ -8,8 +8,9 @@ import time
 import anyio
 import pytest
 
-from tests.support.fakes import CLI
-from tests.transports.test_robustness_stdio import chain, error_of, stdio_host, tool
+from tests.support.process import CLI
+from tests.support.requests import chain, error_of, tool
+from tests.support.stdio import stdio_host
 
 
 @pytest.mark.asyncio

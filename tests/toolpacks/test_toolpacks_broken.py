@@ -18,6 +18,7 @@ import pytest
 
 from a2e_host.config import HostConfig
 from a2e_host.tools import Tool, ToolPack, ToolPackError, load_tools
+from tests.support.dist import install_dist
 
 CHAIN = {
     "entry_node": "parse",
@@ -31,11 +32,8 @@ HANDSHAKE = {"type": "handshake/req", "id": "h", "version": "1.0", "ts": 1,
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
     """A site directory holding one distribution with a broken ``a2e_host.tools`` pack."""
-    dist = tmp_path / "site" / "a2e_badpack-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: a2e-badpack\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[a2e_host.tools]\nbad = a2e_nosuchmodule:PACK\n")
-    return tmp_path / "site"
+    return install_dist(tmp_path / "site", "a2e-badpack", "0.1",
+                        {"a2e_host.tools": {"bad": "a2e_nosuchmodule:PACK"}})
 
 
 def cli(site: Path, *args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:

@@ -14,20 +14,18 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
-from tests.support.fakes import WAIT
-from tests.transports.test_robustness_stdio import peak_rss_kib
-from tests.transports.test_robustness_ws import (
-    chain,
+from tests.support.process import WAIT, peak_rss_kib
+from tests.support.requests import HANDSHAKE
+from tests.support.ws import (
+    chain_frame,
     echo_node,
     hello,
     receive,
     reply,
     serving,
     sleep_node,
+    wait_closed,
 )
-from tests.transports.test_ws_server import wait_closed
-
-HANDSHAKE = {"type": "handshake/req", "id": "h", "agent_caps": ["chains"]}
 
 
 async def send(ws: ClientConnection, message: dict[str, Any] | str) -> None:
@@ -44,7 +42,7 @@ async def test_missing_or_wrong_token_is_auth_failed_then_closed_and_no_work_is_
         for extra in ({}, {"auth_token": ""}, {"auth_token": "T0k "}, {"auth_token": "t0k"}):
             async with connect(url) as ws:
                 await send(ws, {**HANDSHAKE, **extra})
-                await send(ws, chain("after", echo_node(1)))
+                await send(ws, chain_frame("after", echo_node(1)))
                 resp = await receive(ws)
                 assert (resp["type"], resp["ok"], resp["reason"]) == (
                     "handshake/resp", False, "auth_failed"
@@ -58,7 +56,7 @@ async def test_missing_or_wrong_token_is_auth_failed_then_closed_and_no_work_is_
                 assert (resp["ok"], resp["reason"]) == (False, "auth_failed"), (header, resp)
         async with connect(url, additional_headers={"Authorization": "Bearer T0k"}) as ws:
             await hello(ws)
-            await send(ws, chain("ok", echo_node(2)))
+            await send(ws, chain_frame("ok", echo_node(2)))
             assert (await reply(ws))["final_output"] == {"v": 2}
 
 
@@ -94,7 +92,7 @@ async def test_a_client_that_never_reads_a_million_event_chain_bounds_memory_and
         await hello(other)
         slow = await connect(url, max_queue=1)
         await hello(slow)
-        await send(slow, chain("flood", nodes, initial_input={"xs": list(range(100_000))}))
+        await send(slow, chain_frame("flood", nodes, initial_input={"xs": list(range(100_000))}))
         peaks = []
         for n in range(60):  # about 6 s of the flood against a reader that never reads
             await send(other, {"type": "ping", "id": f"p{n}"})
@@ -107,7 +105,7 @@ async def test_a_client_that_never_reads_a_million_event_chain_bounds_memory_and
         slow.transport.abort()
         with anyio.fail_after(WAIT):
             ended = await host.wait_stderr(finished)
-        await send(other, chain("after", echo_node(5)))
+        await send(other, chain_frame("after", echo_node(5)))
         assert (await reply(other))["final_output"] == {"v": 5}
     assert max(peaks) < 400 * 1024, (
         f"host peak RSS {max(peaks) // 1024} MiB with a reader that never reads: map item "
@@ -134,7 +132,7 @@ async def test_cancel_racing_completion_never_gives_two_responses() -> None:
             batch = range(first, min(first + 4, rounds))
             for n in batch:
                 nodes = echo_node(n) if n % 2 else sleep_node(0.001 * (n % 7))
-                await ws.send(chain(f"r{n}", nodes))
+                await ws.send(chain_frame(f"r{n}", nodes))
                 await send(ws, {"type": "chain/cancel", "id": f"c{n}", "req_id": f"r{n}"})
             while any(responses[f"r{n}"] == 0 for n in batch):
                 message = await receive(ws)
@@ -172,7 +170,7 @@ async def test_a_session_asking_max_parallel_20_gets_4_published_and_enforced() 
         meta = resp["accepted_caps"][0]["metadata"]
         assert (resp["max_parallel"], meta["limits"]["max_parallel"]) == (4, 4), resp
         for n in range(20):
-            await ws.send(chain(f"s{n}", sleep_node(60)))
+            await ws.send(chain_frame(f"s{n}", sleep_node(60)))
         busy, started = [], set()
         while len(busy) + len(started) < 20:
             message = await receive(ws)

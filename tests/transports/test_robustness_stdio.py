@@ -7,105 +7,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
-from tests.support.fakes import CLI, REPO, HostProcess, host_env, open_host
-
-STDIO = [*CLI, "stdio", "--tools", "conformance"]
-
-
-class Client:
-    """One stdio host with a done handshake; reads replies, keeping chain events apart."""
-
-    def __init__(self, host: HostProcess, handshake: dict[str, Any]) -> None:
-        self.host = host
-        self.handshake = handshake
-
-    async def send(self, *lines: bytes | dict[str, Any]) -> None:
-        await self.host.send(*lines)
-
-    async def reply(self) -> dict[str, Any]:
-        """The next message that is not a ``chain/event``."""
-        while True:
-            message = await self.host.receive()
-            if message["type"] != "chain/event":
-                return message
-
-    async def run(self, message: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """Send one request; return its events and the reply that ends it."""
-        await self.send(message)
-        events = []
-        while True:
-            got = await self.host.receive()
-            if got["type"] == "chain/event":
-                assert got["req_id"] == message["id"], f"event of another request: {got}"
-                events.append(got)
-            else:
-                assert got.get("req_id") == message["id"], f"reply to another request: {got}"
-                return events, got
-
-    async def assert_alive(self, tag: str) -> None:
-        await self.send({"type": "ping", "id": tag})
-        pong = await self.reply()
-        assert (pong["type"], pong["req_id"]) == ("pong", tag), f"no pong after {tag}: {pong}"
-
-
-@asynccontextmanager
-async def stdio_host(
-    *, argv: list[str] | None = None, caps: tuple[str, ...] = ("chains",), **limits: int
-) -> AsyncIterator[Client]:
-    """Start the real CLI (``argv``, default :data:`STDIO`), handshake asking ``caps`` and
-    ``limits``, yield; then EOF, and the host must exit 0 without a traceback."""
-    async with anyio.create_task_group() as tg:
-        host = await open_host(argv or STDIO)
-        tg.start_soon(host.collect_stderr)
-        hello: dict[str, Any] = {"type": "handshake/req", "id": "h", "agent_caps": list(caps)}
-        if limits:
-            hello["limits"] = limits
-        await host.send(hello)
-        resp = await host.receive()
-        assert resp["type"] == "handshake/resp" and resp["ok"], resp
-        try:
-            yield Client(host, resp)
-        finally:
-            assert host.process.stdin is not None
-            await host.process.stdin.aclose()
-            await host.read_rest()
-            code = await host.wait()
-            tg.cancel_scope.cancel()
-        assert code == 0, host.stderr[-2000:]
-        assert b"Traceback" not in host.stderr, host.stderr[-4000:].decode("utf-8", "replace")
-
-
-def chain(
-    req_id: str, nodes: list[dict[str, Any]], entry: str | None = None, **fields: Any
-) -> dict[str, Any]:
-    return {
-        "type": "chain/req", "id": req_id, "session_id": "", "nodes": nodes,
-        "entry_node": entry if entry is not None else nodes[0]["node_id"], **fields,
-    }
-
-
-def tool(node_id: str, name: str, **fields: Any) -> dict[str, Any]:
-    return {"node_id": node_id, "kind": "tool", "name": name, **fields}
-
-
-def mapping(items_path: str, template: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        {"node_id": "m", "kind": "map", "items_path": items_path, "map_node": template["node_id"]},
-        template,
-    ]
-
-
-def error_of(resp: dict[str, Any]) -> dict[str, Any]:
-    assert resp["type"] == "chain/resp" and resp["success"] is False, resp
-    return resp["error"]
-
+from tests.support import REPO
+from tests.support.process import HostProcess, host_env, open_host, peak_rss_kib
+from tests.support.requests import chain, error_of, mapping, sleeper, tool
+from tests.support.stdio import STDIO, stdio_host
 
 # ── malformed frames ─────────────────────────────────────────────────────────────
 
@@ -243,14 +153,6 @@ async def test_map_over_a_session_lowered_max_map_items_names_the_session_scope(
     assert error_of(over)["details"] == {
         "ceiling": "max_map_items", "scope": "session", "limit": 50, "requested": 51,
     }
-
-
-def peak_rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmHWM in /proc status")
 
 
 @pytest.mark.asyncio
@@ -395,10 +297,6 @@ async def test_map_item_failure_names_its_index_and_skip_leaves_a_null() -> None
 
 
 # ── protocol misuse on one connection ────────────────────────────────────────────
-
-
-def sleeper(req_id: str, seconds: float = 30) -> dict[str, Any]:
-    return chain(req_id, [tool("s", "sleep", input={"seconds": seconds})])
 
 
 @pytest.mark.asyncio

@@ -8,7 +8,7 @@ import json
 import anyio
 import pytest
 
-from tests.support.fakes import CLI, open_host
+from tests.support.process import CLI, open_host
 
 HANDSHAKE = {"type": "handshake/req", "id": "h", "agent_caps": ["chains", "proc"]}
 

@@ -11,7 +11,9 @@ import subprocess
 import anyio
 import pytest
 
-from tests.support.fakes import CLI, FAKE, REPO, WAIT, HostProcess, host_env, open_host
+from tests.support import REPO
+from tests.support.fakes import FAKE
+from tests.support.process import CLI, WAIT, HostProcess, host_env, open_host
 
 HANDSHAKE = {"type": "handshake/req", "id": "h", "agent_caps": ["chains"]}
 

@@ -13,7 +13,7 @@ import pytest
 
 from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.client import Client, connect_ws, spawn_stdio
-from tests.conformance.test_conformance_suite import serving
+from tests.support.ws import serving_sync
 
 PY = sys.executable
 EXTRA = [PY, "-m", "tests.support.extra_tools_host"]
@@ -98,7 +98,8 @@ async def test_slow_and_fast_chains_on_one_stdio_connection() -> None:
 
 @pytest.mark.asyncio
 async def test_slow_and_fast_chains_on_one_websocket_connection() -> None:
-    with serving([PY, "-m", "a2e_host", "serve", "--port", "0", "--tools", "conformance"]) as url:
+    argv = [PY, "-m", "a2e_host", "serve", "--port", "0", "--tools", "conformance"]
+    with serving_sync(argv) as url:
         with anyio.fail_after(30):
             async with connect_ws(url) as client:
                 await slow_and_fast(client)

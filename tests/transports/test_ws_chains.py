@@ -8,7 +8,10 @@ import anyio
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.transports.test_ws_server import CLI, HANDSHAKE, call, receive, serving
+from tests.support.process import CLI
+from tests.support.requests import HANDSHAKE
+from tests.support.ws import call, receive
+from tests.support.ws import serving_argv as serving
 
 
 def add_chain(req_id: str, a: int) -> dict:

@@ -9,7 +9,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from a2e_host.config import load_config
-from tests.conformance.test_conformance_suite import serving
+from tests.support.ws import serving_sync
 
 HOST = [sys.executable, "-m", "a2e_host", "serve", "--port", "0"]
 
@@ -24,7 +24,7 @@ def test_ws_compression_setting_reads_from_the_environment(
 
 @pytest.mark.asyncio
 async def test_deflate_is_declined_by_default_even_when_the_client_offers_it() -> None:
-    with serving(HOST) as url:
+    with serving_sync(HOST) as url:
         async with connect(url, subprotocols=["a2e.v1"], compression="deflate") as ws:
             assert ws.response is not None
             assert ws.response.headers.get("Sec-WebSocket-Extensions") is None
@@ -36,7 +36,7 @@ async def test_deflate_is_declined_by_default_even_when_the_client_offers_it() -
 async def test_deflate_is_accepted_when_configured(tmp_path: Path) -> None:
     config = tmp_path / "a2e.toml"
     config.write_text("ws_compression = true\n", encoding="utf-8")
-    with serving([*HOST, "--config", str(config)]) as url:
+    with serving_sync([*HOST, "--config", str(config)]) as url:
         async with connect(url, subprotocols=["a2e.v1"], compression="deflate") as ws:
             assert ws.response is not None
             assert "permessage-deflate" in ws.response.headers.get("Sec-WebSocket-Extensions", "")

@@ -6,60 +6,17 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 import pytest
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
-from tests.support.fakes import CLI, FAKE, WAIT, HostProcess, open_host
-
-HANDSHAKE = {"type": "handshake/req", "id": "h", "agent_caps": ["chains"]}
-
-
-@asynccontextmanager
-async def serving(
-    argv: list[str], *flags: str, **env: str
-) -> AsyncIterator[tuple[str, HostProcess]]:
-    """Start a host on a free port; yield its URL; stop it with SIGTERM (exit 0)."""
-    async with anyio.create_task_group() as tg:
-        host = await open_host([*argv, "serve", *flags] if argv is CLI else argv, **env)
-        tg.start_soon(host.collect_stderr)
-        with anyio.fail_after(WAIT):
-            found = await host.wait_stderr(r"a2e-host listening on (ws://127\.0\.0\.1:\d+)")
-        try:
-            yield found.group(1), host
-        finally:
-            host.process.send_signal(signal.SIGTERM)
-            assert await host.wait() == 0
-
-
-async def call(ws: ClientConnection, message: dict[str, Any]) -> dict[str, Any]:
-    await ws.send(json.dumps(message))
-    return await receive(ws)
-
-
-async def receive(ws: ClientConnection) -> dict[str, Any]:
-    with anyio.fail_after(WAIT):
-        data = await ws.recv()
-    assert isinstance(data, str)
-    message = json.loads(data)
-    assert isinstance(message, dict)
-    return message
-
-
-async def wait_closed(ws: ClientConnection) -> int | None:
-    with anyio.fail_after(WAIT):
-        try:
-            while True:
-                await ws.recv()
-        except ConnectionClosed:
-            pass
-    return ws.close_code
-
+from tests.support.fakes import FAKE
+from tests.support.process import CLI, WAIT, open_host
+from tests.support.requests import HANDSHAKE
+from tests.support.ws import call, receive, wait_closed
+from tests.support.ws import serving_argv as serving
 
 FAKE_SERVE = [*FAKE, "serve", json.dumps({"port": 0, "max_parallel": 32})]
 CLI_ARGS = ("--port", "0")
