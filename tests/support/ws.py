@@ -116,6 +116,11 @@ async def reply(ws: ClientConnection) -> dict[str, Any]:
             return message
 
 
+async def send(ws: ClientConnection, message: dict[str, Any] | str) -> None:
+    """Send ``message``: a text frame as it is, or a dict as JSON."""
+    await ws.send(message if isinstance(message, str) else json.dumps(message))
+
+
 async def call(ws: ClientConnection, message: dict[str, Any]) -> dict[str, Any]:
     """Send ``message``; the next message received."""
     await ws.send(json.dumps(message))
