@@ -2,15 +2,15 @@
 tool misbehaving in ways the fixtures do not: ``python -m tests.support.extra_tools_host stdio``.
 
 - ``noisy``: ``print()``s to stdout and writes to fd 1 directly, then returns its input.
-- ``block``: blocks its worker thread for ``seconds`` (a sync tool, so it runs in a
-  thread), then returns ``{"blocked": seconds}``.
+- ``block``: blocks its worker thread (a sync tool, so it runs in a thread) reading the
+  FIFO ``until`` to its end, then returns ``{"read": what was written}``: it returns only
+  after the last writer closed it, so a test decides when.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import Any
 
 import a2e_toolpacks.conformance as conformance
@@ -28,10 +28,10 @@ def noisy(args: dict[str, Any]) -> dict[str, Any]:
 
 
 @tool
-def block(seconds: float) -> dict[str, float]:
-    """Blocks its thread for ``seconds``."""
-    time.sleep(seconds)
-    return {"blocked": seconds}
+def block(until: str) -> dict[str, str]:
+    """Blocks its thread until the FIFO ``until`` has been opened, written and closed."""
+    with open(until, encoding="utf-8") as fifo:
+        return {"read": fifo.read()}
 
 
 def main(argv: list[str]) -> None:

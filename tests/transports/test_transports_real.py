@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -40,20 +43,42 @@ def test_a_printing_tool_leaves_stdout_pure_ndjson() -> None:
     assert "forged" in done.stderr and "raw bytes on fd 1" in done.stderr
 
 
-@pytest.mark.asyncio
-async def test_a_blocking_tool_does_not_delay_a_ping_on_the_same_connection() -> None:
+async def open_for_writing(fifo: Path) -> int:
+    """The write end of ``fifo``, once something opened it for reading (bounded: opening it
+    without blocking fails with ENXIO until then)."""
     with anyio.fail_after(30):
+        while True:
+            try:
+                return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+            await anyio.sleep(0.01)
+
+
+@pytest.mark.asyncio
+async def test_a_blocking_tool_does_not_delay_a_ping_on_the_same_connection(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "release"
+    os.mkfifo(fifo)
+    with anyio.fail_after(60):
         async with spawn_stdio([*EXTRA, "stdio"], stderr="capture") as client:
             run = client.run_chain(
-                [{"node_id": "b", "kind": "tool", "name": "block", "input": {"seconds": 3}}], "b"
+                [{"node_id": "b", "kind": "tool", "name": "block", "input": {"until": str(fifo)}}],
+                "b",
             )
             await run.start()
-            started = time.monotonic()
-            await client.ping()
-            ping_took = time.monotonic() - started
+            # the tool has opened the FIFO: its thread now blocks in read() until we close it,
+            # so a ping queued behind that thread would never be answered (ping() raises)
+            writer = await open_for_writing(fifo)
+            try:
+                await client.ping()
+            finally:
+                os.write(writer, b"go")
+                os.close(writer)
             response = await run.result()
-    assert response.success is True and response.outputs == {"b": {"blocked": 3}}
-    assert ping_took < 2.0, f"the ping waited {ping_took:.2f} s behind a blocked thread"
+    assert response.success is True and response.outputs == {"b": {"read": "go"}}
 
 
 async def slow_and_fast(client: Client) -> None:
