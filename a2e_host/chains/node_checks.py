@@ -49,6 +49,8 @@ CONTEXT_KEYS = frozenset({"input", "output", "item", "_item", "index", "error"})
 RESERVED_IDS = CONTEXT_KEYS | {"abort", "skip"}
 """Node ids a chain may not declare (PROTOCOL.md §3)."""
 
+_COMMON_EDGES = tuple((edge.field, edge.keywords) for edge in COMMON_EDGES)
+
 
 class NodeChecks:
     """The node-by-node steps of one validation run, and the state every step shares.
@@ -70,6 +72,7 @@ class NodeChecks:
         self.limits = limits
         self.granted = granted
         self.kinds = kind_table.NODE_KINDS
+        self.rows = self.kinds.rows
         self.nodes = request.nodes
         self.problems: list[dict[str, Any]] = []
         self.compile_expressions = True  # False once their total text is refused
@@ -176,7 +179,7 @@ class NodeChecks:
         node = self.nodes[i]
         nid = node.node_id
         kind = node.kind
-        row = self.kinds.rows.get(kind)
+        row = self.rows.get(kind)
         if row is None:
             self.invalid(nid, "kind", f"unknown kind {kind!r}{self.suggest(kind, 'kinds')}",
                          f"use one of: {', '.join(self.kinds.names)}")
@@ -186,11 +189,10 @@ class NodeChecks:
                 if getattr(node, field):
                     self.invalid(nid, field, f"{field} is set on a {kind} node; only {owners} "
                                  "nodes take it", f"remove {field} or make the node a {owners}")
-        targets = self.targets
-        for edge in COMMON_EDGES:
-            target = getattr(node, edge.field)
-            if target not in edge.keywords:
-                targets[edge.field][i] = self.resolve(i, edge.field, target)
+        for field, keywords in _COMMON_EDGES:
+            target = getattr(node, field)
+            if target not in keywords:
+                self.targets[field][i] = self.resolve(i, field, target)
         on_error = node.on_error
         self.on_error[i] = (on_error or "abort") if on_error in ON_ERROR.keywords else "handler"
         self.compile_node(i, node, row.spec if row is not None else None)
@@ -225,15 +227,14 @@ class NodeChecks:
             for found in check(node):
                 self.invalid(nid, found.field, found.message, found.hint)
         for edge in row.own_edges:
-            target = getattr(node, edge.field)
+            field = edge.field
+            target = getattr(node, field)
             if target not in edge.keywords:
-                self.targets[edge.field][i] = self.resolve(i, edge.field, target)
+                self.targets[field][i] = self.resolve(i, field, target)
 
     def check_name(self, nid: str, name: str, what: str) -> None:
         """``name`` is a registered ``what`` (``"tool"`` or ``"skill"``)."""
-        among = f"{what}s"
-        names = self.tool_names() if what == "tool" else self.skill_names()
-        if name in names:
+        if name in (self.tool_names() if what == "tool" else self.skill_names()):
             return
         pack = self.pack_providing(name) if what == "tool" else None
         if pack:
@@ -242,7 +243,7 @@ class NodeChecks:
                          f"enable it with --tools +{pack}, or name it in A2E_TOOLS or "
                          "the configuration file's tools")
             return
-        self.invalid(nid, "name", f"unknown {what} {name!r}{self.suggest(name, among)}",
+        self.invalid(nid, "name", f"unknown {what} {name!r}{self.suggest(name, what + 's')}",
                      f"use a registered {what} (see `a2e-host tools`) or enable the "
                      "pack that provides it")
 
