@@ -192,6 +192,13 @@ def test_a_table_with_one_kind_twice_is_refused() -> None:
         kinds.KindTable((kinds.TOOL, kinds.TOOL))
 
 
+def test_a_kind_without_the_common_edges_is_refused() -> None:
+    # validation resolves next_node and on_error on every node: a row must say so
+    lonely = KindSpec("lonely", edges=(kinds.NEXT_NODE,))
+    with pytest.raises(ValueError, match="'lonely' must list next_node and on_error"):
+        NODE_KINDS.with_kind(lonely)
+
+
 # ── a kind added to the table alone ───────────────────────────────────────────
 
 

@@ -41,13 +41,25 @@ from typing import NamedTuple
 from .messages import ChainNode
 
 __all__ = [
+    "BRANCH",
+    "COMMON_EDGES",
+    "FALSE_NODE",
+    "MAP",
+    "MAP_NODE",
+    "NEXT_NODE",
+    "NODE_KINDS",
+    "ON_ERROR",
+    "PROC",
+    "SKILL",
+    "TOOL",
+    "TRUE_NODE",
     "ControlEdge",
     "EdgeKind",
     "Fires",
+    "KindCheck",
     "KindRow",
     "KindSpec",
     "KindTable",
-    "NODE_KINDS",
     "NodeProblem",
     "Required",
     "gates",
@@ -257,7 +269,8 @@ class KindTable:
         specs: one :class:`KindSpec` per kind, in the order problems list them.
 
     Raises:
-        ValueError: two specs with one name.
+        ValueError: two specs with one name, a spec whose edges leave out one of
+            :data:`COMMON_EDGES`, or a :class:`Required` naming no field.
 
     Attributes:
         specs: kind name → spec, in table order.
@@ -287,6 +300,11 @@ class KindTable:
         for spec in specs:
             if spec.name in by_name:
                 raise ValueError(f"node kind {spec.name!r} is declared twice")
+            if not all(edge in spec.edges for edge in COMMON_EDGES):
+                raise ValueError(f"node kind {spec.name!r} must list next_node and on_error "
+                                 "among its edges (every node may declare them)")
+            if not all(required.fields for required in spec.required):
+                raise ValueError(f"node kind {spec.name!r} requires a field but names none")
             by_name[spec.name] = spec
         values = by_name.values()
         self.specs: Mapping[str, KindSpec] = by_name
