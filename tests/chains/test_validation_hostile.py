@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from a2e_host.chains import validation
+from a2e_host.chains import hints, node_checks, validation
 from a2e_host.chains.expressions import MAX_EXPRESSION_NESTING
 from a2e_host.exceptions import ChainInvalid
 from a2e_host.limits import Limits
@@ -121,7 +121,7 @@ def test_suggestions_stop_after_a_bound_but_every_problem_is_reported() -> None:
     found = problems(refusal(nodes, "n0"))
     suggested = [p for p in found if "did you mean" in p["message"]]
     assert len(found) == 300
-    assert 0 < len(suggested) <= validation._SUGGESTIONS
+    assert 0 < len(suggested) <= hints.MAX_SUGGESTIONS
 
 
 # ── chain_limit details at the top (issue 13, item 7) ──────────────────────────
@@ -167,8 +167,8 @@ def test_expression_text_past_its_ceiling_is_refused_before_any_of_it_is_compile
     """One node may declare 120 expressions of 65,000 characters: 7.9 MB of text took
     22 s and 637 MB to parse. The chain's total is a ceiling, checked before parsing."""
     compiled: list[str] = []
-    real = validation.compile_expression
-    monkeypatch.setattr(validation, "compile_expression",
+    real = node_checks.compile_expression
+    monkeypatch.setattr(node_checks, "compile_expression",
                         lambda text: compiled.append(text) or real(text))
     keys = {f"k{j}": "[" + ", ".join(["input.a"] * 200) + "]" for j in range(10)}
     chars = sum(len(text) for text in keys.values())
