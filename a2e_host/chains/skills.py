@@ -41,9 +41,10 @@ from ..config import HostConfig
 from ..exceptions import ChainInvalid, NodeError
 from ..limits import SessionLimits
 from ..tools import Tool, ToolPack, ToolRegistry
-from .catalog import Catalog
+from .catalog import Catalog, Signature
 from .messages import ChainNode, ChainRequest
 from .nodes import NodeContext
+from .signatures import declared_skill_signature, tool_signature
 
 __all__ = [
     "SKILLS_GROUP",
@@ -164,6 +165,15 @@ class SkillRegistry:
     def get(self, name: str) -> Tool | DeclaredSkill | None:
         """The skill called ``name``, or None."""
         return self.python.get(name) or self.declared.get(name)
+
+    def signature_of(self, name: str) -> Signature | None:
+        """The schemas of skill ``name`` for validation's static checks, None if unknown."""
+        skill = self.get(name)
+        if skill is None:
+            return None
+        if isinstance(skill, Tool):
+            return tool_signature(skill)
+        return declared_skill_signature(skill)
 
     def suggest(self, name: str) -> list[str]:
         """Up to three skill names close to ``name``."""
@@ -289,6 +299,12 @@ class _SkillCatalog:
 
     def check_proc(self, node: ChainNode) -> str | None:
         return self.inner.check_proc(node) if self.inner is not None else None
+
+    def signature_of(self, kind: str, name: str) -> Signature | None:
+        if kind == "skill":
+            return self.registry.signature_of(name)
+        lookup = getattr(self.inner, "signature_of", None)
+        return lookup(kind, name) if lookup is not None else None
 
 
 class _Everything(Collection[str]):

@@ -1,0 +1,462 @@
+"""Static checks of node inputs against tool and skill schemas: failures found before a node runs.
+
+Layer: core (pure: no I/O, no clock, no anyio). A step of
+:func:`~a2e_host.chains.validation.validate_chain`, after the expressions are compiled and
+the ids indexed. Source: PROTOCOL.md §4 (static checks), DECISIONS.md (what is inferred).
+
+Theory of operation. For each ``tool`` and ``skill`` node whose catalog entry declares a
+:class:`~a2e_host.chains.catalog.Signature`, the node's resolved input (static ``input``,
+then ``input_map``, PROTOCOL.md §3) is held to the input schema:
+
+* every ``required`` field is given (by ``input`` or ``input_map``);
+* no field is unknown (a key close to a missing required one is reported as that typo,
+  with "did you mean");
+* each static value fits its field exactly
+  (:func:`~a2e_host.chains.schema_fit.check_value`);
+* each ``input_map`` expression's inferred type
+  (:func:`~a2e_host.chains.type_inference.infer`, from the output schemas of the nodes it
+  reads) fits its field (:func:`~a2e_host.chains.schema_fit.fit`).
+
+A map's ``items_path`` must be able to give a list, and a template's ``item`` is typed by
+it. A finding is an **error** (a ``chain_invalid`` problem) only when the node would fail
+for sure — the host enforces that part of the schema and no value the expression can give
+would pass; what only *could* fail is a **warning** (code ``chain_warning``), which does
+not refuse the chain. What cannot be inferred (``input.*``, ``output``, a tool without an
+output schema, a function's argument errors) is left to run time.
+
+Bounded: each expression's inference and each value check spends its own fuel, and the
+whole validation :data:`MAX_CHECK_STEPS`; past it, the remaining checks are left to run
+time. Schema types are cached per schema (:func:`~a2e_host.chains.schema_types.schema_type`)
+and per validation per tool.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .catalog import Signature
+from .expressions import Expression, clip
+from .hints import MAX_SUGGESTIONS
+from .messages import ChainNode
+from .node_checks import NodeChecks
+from .problems import CHAIN_INVALID, CHAIN_WARNING, problem
+from .schema_fit import NEVER_FITS, Misfit, check_value, fit
+from .schema_types import (
+    ALL,
+    ANY,
+    ARRAY,
+    BOOLEAN,
+    INTEGER,
+    NEVER,
+    NULL,
+    NULL_TYPE,
+    NUMBER,
+    OBJECT,
+    STRING,
+    Fuel,
+    OutOfFuel,
+    SchemaType,
+    array_of,
+    describe,
+    join,
+    object_of,
+    scalar,
+    schema_type,
+)
+from .type_inference import MAX_INFERENCE_STEPS, Inferred, infer
+
+__all__ = ["MAX_CHECK_STEPS", "MAX_WARNINGS", "TypeChecks"]
+
+MAX_CHECK_STEPS = 2_000_000
+"""Steps the static checks of one validation may take in all; then the rest is left to run
+time (a chain of 10,000 typed nodes takes about 100,000)."""
+
+MAX_WARNINGS = 100
+"""Warnings one validation keeps; later ones are dropped (errors are all reported)."""
+
+_VALUE_STEPS = 20_000  # per static input value
+_STATUS = SchemaType(STRING, values=frozenset(
+    (STRING, status) for status in ("done", "skip", "error")))
+_BRANCH_OUTPUT = object_of({"condition": scalar(BOOLEAN), "taken": scalar(STRING)})
+_PROC_OUTPUT = object_of({"exit_code": scalar(INTEGER), "stdout": scalar(STRING),
+                          "stderr": scalar(STRING), "duration_ms": scalar(INTEGER),
+                          "truncated": scalar(BOOLEAN)})
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What one tool or skill declares, read once per validation."""
+
+    label: str
+    input: SchemaType
+    output: SchemaType
+    types_enforced: bool
+    required_enforced: bool
+    names: tuple[str, ...]
+
+    @property
+    def checks_fields(self) -> bool:
+        want = self.input
+        return bool(want.kinds & OBJECT) and (
+            want.props is not None or want.extra is not None or bool(want.required))
+
+
+class TypeChecks:
+    """The static type checks of one validation run.
+
+    Args:
+        checks: the validation's node steps, done (ids indexed, expressions compiled).
+
+    Attributes:
+        warnings: the warnings found, in node order.
+    """
+
+    def __init__(self, checks: NodeChecks) -> None:
+        self.v = checks
+        catalog = checks.catalog
+        self.signature_of: Callable[[str, str], Signature | None] | None = (
+            getattr(catalog, "signature_of", None) if catalog is not None else None)
+        self.warnings: list[dict[str, Any]] = []
+        self.fuel = Fuel(MAX_CHECK_STEPS)
+        self._facts: dict[tuple[str, str], _Facts | None] = {}
+        self._outputs: dict[int, SchemaType] = {}
+        self._node_types: dict[int, SchemaType] = {}
+        self._items: dict[int, SchemaType] = {}
+        self._suggested = 0
+
+    def run(self) -> list[dict[str, Any]]:
+        """Check every node; errors are added to the validation's problems.
+
+        Returns:
+            The warnings.
+        """
+        if self.signature_of is None or not self.v.compile_expressions:
+            return self.warnings
+        try:
+            for i, node in enumerate(self.v.nodes):
+                if self.v.is_own(i):
+                    self.check_node(i, node)
+        except OutOfFuel:
+            pass  # the rest is left to run time
+        return self.warnings
+
+    # ── findings ──
+
+    def report(self, error: bool, nid: str, field: str, message: str, hint: str,
+               **extra: Any) -> None:
+        if error:
+            self.v.add(problem(CHAIN_INVALID, nid, field, message, hint, **extra))
+        elif len(self.warnings) < MAX_WARNINGS:
+            self.warnings.append(problem(CHAIN_WARNING, nid, field, message, hint, **extra))
+
+    def closest(self, word: str, names: Iterable[str]) -> str | None:
+        """The name closest to ``word``; at most :data:`MAX_SUGGESTIONS` lookups."""
+        if self._suggested >= MAX_SUGGESTIONS:
+            return None
+        self._suggested += 1
+        found = difflib.get_close_matches(word, list(names)[:256], n=1, cutoff=0.6)
+        return found[0] if found else None
+
+    # ── what the catalog and the graph say ──
+
+    def facts_of(self, kind: str, name: str) -> _Facts | None:
+        key = (kind, name)
+        if key in self._facts:
+            return self._facts[key]
+        facts = None
+        sig = self.signature_of(kind, name) if self.signature_of is not None else None
+        if sig is not None:
+            want = schema_type(sig.input_schema)
+            facts = _Facts(
+                label=f"{kind} {name!r}", input=want,
+                output=schema_type(sig.output_schema, closed=sig.output_enforced),
+                types_enforced=sig.input_enforced,
+                required_enforced=sig.required_enforced or sig.input_enforced,
+                names=tuple(sorted(want.props or ())),
+            )
+        self._facts[key] = facts
+        return facts
+
+    def output_of(self, j: int) -> SchemaType:
+        """The type of node ``j``'s output when it is done."""
+        found = self._outputs.get(j)
+        if found is not None:
+            return found
+        node = self.v.nodes[j]
+        kind = node.kind
+        out = ANY
+        if kind in ("tool", "skill"):
+            facts = self.facts_of(kind, node.name)
+            out = facts.output if facts is not None else ANY
+        elif kind == "proc":
+            out = _PROC_OUTPUT
+        elif kind == "branch":
+            out = _BRANCH_OUTPUT
+        elif kind == "map":
+            t = self.v.targets["map_node"][j]
+            out = array_of(ANY)
+            if t is not None and self.v.nodes[t].kind != "map":
+                item = self.output_of(t)
+                if self.v.on_error[t] == "skip":  # a failed item is a null in the list
+                    item = join(item, NULL_TYPE, self.fuel)
+                out = array_of(item)
+        self._outputs[j] = out
+        return out
+
+    def node_type(self, j: int) -> SchemaType:
+        """The type of ``<node_id>`` in the context: ``{output, status}``."""
+        found = self._node_types.get(j)
+        if found is None:
+            found = self._node_types[j] = object_of(
+                {"output": self.output_of(j), "status": _STATUS})
+        return found
+
+    def items_of(self, m: int) -> SchemaType:
+        """The type of one item of map ``m`` (from its ``items_path``)."""
+        found = self._items.get(m)
+        if found is not None:
+            return found
+        expr = self.v.exprs["items_path"][m]
+        item = ANY
+        if expr is not None:
+            t = self.infer(expr, m).type
+            if t.kinds & ARRAY and t is not ANY:
+                item = t.items or ANY
+        self._items[m] = item
+        return item
+
+    def root_of(self, i: int) -> Callable[[str], SchemaType]:
+        """The types of node ``i``'s context fields (PROTOCOL.md §3)."""
+        by_id = self.v.by_id
+        owner = self.v.template_of[i]
+
+        def root_field(name: str) -> SchemaType:
+            j = by_id.get(name)
+            if j is not None:
+                return self.node_type(j)
+            if owner is not None:
+                if name in ("item", "_item"):
+                    return self.items_of(owner)
+                if name == "index":
+                    return scalar(INTEGER)
+            return ANY
+
+        return root_field
+
+    def infer(self, expr: Expression, i: int) -> Inferred:
+        steps = min(MAX_INFERENCE_STEPS, self.fuel.left)
+        fuel = Fuel(steps)
+        found = infer(expr, self.root_of(i), fuel)
+        self.fuel.spend(steps - max(fuel.left, 0) + 1)
+        return found
+
+    # ── one node ──
+
+    def check_node(self, i: int, node: ChainNode) -> None:
+        kind = node.kind
+        if kind == "map":
+            self.check_items_path(i, node)
+        elif kind == "branch":
+            self.check_condition(i, node)
+        facts = self.facts_of(kind, node.name) if kind in ("tool", "skill") else None
+        if facts is None or not facts.checks_fields:
+            for key, expr in self.v.input_map[i]:
+                self.check_null_read(i, node, key, expr)
+            return
+        self.check_fields(i, node, facts)
+        want = facts.input
+        props = want.props or {}
+        mapped = node.input_map
+        for key, value in node.input.items():
+            sub = props.get(key, want.extra)
+            if key not in mapped and sub is not None and sub is not NEVER:
+                self.check_static(node, key, value, sub, facts)
+        for key, expr in self.v.input_map[i]:
+            sub = props.get(key, want.extra)
+            if sub is None or sub is ANY or sub is NEVER:
+                self.check_null_read(i, node, key, expr)
+            else:
+                self.check_mapped(i, node, key, expr, sub, facts)
+
+    def check_fields(self, i: int, node: ChainNode, facts: _Facts) -> None:
+        """Required fields given, no unknown field (a typo of a missing one said so)."""
+        want = facts.input
+        props = want.props or {}
+        static, mapped = node.input, node.input_map
+        missing = [r for r in sorted(want.required) if r not in static and r not in mapped]
+        nid = node.node_id
+        label = facts.label
+        unknown = [k for k in (*static, *(k for k in mapped if k not in static))
+                   if k not in props]
+        for key in unknown:
+            field = f"input_map.{key}" if key in mapped else f"input.{key}"
+            close = self.closest(key, missing) if missing else None
+            if close is not None:
+                missing.remove(close)
+                self.report(facts.required_enforced, nid, field,
+                            f"{label} has no input field {key!r}; did you mean {close!r}? "
+                            f"({close!r} is required and nothing gives it)",
+                            f"rename {key!r} to {close!r}",
+                            expected=describe(props.get(close, ANY)), inferred="nothing")
+                continue
+            if want.extra is NEVER:
+                close = self.closest(key, facts.names)
+                self.report(facts.types_enforced, nid, field,
+                            f"{label} has no input field {key!r}"
+                            f"{_did_you_mean(close)} and refuses unknown fields",
+                            f"rename it to {close!r}" if close else
+                            f"remove it; the fields are: {_listed(facts.names)}")
+            elif want.extra is None and facts.names:
+                close = self.closest(key, facts.names)
+                fate = "it is ignored" if facts.types_enforced else "it may be ignored"
+                self.report(False, nid, field,
+                            f"{label} declares no input field {key!r}"
+                            f"{_did_you_mean(close)}; {fate}",
+                            f"rename it to {close!r}" if close else
+                            f"remove it; the fields are: {_listed(facts.names)}")
+        for name in missing:
+            expected = describe(props.get(name, ANY))
+            self.report(facts.required_enforced, nid, f"input.{name}",
+                        f"{label} requires input field {name!r}, which neither input nor "
+                        "input_map gives",
+                        f"add {name!r} to input ({_a(expected)}) or to input_map (an "
+                        "expression giving one)", expected=expected, inferred="nothing")
+
+    def check_static(self, node: ChainNode, key: str, value: Any, want: SchemaType,
+                     facts: _Facts) -> None:
+        try:
+            found = check_value(value, want, Fuel(min(_VALUE_STEPS, self.fuel.left)))
+        except OutOfFuel:
+            return
+        finally:
+            self.fuel.spend(16)
+        if found is None:
+            return
+        where = f"{key}{found.path}"
+        label = facts.label
+        if found.reason == "is missing":
+            message = (f"input field {where!r} of {label} is missing; it must be "
+                       f"{_a(found.expected)}")
+            hint = f"add {where} to input"
+        elif found.reason == "is not accepted":
+            message = (f"input field {where!r} of {label} is not accepted: the object "
+                       "there has no such field")
+            hint = f"remove {where} from input"
+        elif found.reason:
+            message = f"input field {where!r} of {label} {found.reason}: input gives {found.got}"
+            hint = f"change input.{where} to a value {label} accepts"
+        else:
+            message = (f"input field {where!r} of {label} must be {_a(found.expected)}, but "
+                       f"input gives {found.got}")
+            hint = f"change input.{where} to {_a(found.expected)}"
+        self.report(facts.types_enforced, node.node_id, f"input.{key}", message, hint,
+                    expected=found.expected, inferred=found.got)
+
+    def check_mapped(self, i: int, node: ChainNode, key: str, expr: Expression,
+                     want: SchemaType, facts: _Facts) -> None:
+        got = self.infer(expr, i)
+        try:
+            found = fit(got.type, want, Fuel(min(_VALUE_STEPS, self.fuel.left)))
+        except OutOfFuel:
+            return
+        finally:
+            self.fuel.spend(16)
+        if found is None:
+            if got.note and got.type is NULL_TYPE:
+                self.check_null_read(i, node, key, expr, got)
+            return
+        error = found.verdict == NEVER_FITS
+        self.report(error and facts.types_enforced, node.node_id, f"input_map.{key}",
+                    _mapped_message(key, facts.label, expr, found, got, error),
+                    _convert_hint(found, want), expected=found.expected, inferred=found.got)
+
+    def check_null_read(self, i: int, node: ChainNode, key: str, expr: Expression,
+                        got: Inferred | None = None) -> None:
+        got = got or self.infer(expr, i)
+        if got.note and got.type is NULL_TYPE:
+            self.report(False, node.node_id, f"input_map.{key}",
+                        f"{clip(expr.text)} is always null: {got.note}",
+                        "read a field the value has", expected="any", inferred="null")
+
+    def check_items_path(self, i: int, node: ChainNode) -> None:
+        expr = self.v.exprs["items_path"][i]
+        if expr is None or expr.is_literal:  # a literal is checked with the node's fields
+            return
+        got = self.infer(expr, i)
+        t = got.type
+        if t.kinds == 0 or t.kinds == ALL:
+            return
+        shown = f"is always null: {got.note}" if got.note and t is NULL_TYPE \
+            else f"is {_a(describe(t))}"
+        hint = ("point items_path at a list (e.g. read.output.lines), or wrap the value in "
+                "to_array(...)")
+        if not t.kinds & ARRAY:
+            self.report(True, node.node_id, "items_path", f"items_path {clip(expr.text)} "
+                        f"{shown}, never a list; a map needs a list", hint,
+                        expected="array", inferred=describe(t))
+        elif t.kinds & ~(ARRAY | NULL):
+            self.report(False, node.node_id, "items_path", f"items_path {clip(expr.text)} "
+                        f"may be {_a(describe(t))}; a map needs a list", hint,
+                        expected="array", inferred=describe(t))
+
+    def check_condition(self, i: int, node: ChainNode) -> None:
+        expr = self.v.exprs["condition"][i]
+        if expr is None:
+            return
+        got = self.infer(expr, i)
+        if got.note and got.type is NULL_TYPE:
+            self.report(False, node.node_id, "condition",
+                        f"condition {clip(expr.text)} is always null, so the branch always "
+                        f"takes false_node: {got.note}", "read a field the value has",
+                        expected="any", inferred="null")
+
+
+def _mapped_message(key: str, label: str, expr: Expression, found: Misfit, got: Inferred,
+                    error: bool) -> str:
+    text = clip(expr.text)
+    field = f"input field {key!r} of {label}"
+    verb = "gives" if error else "may give"
+    if found.path:
+        where = f"{key}{found.path}"
+        if found.reason == "is missing":
+            return (f"{field} needs {where!r} ({_a(found.expected)}), but {text} {verb} "
+                    "an object without it")
+        if found.reason == "is not accepted":
+            return f"{field} does not accept {where!r}, but {text} {verb} an object with it"
+        if found.reason:
+            return f"{field}: {where!r} {found.reason} in what {text} {verb}"
+        return (f"{field} must hold {_a(found.expected)} at {where!r}, but {text} {verb} "
+                f"{_a(found.got)} there")
+    if got.note and got.type is NULL_TYPE:
+        return f"{field} must be {_a(found.expected)}, but {text} is always null: {got.note}"
+    if error:
+        return f"{field} must be {_a(found.expected)}, but {text} is {_a(found.got)}"
+    return f"{field} takes {_a(found.expected)}, but {text} may be {_a(found.got)}"
+
+
+def _convert_hint(found: Misfit, want: SchemaType) -> str:
+    if not found.path:
+        if want.kinds == STRING:
+            return "read a field that holds a string, or wrap the expression in to_string(...)"
+        if want.kinds & NUMBER and not want.kinds & ~(NUMBER | NULL):
+            return "read a field that holds a number, or convert it with to_number(...)"
+        if want.kinds == ARRAY:
+            return "read a field that holds a list, or wrap the expression in to_array(...)"
+    return f"read a value that is {_a(found.expected)} there"
+
+
+def _did_you_mean(close: str | None) -> str:
+    return f"; did you mean {close!r}?" if close else ""
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    return ", ".join(names[:12]) + (", …" if len(names) > 12 else "")
+
+
+def _a(noun: str) -> str:
+    if noun.startswith(("one of", "any", "nothing", "null", "'")) or noun[:1].isdigit():
+        return noun
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
