@@ -31,10 +31,9 @@ from .schema_types import (
     STRING,
     Fuel,
     SchemaType,
-    describe,
-    describe_value,
     kind_of,
 )
+from .schema_words import describe, describe_value
 
 __all__ = ["FITS", "MAY_NOT_FIT", "NEVER_FITS", "Misfit", "check_value", "fit"]
 

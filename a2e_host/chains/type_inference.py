@@ -28,7 +28,7 @@ node's output schema, ``item`` from its map's ``items_path``; ``input.*`` is unk
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +49,6 @@ from .schema_types import (
     OutOfFuel,
     SchemaType,
     array_of,
-    describe,
     join,
     object_of,
     only,
@@ -57,10 +56,11 @@ from .schema_types import (
     type_of_value,
     without_null,
 )
+from .schema_words import describe
 
-__all__ = ["MAX_INFERENCE_STEPS", "Inferred", "field_of", "infer"]
+__all__ = ["MAX_INFERENCE_STEPS", "Inferred", "infer", "read_fields"]
 
-MAX_INFERENCE_STEPS = 20_000
+MAX_INFERENCE_STEPS = 5_000
 """Steps (syntax-tree visits and type operations) one expression's inference may take."""
 
 _MAX_VISIT_DEPTH = 256
@@ -117,9 +117,20 @@ def infer(
         return Inferred(ANY)
 
 
-def field_of(t: SchemaType, name: str, fuel: Fuel) -> SchemaType:
-    """The type of field ``name`` of a value of type ``t`` (null where there is none)."""
-    return _Walker(lambda _: ANY, fuel).field(t, name)
+def read_fields(t: SchemaType, names: Sequence[str]) -> Inferred:
+    """The type of ``v.a.b…`` (``names``) for a value ``v`` of type ``t``: the rest of a plain
+    dotted path whose start is known (``read.output`` + ``text``)."""
+    walker = _Walker(_no_root, Fuel(MAX_INFERENCE_STEPS))
+    try:
+        for name in names:
+            t = walker.field(t, name)
+    except OutOfFuel:
+        return Inferred(ANY)
+    return Inferred(t, walker.note)
+
+
+def _no_root(name: str) -> SchemaType:
+    return ANY
 
 
 class _Walker:

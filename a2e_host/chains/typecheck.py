@@ -53,31 +53,40 @@ from .schema_types import (
     NEVER,
     NULL,
     NULL_TYPE,
-    NUMBER,
     OBJECT,
     STRING,
     Fuel,
     OutOfFuel,
     SchemaType,
     array_of,
-    describe,
     join,
     object_of,
     scalar,
     schema_type,
 )
-from .type_inference import MAX_INFERENCE_STEPS, Inferred, infer
+from .schema_words import (
+    a_,
+    convert_hint,
+    describe,
+    did_you_mean,
+    listed,
+    mapped_message,
+    static_value_message,
+)
+from .type_inference import MAX_INFERENCE_STEPS, Inferred, infer, read_fields
 
 __all__ = ["MAX_CHECK_STEPS", "MAX_WARNINGS", "TypeChecks"]
 
-MAX_CHECK_STEPS = 2_000_000
-"""Steps the static checks of one validation may take in all; then the rest is left to run
-time (a chain of 10,000 typed nodes takes about 100,000)."""
+MAX_CHECK_STEPS = 100_000
+"""Steps the static checks of one validation may take in all (about 0.1 s of CPU at worst);
+then the rest is left to run time. Plain paths into outputs (``read.output.text``) take none,
+so a chain of 10,000 such nodes takes a few dozen."""
 
 MAX_WARNINGS = 100
 """Warnings one validation keeps; later ones are dropped (errors are all reported)."""
 
-_VALUE_STEPS = 20_000  # per static input value
+_VALUE_STEPS = 5_000  # per static input value (elements looked at) or fit
+_UNREAD: Any = object()
 _STATUS = SchemaType(STRING, values=frozenset(
     (STRING, status) for status in ("done", "skip", "error")))
 _BRANCH_OUTPUT = object_of({"condition": scalar(BOOLEAN), "taken": scalar(STRING)})
@@ -88,7 +97,13 @@ _PROC_OUTPUT = object_of({"exit_code": scalar(INTEGER), "stdout": scalar(STRING)
 
 @dataclass(frozen=True, slots=True)
 class _Facts:
-    """What one tool or skill declares, read once per validation."""
+    """What one tool or skill declares, read once per validation.
+
+    Attributes:
+        checks_fields: the input schema declares fields (properties, required ones, or a
+            type for any field): there is something to hold the node's input to.
+        fields: the declared property names (a set view, for a quick subset test).
+    """
 
     label: str
     input: SchemaType
@@ -96,12 +111,9 @@ class _Facts:
     types_enforced: bool
     required_enforced: bool
     names: tuple[str, ...]
-
-    @property
-    def checks_fields(self) -> bool:
-        want = self.input
-        return bool(want.kinds & OBJECT) and (
-            want.props is not None or want.extra is not None or bool(want.required))
+    checks_fields: bool
+    fields: Any
+    props: dict[str, SchemaType]
 
 
 class TypeChecks:
@@ -125,6 +137,7 @@ class TypeChecks:
         self._outputs: dict[int, SchemaType] = {}
         self._node_types: dict[int, SchemaType] = {}
         self._items: dict[int, SchemaType] = {}
+        self._fits: dict[tuple[SchemaType, SchemaType], Misfit | None] = {}
         self._suggested = 0
 
     def run(self) -> list[dict[str, Any]]:
@@ -135,10 +148,27 @@ class TypeChecks:
         """
         if self.signature_of is None or not self.v.compile_expressions:
             return self.warnings
+        by_id = self.v.by_id
+        input_maps = self.v.input_map
+        known = self._facts
         try:
             for i, node in enumerate(self.v.nodes):
-                if self.v.is_own(i):
-                    self.check_node(i, node)
+                if by_id.get(node.node_id) != i:
+                    continue  # a duplicate declaration (reported already)
+                kind = node.kind
+                if kind == "tool" or kind == "skill":
+                    facts = known.get((kind, node.name), _UNREAD)
+                    if facts is _UNREAD:
+                        facts = self.facts_of(kind, node.name)
+                    if facts is not None and facts.checks_fields:
+                        self.check_input(i, node, facts, input_maps[i])
+                        continue
+                elif kind == "map":
+                    self.check_items_path(i, node)
+                elif kind == "branch":
+                    self.check_condition(i, node)
+                for key, expr in input_maps[i]:
+                    self.check_null_read(i, node, key, expr)
         except OutOfFuel:
             pass  # the rest is left to run time
         return self.warnings
@@ -170,12 +200,16 @@ class TypeChecks:
         sig = self.signature_of(kind, name) if self.signature_of is not None else None
         if sig is not None:
             want = schema_type(sig.input_schema)
+            props = want.props or {}
             facts = _Facts(
                 label=f"{kind} {name!r}", input=want,
                 output=schema_type(sig.output_schema, closed=sig.output_enforced),
                 types_enforced=sig.input_enforced,
                 required_enforced=sig.required_enforced or sig.input_enforced,
-                names=tuple(sorted(want.props or ())),
+                names=tuple(sorted(props)),
+                checks_fields=bool(want.kinds & OBJECT) and (
+                    want.props is not None or want.extra is not None or bool(want.required)),
+                fields=props.keys(), props=dict(props),
             )
         self._facts[key] = facts
         return facts
@@ -246,7 +280,34 @@ class TypeChecks:
 
         return root_field
 
+    def read(self, expr: Expression) -> SchemaType | None:
+        """The type of ``<node>.output.a.b`` (the most common expression) straight from the
+        node's output type, when every field on the way is one the object always has;
+        else None (:meth:`infer` then)."""
+        path = expr.path
+        if path is None or len(path) < 2 or path[1] != "output":
+            return None
+        j = self.v.by_id.get(path[0])
+        if j is None:
+            return None
+        t = self._outputs.get(j) or self.output_of(j)
+        for k in range(2, len(path)):
+            name = path[k]
+            props = t.props
+            if t.kinds != OBJECT or props is None or name not in t.required \
+                    or name not in props:
+                return None
+            t = props[name]
+        return t
+
     def infer(self, expr: Expression, i: int) -> Inferred:
+        """The type of ``expr`` in node ``i``'s context."""
+        path = expr.path
+        if path is not None and len(path) >= 2 and path[1] == "output":
+            j = self.v.by_id.get(path[0])
+            if j is not None:  # from the node's output type, without a walk of the root
+                self.fuel.spend(len(path))
+                return read_fields(self._outputs.get(j) or self.output_of(j), path[2:])
         steps = min(MAX_INFERENCE_STEPS, self.fuel.left)
         fuel = Fuel(steps)
         found = infer(expr, self.root_of(i), fuel)
@@ -255,38 +316,37 @@ class TypeChecks:
 
     # ── one node ──
 
-    def check_node(self, i: int, node: ChainNode) -> None:
-        kind = node.kind
-        if kind == "map":
-            self.check_items_path(i, node)
-        elif kind == "branch":
-            self.check_condition(i, node)
-        facts = self.facts_of(kind, node.name) if kind in ("tool", "skill") else None
-        if facts is None or not facts.checks_fields:
-            for key, expr in self.v.input_map[i]:
-                self.check_null_read(i, node, key, expr)
-            return
-        self.check_fields(i, node, facts)
-        want = facts.input
-        props = want.props or {}
-        mapped = node.input_map
-        for key, value in node.input.items():
-            sub = props.get(key, want.extra)
+    def check_input(self, i: int, node: ChainNode, facts: _Facts,
+                    pairs: tuple[tuple[str, Expression], ...]) -> None:
+        """A tool or skill node's input against its schema (hot: every typed node)."""
+        static, mapped = node.input, node.input_map
+        given = static.keys() | mapped.keys()
+        if not (facts.fields >= given and facts.input.required <= given):
+            self.check_fields(i, node, facts)
+        props = facts.props
+        extra = facts.input.extra
+        for key, value in static.items():
+            sub = props.get(key, extra)
             if key not in mapped and sub is not None and sub is not NEVER:
                 self.check_static(node, key, value, sub, facts)
-        for key, expr in self.v.input_map[i]:
-            sub = props.get(key, want.extra)
-            if sub is None or sub is ANY or sub is NEVER:
-                self.check_null_read(i, node, key, expr)
-            else:
+        for key, expr in pairs:
+            sub = props.get(key, extra)
+            if sub is not None and sub is not ANY and sub is not NEVER:
                 self.check_mapped(i, node, key, expr, sub, facts)
+                continue
+            path = expr.path  # a node's whole output or a read from input: never noted
+            if path is None or not (len(path) == 1 or path[0] == "input"
+                                    or (len(path) == 2 and path[1] == "output")):
+                self.check_null_read(i, node, key, expr)
 
     def check_fields(self, i: int, node: ChainNode, facts: _Facts) -> None:
         """Required fields given, no unknown field (a typo of a missing one said so)."""
         want = facts.input
-        props = want.props or {}
         static, mapped = node.input, node.input_map
-        missing = [r for r in sorted(want.required) if r not in static and r not in mapped]
+        props = facts.props
+        missing = sorted(r for r in want.required if r not in static and r not in mapped)
+        if not missing and want.extra is not NEVER and len(self.warnings) >= MAX_WARNINGS:
+            return  # only warnings could follow, and no more are kept
         nid = node.node_id
         label = facts.label
         unknown = [k for k in (*static, *(k for k in mapped if k not in static))
@@ -305,73 +365,75 @@ class TypeChecks:
             if want.extra is NEVER:
                 close = self.closest(key, facts.names)
                 self.report(facts.types_enforced, nid, field,
-                            f"{label} has no input field {key!r}"
-                            f"{_did_you_mean(close)} and refuses unknown fields",
+                            f"{label} refuses unknown input fields and has no field {key!r}"
+                            f"{did_you_mean(close)}",
                             f"rename it to {close!r}" if close else
-                            f"remove it; the fields are: {_listed(facts.names)}")
-            elif want.extra is None and facts.names:
+                            f"remove it; the fields are: {listed(facts.names)}")
+            elif want.extra is None and facts.names and len(self.warnings) < MAX_WARNINGS:
                 close = self.closest(key, facts.names)
                 fate = "it is ignored" if facts.types_enforced else "it may be ignored"
                 self.report(False, nid, field,
-                            f"{label} declares no input field {key!r}"
-                            f"{_did_you_mean(close)}; {fate}",
+                            f"{label} declares no input field {key!r}, so {fate}"
+                            f"{did_you_mean(close)}",
                             f"rename it to {close!r}" if close else
-                            f"remove it; the fields are: {_listed(facts.names)}")
+                            f"remove it; the fields are: {listed(facts.names)}")
         for name in missing:
             expected = describe(props.get(name, ANY))
             self.report(facts.required_enforced, nid, f"input.{name}",
                         f"{label} requires input field {name!r}, which neither input nor "
                         "input_map gives",
-                        f"add {name!r} to input ({_a(expected)}) or to input_map (an "
+                        f"add {name!r} to input ({a_(expected)}) or to input_map (an "
                         "expression giving one)", expected=expected, inferred="nothing")
 
     def check_static(self, node: ChainNode, key: str, value: Any, want: SchemaType,
                      facts: _Facts) -> None:
+        steps = min(_VALUE_STEPS, self.fuel.left)
+        fuel = Fuel(steps)
         try:
-            found = check_value(value, want, Fuel(min(_VALUE_STEPS, self.fuel.left)))
+            found = check_value(value, want, fuel)
         except OutOfFuel:
             return
         finally:
-            self.fuel.spend(16)
+            self.fuel.spend(steps - max(fuel.left, 0) + 1)
         if found is None:
             return
-        where = f"{key}{found.path}"
-        label = facts.label
-        if found.reason == "is missing":
-            message = (f"input field {where!r} of {label} is missing; it must be "
-                       f"{_a(found.expected)}")
-            hint = f"add {where} to input"
-        elif found.reason == "is not accepted":
-            message = (f"input field {where!r} of {label} is not accepted: the object "
-                       "there has no such field")
-            hint = f"remove {where} from input"
-        elif found.reason:
-            message = f"input field {where!r} of {label} {found.reason}: input gives {found.got}"
-            hint = f"change input.{where} to a value {label} accepts"
-        else:
-            message = (f"input field {where!r} of {label} must be {_a(found.expected)}, but "
-                       f"input gives {found.got}")
-            hint = f"change input.{where} to {_a(found.expected)}"
+        message, hint = static_value_message(key, facts.label, found)
         self.report(facts.types_enforced, node.node_id, f"input.{key}", message, hint,
                     expected=found.expected, inferred=found.got)
 
     def check_mapped(self, i: int, node: ChainNode, key: str, expr: Expression,
                      want: SchemaType, facts: _Facts) -> None:
-        got = self.infer(expr, i)
-        try:
-            found = fit(got.type, want, Fuel(min(_VALUE_STEPS, self.fuel.left)))
-        except OutOfFuel:
-            return
-        finally:
-            self.fuel.spend(16)
+        t = self.read(expr)
+        got = None
+        if t is None:
+            got = self.infer(expr, i)
+            t = got.type
+        known = self._fits.get((t, want), _UNREAD)  # types hash by identity
+        if known is not _UNREAD:
+            found = known
+        else:
+            steps = min(_VALUE_STEPS, self.fuel.left)
+            fuel = Fuel(steps)
+            try:
+                found = fit(t, want, fuel)
+            except OutOfFuel:
+                return
+            finally:
+                self.fuel.spend(steps - max(fuel.left, 0) + 1)
+            self._fits[(t, want)] = found
+        if got is None:
+            if found is None:
+                return
+            got = Inferred(t)
         if found is None:
             if got.note and got.type is NULL_TYPE:
                 self.check_null_read(i, node, key, expr, got)
             return
         error = found.verdict == NEVER_FITS
         self.report(error and facts.types_enforced, node.node_id, f"input_map.{key}",
-                    _mapped_message(key, facts.label, expr, found, got, error),
-                    _convert_hint(found, want), expected=found.expected, inferred=found.got)
+                    mapped_message(key, facts.label, expr.text, found,
+                                   got.note if got.type is NULL_TYPE else "", error),
+                    convert_hint(found, want), expected=found.expected, inferred=found.got)
 
     def check_null_read(self, i: int, node: ChainNode, key: str, expr: Expression,
                         got: Inferred | None = None) -> None:
@@ -390,7 +452,7 @@ class TypeChecks:
         if t.kinds == 0 or t.kinds == ALL:
             return
         shown = f"is always null: {got.note}" if got.note and t is NULL_TYPE \
-            else f"is {_a(describe(t))}"
+            else f"is {a_(describe(t))}"
         hint = ("point items_path at a list (e.g. read.output.lines), or wrap the value in "
                 "to_array(...)")
         if not t.kinds & ARRAY:
@@ -399,7 +461,7 @@ class TypeChecks:
                         expected="array", inferred=describe(t))
         elif t.kinds & ~(ARRAY | NULL):
             self.report(False, node.node_id, "items_path", f"items_path {clip(expr.text)} "
-                        f"may be {_a(describe(t))}; a map needs a list", hint,
+                        f"may be {a_(describe(t))}; a map needs a list", hint,
                         expected="array", inferred=describe(t))
 
     def check_condition(self, i: int, node: ChainNode) -> None:
@@ -412,51 +474,3 @@ class TypeChecks:
                         f"condition {clip(expr.text)} is always null, so the branch always "
                         f"takes false_node: {got.note}", "read a field the value has",
                         expected="any", inferred="null")
-
-
-def _mapped_message(key: str, label: str, expr: Expression, found: Misfit, got: Inferred,
-                    error: bool) -> str:
-    text = clip(expr.text)
-    field = f"input field {key!r} of {label}"
-    verb = "gives" if error else "may give"
-    if found.path:
-        where = f"{key}{found.path}"
-        if found.reason == "is missing":
-            return (f"{field} needs {where!r} ({_a(found.expected)}), but {text} {verb} "
-                    "an object without it")
-        if found.reason == "is not accepted":
-            return f"{field} does not accept {where!r}, but {text} {verb} an object with it"
-        if found.reason:
-            return f"{field}: {where!r} {found.reason} in what {text} {verb}"
-        return (f"{field} must hold {_a(found.expected)} at {where!r}, but {text} {verb} "
-                f"{_a(found.got)} there")
-    if got.note and got.type is NULL_TYPE:
-        return f"{field} must be {_a(found.expected)}, but {text} is always null: {got.note}"
-    if error:
-        return f"{field} must be {_a(found.expected)}, but {text} is {_a(found.got)}"
-    return f"{field} takes {_a(found.expected)}, but {text} may be {_a(found.got)}"
-
-
-def _convert_hint(found: Misfit, want: SchemaType) -> str:
-    if not found.path:
-        if want.kinds == STRING:
-            return "read a field that holds a string, or wrap the expression in to_string(...)"
-        if want.kinds & NUMBER and not want.kinds & ~(NUMBER | NULL):
-            return "read a field that holds a number, or convert it with to_number(...)"
-        if want.kinds == ARRAY:
-            return "read a field that holds a list, or wrap the expression in to_array(...)"
-    return f"read a value that is {_a(found.expected)} there"
-
-
-def _did_you_mean(close: str | None) -> str:
-    return f"; did you mean {close!r}?" if close else ""
-
-
-def _listed(names: tuple[str, ...]) -> str:
-    return ", ".join(names[:12]) + (", …" if len(names) > 12 else "")
-
-
-def _a(noun: str) -> str:
-    if noun.startswith(("one of", "any", "nothing", "null", "'")) or noun[:1].isdigit():
-        return noun
-    return ("an " if noun[:1] in "aeiou" else "a ") + noun

@@ -1,0 +1,181 @@
+"""Types and static-check findings in words: a problem's ``expected``, ``inferred``,
+``message`` and ``hint``.
+
+Layer: core (pure). Source: PROTOCOL.md §4 (static checks): the words are the JSON kinds
+(``null``, ``boolean``, ``integer``, ``number``, ``float``, ``string``, ``array``,
+``object``), joined with ``or``; ``array of …``, ``object with fields …``, ``one of …``
+for enums and literals, ``any`` for what is not known.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .expressions import clip
+from .schema_types import (
+    ALL,
+    ARRAY,
+    BOOLEAN,
+    FLOAT,
+    INTEGER,
+    NULL,
+    NUMBER,
+    OBJECT,
+    STRING,
+    SchemaType,
+    kind_of,
+    scalar,
+)
+
+if TYPE_CHECKING:
+    from .schema_fit import Misfit
+
+__all__ = [
+    "a_",
+    "convert_hint",
+    "describe",
+    "describe_value",
+    "did_you_mean",
+    "listed",
+    "mapped_message",
+    "static_value_message",
+]
+
+_WIDTH = 100
+
+
+def describe(t: SchemaType, depth: int = 2) -> str:
+    """``t`` in words for a problem's ``expected`` / ``inferred``: ``"integer"``,
+    ``"string or null"``, ``"array of string"``, ``"object with fields a, b"``,
+    ``"one of 'x', 'y'"``, ``"any"``; at most about 100 characters."""
+    text = _describe(t, depth)
+    return text if len(text) <= _WIDTH else text[: _WIDTH - 1] + "…"
+
+
+def _describe(t: SchemaType, depth: int) -> str:
+    if t.kinds == ALL:
+        return "any"
+    if t.kinds == 0:
+        return "nothing"
+    if t.values is not None and len(t.values) == 1:
+        return describe_value(next(iter(t.values))[1])
+    if t.values is not None and 0 < len(t.values) <= 6:
+        return "one of " + ", ".join(sorted(_literal(v) for _, v in t.values))
+    words = []
+    kinds = t.kinds
+    if kinds & NUMBER == NUMBER:
+        words.append("number")
+    elif kinds & INTEGER:
+        words.append("integer")
+    elif kinds & FLOAT:
+        words.append("float")
+    if kinds & STRING:
+        words.append("string")
+    if kinds & BOOLEAN:
+        words.append("boolean")
+    if kinds & ARRAY:
+        inner = t.items
+        if inner is not None and inner.kinds != ALL and depth > 0:
+            part = _describe(inner, depth - 1)
+            words.append(f"array of ({part})" if " or " in part else f"array of {part}")
+        else:
+            words.append("array")
+    if kinds & OBJECT:
+        if t.props and depth > 0:
+            names = sorted(t.props)
+            listed = ", ".join(names[:5]) + (", …" if len(names) > 5 else "")
+            words.append(f"object with fields {listed}")
+        else:
+            words.append("object")
+    if kinds & NULL:
+        words.append("null")
+    return " or ".join(words)
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value if len(value) <= 24 else value[:24] + "…")
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+def describe_value(value: Any) -> str:
+    """A literal in words: its kind and, for a scalar, the value (``"string 'one'"``)."""
+    kind = kind_of(value)
+    if kind & (ARRAY | OBJECT) or kind == ALL:
+        return _describe(scalar(kind), 0)
+    if kind == NULL:
+        return "null"
+    return f"{_describe(scalar(kind), 0)} {_literal(value)}"
+
+
+# ── findings ──
+
+
+def static_value_message(key: str, label: str, found: Misfit) -> tuple[str, str]:
+    """The message and hint of a static ``input`` value that does not fit its field."""
+    where = f"{key}{found.path}"
+    if found.reason == "is missing":
+        return (f"input field {where!r} of {label} is missing; it must be "
+                f"{a_(found.expected)}", f"add {where} to input")
+    if found.reason == "is not accepted":
+        return (f"input field {where!r} of {label} is not accepted: the object there has no "
+                "such field", f"remove {where} from input")
+    if found.reason:
+        return (f"input field {where!r} of {label} {found.reason}: input gives {found.got}",
+                f"change input.{where} to a value {label} accepts")
+    return (f"input field {where!r} of {label} must be {a_(found.expected)}, but input gives "
+            f"{found.got}", f"change input.{where} to {a_(found.expected)}")
+
+
+def mapped_message(key: str, label: str, text: str, found: Misfit, null_note: str,
+                   error: bool) -> str:
+    """The message of an ``input_map`` expression that does not (or may not) fit its field;
+    ``null_note`` says why the expression is always null, when it is."""
+    text = clip(text)
+    field = f"input field {key!r} of {label}"
+    verb = "gives" if error else "may give"
+    if found.path:
+        where = f"{key}{found.path}"
+        if found.reason == "is missing":
+            return (f"{field} needs {where!r} ({a_(found.expected)}), but {text} {verb} "
+                    "an object without it")
+        if found.reason == "is not accepted":
+            return f"{field} does not accept {where!r}, but {text} {verb} an object with it"
+        if found.reason:
+            return f"{field}: {where!r} {found.reason} in what {text} {verb}"
+        return (f"{field} must hold {a_(found.expected)} at {where!r}, but {text} {verb} "
+                f"{a_(found.got)} there")
+    if null_note:
+        return f"{field} must be {a_(found.expected)}, but {text} is always null: {null_note}"
+    if error:
+        return f"{field} must be {a_(found.expected)}, but {text} is {a_(found.got)}"
+    return f"{field} takes {a_(found.expected)}, but {text} may be {a_(found.got)}"
+
+
+def convert_hint(found: Misfit, want: SchemaType) -> str:
+    if not found.path:
+        if want.kinds == STRING:
+            return "read a field that holds a string, or wrap the expression in to_string(...)"
+        if want.kinds & NUMBER and not want.kinds & ~(NUMBER | NULL):
+            return "read a field that holds a number, or convert it with to_number(...)"
+        if want.kinds == ARRAY:
+            return "read a field that holds a list, or wrap the expression in to_array(...)"
+    return f"read a value that is {a_(found.expected)} there"
+
+
+def did_you_mean(close: str | None) -> str:
+    return f"; did you mean {close!r}?" if close else ""
+
+
+def listed(names: tuple[str, ...]) -> str:
+    return ", ".join(names[:12]) + (", …" if len(names) > 12 else "")
+
+
+def a_(noun: str) -> str:
+    if noun.startswith(("one of", "any", "nothing", "null", "'")) or noun[:1].isdigit():
+        return noun
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
