@@ -32,6 +32,7 @@ from .schema_types import (
     Fuel,
     SchemaType,
     kind_of,
+    may_be_a_tag,
 )
 from .schema_words import describe, describe_value
 
@@ -98,7 +99,7 @@ def check_value(value: Any, want: SchemaType, fuel: Fuel, path: str = "") -> Mis
 
 def _check_object(value: dict[str, Any], want: SchemaType, fuel: Fuel, path: str) -> Misfit | None:
     for name in sorted(want.required):
-        if name not in value:
+        if name not in value and not may_be_a_tag(_prop(want, name)):
             return Misfit(NEVER_FITS, f"{path}.{name}", describe(_prop(want, name)), "nothing",
                           "is missing")
     props = want.props
@@ -223,7 +224,8 @@ def _fit_object(got: SchemaType, want: SchemaType, fuel: Fuel, path: str) -> Mis
                 worst = worst or Misfit(MAY_NOT_FIT, f"{path}.{name}", describe(
                     _prop(want, name)), describe(got.props[name]), "may be missing")
             continue
-        verdict = NEVER_FITS if got.extra is NEVER else MAY_NOT_FIT
+        sure = got.extra is NEVER and not may_be_a_tag(_prop(want, name))
+        verdict = NEVER_FITS if sure else MAY_NOT_FIT
         found = Misfit(verdict, f"{path}.{name}", describe(_prop(want, name)), "nothing",
                        "is missing")
         if verdict == NEVER_FITS:

@@ -57,6 +57,7 @@ __all__ = [
     "array_of",
     "join",
     "kind_of",
+    "may_be_a_tag",
     "object_of",
     "only",
     "scalar",
@@ -206,6 +207,13 @@ def only(t: SchemaType, kinds: int) -> SchemaType:
         return NEVER
     values = None if t.values is None else frozenset(v for v in t.values if v[0] & left)
     return _make(left, t.items, t.props, t.required, t.extra, values, t.bounds)
+
+
+def may_be_a_tag(t: SchemaType | None) -> bool:
+    """Whether a required property of type ``t`` may be a msgspec tag field (a single
+    allowed value), which msgspec fills in when it is missing: it is then not surely
+    required."""
+    return t is not None and t.values is not None and len(t.values) == 1
 
 
 def kind_of(value: Any) -> int:
@@ -371,6 +379,8 @@ class _SchemaReader:
 
     def own_type(self, s: Mapping[str, Any], depth: int) -> SchemaType:
         kinds = _kinds_of_type(s.get("type"))
+        if kinds & STRING and s.get("format") == "decimal":
+            kinds |= NUMBER  # msgspec converts numbers to a Decimal too
         values = None
         if "const" in s:
             values = _values_of([s["const"]])

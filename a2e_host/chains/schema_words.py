@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .schema_fit import Misfit
 
 __all__ = [
+    "FIX_THE_PATH",
     "a_",
     "convert_hint",
     "describe",
@@ -114,6 +115,9 @@ def describe_value(value: Any) -> str:
 
 # ── findings ──
 
+FIX_THE_PATH = "fix the path to read a field that exists there (the message says what is there)"
+"""The hint of a read that is always null."""
+
 
 def static_value_message(key: str, label: str, found: Misfit) -> tuple[str, str]:
     """The message and hint of a static ``input`` value that does not fit its field."""
@@ -156,7 +160,11 @@ def mapped_message(key: str, label: str, text: str, found: Misfit, null_note: st
     return f"{field} takes {a_(found.expected)}, but {text} may be {a_(found.got)}"
 
 
-def convert_hint(found: Misfit, want: SchemaType) -> str:
+def convert_hint(found: Misfit, want: SchemaType, always_null: bool = False) -> str:
+    """How to fix an ``input_map`` expression that does not fit: read another field, or
+    convert the value."""
+    if always_null:
+        return FIX_THE_PATH
     if not found.path:
         if want.kinds == STRING:
             return "read a field that holds a string, or wrap the expression in to_string(...)"

@@ -60,11 +60,13 @@ from .schema_types import (
     SchemaType,
     array_of,
     join,
+    may_be_a_tag,
     object_of,
     scalar,
     schema_type,
 )
 from .schema_words import (
+    FIX_THE_PATH,
     a_,
     convert_hint,
     describe,
@@ -356,7 +358,8 @@ class TypeChecks:
             close = self.closest(key, missing) if missing else None
             if close is not None:
                 missing.remove(close)
-                self.report(facts.required_enforced, nid, field,
+                sure = facts.required_enforced and not may_be_a_tag(props.get(close))
+                self.report(sure, nid, field,
                             f"{label} has no input field {key!r}; did you mean {close!r}? "
                             f"({close!r} is required and nothing gives it)",
                             f"rename {key!r} to {close!r}",
@@ -379,7 +382,8 @@ class TypeChecks:
                             f"remove it; the fields are: {listed(facts.names)}")
         for name in missing:
             expected = describe(props.get(name, ANY))
-            self.report(facts.required_enforced, nid, f"input.{name}",
+            sure = facts.required_enforced and not may_be_a_tag(props.get(name))
+            self.report(sure, nid, f"input.{name}",
                         f"{label} requires input field {name!r}, which neither input nor "
                         "input_map gives",
                         f"add {name!r} to input ({a_(expected)}) or to input_map (an "
@@ -433,7 +437,8 @@ class TypeChecks:
         self.report(error and facts.types_enforced, node.node_id, f"input_map.{key}",
                     mapped_message(key, facts.label, expr.text, found,
                                    got.note if got.type is NULL_TYPE else "", error),
-                    convert_hint(found, want), expected=found.expected, inferred=found.got)
+                    convert_hint(found, want, bool(got.note) and got.type is NULL_TYPE),
+                    expected=found.expected, inferred=found.got)
 
     def check_null_read(self, i: int, node: ChainNode, key: str, expr: Expression,
                         got: Inferred | None = None) -> None:
@@ -441,7 +446,8 @@ class TypeChecks:
         if got.note and got.type is NULL_TYPE:
             self.report(False, node.node_id, f"input_map.{key}",
                         f"{clip(expr.text)} is always null: {got.note}",
-                        "read a field the value has", expected="any", inferred="null")
+                        FIX_THE_PATH,
+                        expected="any", inferred="null")
 
     def check_items_path(self, i: int, node: ChainNode) -> None:
         expr = self.v.exprs["items_path"][i]
@@ -472,5 +478,6 @@ class TypeChecks:
         if got.note and got.type is NULL_TYPE:
             self.report(False, node.node_id, "condition",
                         f"condition {clip(expr.text)} is always null, so the branch always "
-                        f"takes false_node: {got.note}", "read a field the value has",
+                        f"takes false_node: {got.note}",
+                        FIX_THE_PATH,
                         expected="any", inferred="null")

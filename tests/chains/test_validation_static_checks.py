@@ -3,6 +3,7 @@ time (PROTOCOL.md §4 static checks; DECISIONS.md "Static checks")."""
 
 from __future__ import annotations
 
+import decimal
 import json
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,15 @@ from tests.support.chains import FakeCatalog
 class Strict(msgspec.Struct, forbid_unknown_fields=True):
     name: str
     count: int = 1
+
+
+class Tagged(msgspec.Struct, tag="point"):
+    x: int
+
+
+class Priced(msgspec.Struct):
+    price: decimal.Decimal
+    where: Tagged
 
 
 class Point(msgspec.Struct):
@@ -57,7 +67,8 @@ def extra_tools() -> list[Tool]:
     loose = Tool("loose", described)  # any object in, schema only described
     loose.input_schema = {"type": "object", "properties": {"ms": {"type": "number"}},
                           "required": ["ms"]}
-    return [Tool("strict", strict_tool, input_type=Strict), make_point, span, loose]
+    return [Tool("strict", strict_tool, input_type=Strict), make_point, span, loose,
+            Tool("priced", described, input_type=Priced)]
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +221,18 @@ def test_warnings_are_capped_and_errors_are_not(toolbox: Toolbox) -> None:
 
 
 # ── left to run time ──
+
+
+def test_what_msgspec_accepts_beyond_the_schema_is_not_refused(toolbox: Toolbox) -> None:
+    # a Decimal's schema is a string, but numbers convert too; a tag field may be left out
+    plan = check(toolbox, {"node_id": "p", "name": "priced",
+                           "input": {"price": 1.5, "where": {"x": 1}}})
+    assert plan.warnings == ()
+    plan = check(toolbox, {"node_id": "p", "name": "priced",
+                           "input_map": {"price": "`2`", "where": "{x: `1`}"}})
+    assert [(w["field"], w["message"]) for w in plan.warnings] == [(
+        "input_map.where", "input field 'where' of tool 'priced' needs 'where.type' "
+        "(a string 'point'), but '{x: `1`}' may give an object without it")]
 
 
 def test_what_is_read_from_input_is_left_to_run_time(toolbox: Toolbox) -> None:
