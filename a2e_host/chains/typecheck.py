@@ -33,7 +33,7 @@ and per validation per tool.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, KeysView
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,7 +114,7 @@ class _Facts:
     required_enforced: bool
     names: tuple[str, ...]
     checks_fields: bool
-    fields: Any
+    fields: KeysView[str]
     props: dict[str, SchemaType]
 
 
