@@ -60,6 +60,13 @@ import jmespath.exceptions
 import structlog
 
 from ..codec import json_kind
+from ..errors import (
+    ChainFailure,
+    cancelled_failure,
+    chain_failure_of,
+    failure_message_of,
+    timeout_failure,
+)
 from ..exceptions import ChainError, ChainLimitExceeded, NodeError
 from ..limits import Limits, SessionLimits
 from ..messages import Message
@@ -200,7 +207,7 @@ class RunResult:
     outputs: dict[str, Any]
     final_output: Any
     nodes_run: int
-    error: dict[str, Any] | None
+    error: ChainFailure | None
 
 
 @dataclass(slots=True)
@@ -880,7 +887,7 @@ class ChainRunner:
         if failure:
             self._release(kept)  # the items' outputs are dropped with the map's failure
             i, exc = failure[0]
-            message = exc.message if isinstance(exc, ChainError) else f"{type(exc).__name__}: {exc}"
+            message = failure_message_of(exc)
             own = isinstance(exc, ChainLimitExceeded) and exc.node_id == pnode.node_id
             if own or isinstance(exc, ChainLimitExceeded) or _exhausts_request(exc):
                 # a ceiling refused (the map's own, a request-wide one, or an item's
@@ -926,7 +933,7 @@ class ChainRunner:
                 self._terminal_error(shown, "cancelled: another item of the map failed")
             raise
         except Exception as exc:  # noqa: BLE001
-            msg = exc.message if isinstance(exc, ChainError) else f"{type(exc).__name__}: {exc}"
+            msg = failure_message_of(exc)
             if not isinstance(exc, ChainError):
                 self.log.warning("tool raised", node_id=shown, exc_info=exc)
             self._terminal_error(shown, msg)
@@ -983,11 +990,12 @@ class ChainRunner:
                 # only the final output outlives the sub-chain (kept as this node's)
                 self._budget.output_bytes -= child._kept
             if not result.success:
-                err = result.error or {}
+                err = result.error
+                assert err is not None
                 raise ChainError(
-                    f"skill {skill_name!r} failed: {err.get('message', 'unknown error')}",
-                    code=err.get("code", "chain_node_error"),
-                    details=err.get("details") or {},
+                    f"skill {skill_name!r} failed: {err.message}",
+                    code=err.code,
+                    details=err.details,
                 )
             return result.final_output
 
@@ -1030,30 +1038,17 @@ class ChainRunner:
 
     def _result(self) -> RunResult:
         reason = self._end_reason
-        error: dict[str, Any] | None = None
+        error: ChainFailure | None = None
         if reason == "abort" and self._abort is not None:
-            error = self._error_dict(self._abort)
+            error = self._error_of(self._abort)
         elif reason == "timeout":
-            error = {
-                "code": "timeout",
-                "message": f"the chain did not finish within its timeout of "
-                f"{self.plan.timeout:g} s",
-                "node_id": "",
-                "retryable": True,
-                "details": {"timeout": self.plan.timeout},
-            }
+            error = timeout_failure(self.plan.timeout)
         elif reason == "cancelled":
-            error = {
-                "code": "cancelled",
-                "message": "the chain was cancelled before it finished",
-                "node_id": "",
-                "retryable": False,
-                "details": {},
-            }
+            error = cancelled_failure()
         else:
             unhandled = [f for f in self._failures if not self._is_handled(f)]
             if unhandled:
-                error = self._error_dict(unhandled[0])
+                error = self._error_of(unhandled[0])
         state = self._state
         final = None
         for t in reversed(self.plan.terminals):
@@ -1070,25 +1065,24 @@ class ChainRunner:
             return self._state.status[pnode.handler_index] == NodeStatus.DONE
         return False
 
-    def _error_dict(self, failure: _Failure) -> dict[str, Any]:
+    def _error_of(self, failure: _Failure) -> ChainFailure:
         node_id = self.plan.nodes[failure.node_index].node_id
         message = failure.message
         if repr(self.prefix + node_id) not in message:
             message = f"node {self.prefix + node_id!r} failed: {message}"
-        return {
-            "code": failure.code,
-            "message": message,
-            "node_id": node_id,
-            "retryable": failure.retryable,
-            "details": failure.details,
-        }
+        return ChainFailure(
+            code=failure.code,
+            message=message,
+            node_id=node_id,
+            retryable=failure.retryable,
+            details=failure.details,
+        )
 
     def _failure_of(self, index: int, exc: BaseException, shown: str) -> _Failure:
-        if isinstance(exc, ChainError):
-            code = exc.code if exc.code in ("chain_limit",) else "chain_node_error"
-            return _Failure(index, code, exc.message, dict(exc.details), exc.retryable)
-        self.log.warning("node raised", node_id=shown, exc_info=exc)
-        return _Failure(index, "chain_node_error", f"{type(exc).__name__}: {exc}", {}, False)
+        if not isinstance(exc, ChainError):
+            self.log.warning("node raised", node_id=shown, exc_info=exc)
+        f = chain_failure_of(exc, node_id=self.plan.nodes[index].node_id)
+        return _Failure(index, f.code, f.message, f.details, f.retryable)
 
     def _send_response(self, result: RunResult, started: float) -> ChainResponse:
         request = self.plan.request

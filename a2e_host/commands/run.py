@@ -58,6 +58,7 @@ import msgspec
 
 from ..chains.messages import ChainEvent, ChainRequest, ChainResponse, chain_codec
 from ..codec import encode_message
+from ..errors import ChainFailure, cancelled_failure
 from ..exceptions import A2EError
 
 __all__ = [
@@ -226,7 +227,7 @@ def run_main(
         return EXIT_FAILED
     if response.success:
         return EXIT_OK
-    code = (response.error or {}).get("code", "")
+    code = response.error.code if response.error is not None else ""
     return EXIT_USAGE if code in INVALID_CODES and response.nodes_run == 0 else EXIT_FAILED
 
 
@@ -298,14 +299,9 @@ async def _run(
             req_id=request.id,
             chain_id=request.chain_id,
             success=False,
-            error={
-                "code": "cancelled",
-                "message": "the run was interrupted and the connection closed before the "
-                "host answered",
-                "node_id": "",
-                "retryable": False,
-                "details": {},
-            },
+            error=cancelled_failure(
+                "the run was interrupted and the connection closed before the host answered"
+            ),
         )
     try:
         display.response(response)
@@ -379,8 +375,8 @@ class _Hints:
         raise a ceiling that refused the chain."""
         from .common import problem_hint, refusal_hint
 
-        error = response.error or {}
-        details = error.get("details") or {}
+        error = response.error
+        details = error.details if error is not None else {}
         lines: list[str] = []
         problems = details.get("errors") or []
         for problem in problems:
@@ -391,7 +387,7 @@ class _Hints:
             fix = problem_hint(problem, node_kinds=self.node_kinds,
                                allow_proc=self.allow_proc)
             lines.append(f"{line} (fix: {fix})" if fix else line)
-        if not problems and error.get("code") == "chain_limit":
+        if not problems and error is not None and error.code == "chain_limit":
             fix = refusal_hint(details)
             if fix:
                 lines.append(f"  - fix: {fix}")
@@ -455,10 +451,9 @@ def _pretty(value: Any) -> str:
 
 
 def _failure_summary(response: ChainResponse) -> str:
-    err = response.error or {}
-    where = f" at node {err.get('node_id')!r}" if err.get("node_id") else ""
-    return (f"chain {response.chain_id} failed ({err.get('code', 'error')}){where}: "
-            f"{err.get('message', '')}")
+    err = response.error or ChainFailure(code="error")
+    where = f" at node {err.node_id!r}" if err.node_id else ""
+    return f"chain {response.chain_id} failed ({err.code}){where}: {err.message}"
 
 
 def _print_failure(
