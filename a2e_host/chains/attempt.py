@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = ["KindRunner", "execute", "run_attempt", "run_branch"]
 
+_DONE, _FAILED = OutcomeKind.DONE, OutcomeKind.FAILED  # enum lookups cost ~0.1 µs each
+
 KindRunner = Callable[
     ["ChainRunner", str, PlanNode, ContextView], Awaitable[tuple[Any, int | None]]
 ]
@@ -81,8 +83,6 @@ async def run_attempt(
         run.node_started(pnode.index)
     run.running[shown] = False
     run.events.send(shown, "start")
-    log = run.log
-    log.debug("node started", node_id=shown, kind=pnode.kind)
     budget = run.budget
     node_id = pnode.node_id
     kind = pnode.kind
@@ -96,25 +96,24 @@ async def run_attempt(
                 size = await budget.keep_large_output(output, shown, node_id)
     except anyio.get_cancelled_exc_class():
         run.terminal_error(shown, run.cancel_message(item=item))
-        log.debug("node cancelled", node_id=shown)
+        run.log.debug("node cancelled", node_id=shown)
         raise
     except Exception as exc:  # noqa: BLE001 — every node failure becomes data
         failure = chain_failure_of(exc, node_id=node_id)
         if not isinstance(exc, ChainError):
-            log.warning("node raised", node_id=shown, exc_info=exc)
+            run.log.warning("node raised", node_id=shown, exc_info=exc)
         run.terminal_error(shown, failure.message)
-        log.debug("node failed", node_id=shown, code=failure.code, on_error=pnode.on_error,
-                  error=failure.message)
-        return Outcome(OutcomeKind.FAILED, error=exc, failure=failure)
-    if run.interrupted:
+        run.log.debug("node failed", node_id=shown, code=failure.code,
+                      on_error=pnode.on_error, error=failure.message)
+        return Outcome(_FAILED, error=exc, failure=failure)
+    if run.end is not None and run.interrupted:
         # the run ended while this ran: its result is never applied
         budget.release(size)
         run.terminal_error(shown, run.cancel_message(item=item))
         return LATE
     run.running[shown] = True
-    log.debug("node done", node_id=shown)
     run.events.send(shown, "done", output=output)
-    return Outcome(OutcomeKind.DONE, output, size, taken)
+    return Outcome(_DONE, output, size, taken)
 
 
 async def execute(

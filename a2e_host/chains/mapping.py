@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["run_map"]
 
 _YIELD_EVERY = 64  # items an item worker runs before it yields to the event loop
+_DONE = OutcomeKind.DONE  # an enum lookup costs ~0.1 µs; this one runs per item
 
 
 async def run_map(
@@ -100,7 +101,7 @@ async def run_map(
             outcome = await run_attempt(
                 run, f"{prefix}{i}]", template, ContextView(shared, own), item=True
             )
-            if outcome.kind is OutcomeKind.DONE:
+            if outcome.kind is _DONE:
                 results[i] = outcome.output
                 kept += outcome.size
                 out_size += outcome.size

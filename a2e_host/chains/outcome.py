@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -81,8 +81,9 @@ class OutcomeKind(enum.Enum):
     LATE = "late"
 
 
-class Outcome(NamedTuple):
-    """One attempt's outcome (see :class:`OutcomeKind`).
+class Outcome(msgspec.Struct, frozen=True):
+    """One attempt's outcome (see :class:`OutcomeKind`). A Struct: one is built per node
+    and map item, and a Struct is built several times faster than a named tuple.
 
     Attributes:
         kind: what it came to.
@@ -106,7 +107,7 @@ NOT_STARTED = Outcome(OutcomeKind.NOT_STARTED)
 LATE = Outcome(OutcomeKind.LATE)
 
 
-class NodeFailure(NamedTuple):
+class NodeFailure(msgspec.Struct, frozen=True):
     """A declared node's failure, kept until the run ends: its plan index and the failure
     (``failure.message`` as the node's ``error`` event showed it)."""
 

@@ -81,6 +81,7 @@ __all__ = ["ChainRunner", "EndReason", "Emit", "KIND_RUNNERS", "RunConfig", "Run
 
 _GRACE = 0.25  # seconds running nodes get to wind down after a cancel before we move on
 _log = structlog.get_logger("a2e_host.scheduler")
+_DONE, _FAILED = OutcomeKind.DONE, OutcomeKind.FAILED  # enum lookups cost ~0.1 µs each
 
 KIND_RUNNERS: Mapping[str, KindRunner] = {"branch": run_branch, "map": run_map}
 """How a started node of a control kind runs; every other kind runs through its executor
@@ -358,12 +359,12 @@ class ChainRunner:
             self, self.prefix + node_id, pnode, self._node_context(index)
         )
         kind = outcome.kind
-        if kind is OutcomeKind.DONE:
+        if kind is _DONE:
             self.outputs[node_id] = outcome.output
             self.context[node_id] = {"output": outcome.output, "status": "done"}
             ready, skipped = self._state.node_done(index, outcome.taken)
             self._after(ready, skipped)
-        elif kind is OutcomeKind.FAILED and not self.interrupted:
+        elif kind is _FAILED and not self.interrupted:
             assert outcome.failure is not None
             self._node_failed(index, pnode, outcome.failure)
 
