@@ -70,7 +70,8 @@ async def run_attempt(
         has been sent.
 
     Raises:
-        The cancellation exception, after its ``error`` event; nothing else.
+        anyio's cancellation exception: re-raised after the ``error`` event; no other
+        exception escapes (a failure is an Outcome).
     """
     if run.end is not None:
         return NOT_STARTED
