@@ -44,6 +44,7 @@ from a2e_host.chains.scheduler import ChainRunner
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.chains.validation import ChainPlan, expression_chars, validate_chain
 from a2e_host.config import HostConfig
+from a2e_host.errors import ChainFailure, chain_failure_of
 from a2e_host.exceptions import (
     Busy,
     ChainInvalid,
@@ -250,7 +251,7 @@ class ChainPlugin(Plugin):
                 success=response.success,
                 nodes_run=response.nodes_run,
                 duration_ms=response.duration_ms,
-                code=(response.error or {}).get("code", ""),
+                code=response.error.code if response.error is not None else "",
             )
         except Exception as exc:  # noqa: BLE001 — a bug must still answer the request, once
             if responded:
@@ -471,6 +472,16 @@ def _failure(
     details: dict[str, Any] | None = None,
 ) -> ChainResponse:
     """The ``chain/resp`` of a request that failed before any node started."""
+    failure = ChainFailure(code=code, message=message, node_id=node_id, details=details or {})
+    return _answer(request, started, failure)
+
+
+def _refusal(request: ChainRequest, exc: ChainInvalid, started: float) -> ChainResponse:
+    """The ``chain/resp`` for an invalid chain: no events, ``nodes_run`` 0 (PROTOCOL.md §4)."""
+    return _answer(request, started, chain_failure_of(exc))
+
+
+def _answer(request: ChainRequest, started: float, failure: ChainFailure) -> ChainResponse:
     return ChainResponse(
         req_id=request.id,
         chain_id=request.chain_id,
@@ -479,12 +490,5 @@ def _failure(
         final_output=None,
         duration_ms=int((time.monotonic() - started) * 1000),
         nodes_run=0,
-        error={"code": code, "message": message, "node_id": node_id, "retryable": False,
-               "details": details or {}},
+        error=failure,
     )
-
-
-def _refusal(request: ChainRequest, exc: ChainInvalid, started: float) -> ChainResponse:
-    """The ``chain/resp`` for an invalid chain: no events, ``nodes_run`` 0 (PROTOCOL.md §4)."""
-    return _failure(request, started, exc.code, exc.message,
-                    node_id=exc.node_id, details=exc.details)

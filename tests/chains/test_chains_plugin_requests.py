@@ -22,6 +22,7 @@ from a2e_chains import ChainPlugin, worst_case_node_count
 from a2e_host.chains.messages import ChainNode, ChainRequest, ChainResponse
 from a2e_host.chains.skills import read_skill_file
 from a2e_host.config import HostConfig
+from a2e_host.errors import ChainFailure
 from a2e_host.exceptions import Busy
 from a2e_host.limits import Limits, SessionLimits
 from a2e_host.messages import Message
@@ -103,7 +104,7 @@ async def handle_all(
     return outbox
 
 
-def error_of(response: ChainResponse) -> dict[str, Any]:
+def error_of(response: ChainResponse) -> ChainFailure:
     assert response.success is False and response.error is not None, response
     return response.error
 
@@ -124,8 +125,8 @@ async def test_a_bug_while_validating_ends_in_a_chain_resp_runtime_error(
     outbox = await handle_all(plugin, session, request("r1", [{"node_id": "a"}]))
     assert [m.TYPE for m in outbox.sent] == ["chain/resp"]
     error = error_of(outbox.responses()[0])
-    assert error["code"] == "runtime_error" and "KeyError" in error["message"], error
-    assert "fault in the host" in error["message"] and outbox.responses()[0].nodes_run == 0
+    assert error.code == "runtime_error" and "KeyError" in error.message, error
+    assert "fault in the host" in error.message and outbox.responses()[0].nodes_run == 0
     assert plugin._running == {}, "the failed request left the in-flight table"
 
 
@@ -141,8 +142,8 @@ async def test_a_bug_while_starting_the_run_ends_in_one_chain_resp_runtime_error
     outbox = await handle_all(plugin, session, request("r1", [{"node_id": "a"}]))
     assert [m.TYPE for m in outbox.sent] == ["chain/resp"]
     error = error_of(outbox.responses()[0])
-    assert error["code"] == "runtime_error", error
-    assert "while running the chain (AttributeError)" in error["message"], error
+    assert error.code == "runtime_error", error
+    assert "while running the chain (AttributeError)" in error.message, error
     assert plugin._running == {}
 
 
@@ -157,7 +158,7 @@ async def test_a_recursion_error_while_validating_is_chain_invalid(
     plugin, session = plugin_and_session()
     outbox = await handle_all(plugin, session, request("r1", [{"node_id": "a"}]))
     error = error_of(outbox.responses()[0])
-    assert error["code"] == "chain_invalid" and "nested too deeply" in error["message"]
+    assert error.code == "chain_invalid" and "nested too deeply" in error.message
 
 
 async def validated_on(
@@ -220,7 +221,7 @@ async def test_a_cancel_handled_right_after_its_request_cancels_it_before_any_no
             )
             await plugin.handle(ChainCancel(req_id="c1"), ctx)
     assert [m.TYPE for m in outbox.sent] == ["chain/resp"], "no event: nothing started"
-    assert error_of(outbox.responses()[0])["code"] == "cancelled"
+    assert error_of(outbox.responses()[0]).code == "cancelled"
 
 
 # ── out of the in-flight table before the response ──────────────────────────────
@@ -330,13 +331,13 @@ async def test_a_skill_fan_out_over_max_total_nodes_is_refused_before_anything_r
     assert [m.TYPE for m in outbox.sent] == ["chain/resp"]
     error = error_of(outbox.responses()[0])
     expected = 1 + sum(4**k for k in range(1, 8)) + 4**7
-    assert error["code"] == "chain_limit", error
-    assert {k: error["details"][k] for k in ("ceiling", "scope", "limit", "requested")} == {
+    assert error.code == "chain_limit", error
+    assert {k: error.details[k] for k in ("ceiling", "scope", "limit", "requested")} == {
         "ceiling": "max_total_nodes", "scope": "session", "limit": 10_000,
         "requested": expected,
     }
-    assert error["details"]["errors"][0]["field"] == "nodes"
-    assert f"up to {expected} nodes" in error["message"]
+    assert error.details["errors"][0]["field"] == "nodes"
+    assert f"up to {expected} nodes" in error.message
 
 
 @pytest.mark.asyncio
@@ -352,10 +353,10 @@ async def test_under_the_default_limit_a_six_way_fan_out_eight_deep_is_refused_u
     )
     assert time.perf_counter() - t < 5.0
     error = error_of(outbox.responses()[0])
-    assert (error["details"]["ceiling"], error["details"]["scope"]) == (
+    assert (error.details["ceiling"], error.details["scope"]) == (
         "max_total_nodes", "host"
     )
-    assert error["details"]["requested"] == 1 + sum(6**k for k in range(1, 8)) + 6**7
+    assert error.details["requested"] == 1 + sum(6**k for k in range(1, 8)) + 6**7
 
 
 @pytest.mark.asyncio
@@ -385,8 +386,8 @@ async def test_under_the_default_limits_s0_to_s8_fails_at_once_not_after_87000_n
     )
     assert time.perf_counter() - t < 5.0
     error = error_of(outbox.responses()[0])
-    assert (error["code"], error["node_id"]) == ("chain_limit", "go"), error
-    assert error["details"] == {"ceiling": "max_depth", "scope": "host", "limit": 8,
+    assert (error.code, error.node_id) == ("chain_limit", "go"), error
+    assert error.details == {"ceiling": "max_depth", "scope": "host", "limit": 8,
                                 "requested": 9}
     assert [(m.node_id, m.phase) for m in outbox.sent if m.TYPE == "chain/event"] == [
         ("go", "start"), ("go", "error")
@@ -410,7 +411,7 @@ async def test_a_skill_whose_deep_calls_are_not_certain_still_runs_until_max_dep
         "d", [{"node_id": "go", "kind": "skill", "name": "down", "input": {"go": True}}]
     ))
     error = error_of(outbox.responses()[0])
-    assert error["details"]["ceiling"] == "max_depth" and error["details"]["requested"] == 4
+    assert error.details["ceiling"] == "max_depth" and error.details["requested"] == 4
     started = [m.node_id for m in outbox.sent if m.TYPE == "chain/event"
                and getattr(m, "phase", "") == "start"]
     assert started == ["go", "go/b", "go/again", "go/again/b", "go/again/again",

@@ -294,7 +294,7 @@ async def test_shutdown_cancels_work_past_its_timeout_and_still_sends_the_respon
         with anyio.fail_after(WAIT), pytest.raises(anyio.EndOfStream):
             await client.receive()
     assert isinstance(resp, ChainResponse)
-    assert (resp.req_id, resp.success, resp.error["code"]) == ("w", False, "cancelled")
+    assert (resp.req_id, resp.success, resp.error.code) == ("w", False, "cancelled")
     assert plugin.cancelled == ["w"]
 
 
@@ -328,7 +328,7 @@ async def test_host_shutdown_closes_connections_with_going_away() -> None:
         with anyio.fail_after(WAIT), pytest.raises(anyio.EndOfStream):
             await client.receive()
         assert client.close_code == 1001
-    assert isinstance(resp, ChainResponse) and resp.error["code"] == "cancelled"
+    assert isinstance(resp, ChainResponse) and resp.error.code == "cancelled"
 
 
 @pytest.mark.asyncio
