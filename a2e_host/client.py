@@ -5,8 +5,8 @@ Layer: client (anyio; not used by the host itself). It speaks the same wire as a
 
 * :func:`connect_ws` — a WebSocket URL (``ws://127.0.0.1:8765``, subprotocol ``a2e.v1``);
 * :func:`spawn_stdio` — a child process speaking NDJSON (``a2e-host stdio …``);
-* :func:`connect_memory` — an in-process :class:`~a2e_host.host.Host` (what ``a2e-host run``
-  uses, so a local run takes exactly the path a wire request takes).
+* :func:`connect_memory` — an in-process :class:`~a2e_host.runtime.host.Host` (what
+  ``a2e-host run`` uses, so a local run takes exactly the path a wire request takes).
 
 :func:`serve_ws` starts a host for you (``a2e-host serve --port 0`` as a child process, on
 a free 127.0.0.1 port) and yields a client connected to it; :func:`open_ws_server` starts
@@ -281,7 +281,7 @@ class StdioStream:
 
 
 class _MemoryStream:
-    """Adapter over :func:`a2e_host.transports.memory.open_memory_connection`'s client end."""
+    """Adapter over :func:`a2e_host.runtime.memory.open_memory_client`'s client."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -838,15 +838,15 @@ async def connect_memory(
     agent_id: str = "a2e-host-client",
     handshake_timeout: float = 10.0,
 ) -> AsyncIterator[Client]:
-    """Connect to an in-process :class:`~a2e_host.host.Host` through the memory transport.
+    """Connect to an in-process :class:`~a2e_host.runtime.host.Host` over the memory transport.
 
     The messages take the host's whole path (dispatch, plugin, validation, scheduler), as
     over a wire. Arguments and errors: see :func:`open_client`.
     """
-    from .transports.memory import open_memory_connection
+    from .runtime.memory import open_memory_client
 
     try:
-        async with open_memory_connection(host) as conn:
+        async with open_memory_client(host) as conn:
             async with open_client(
                 _MemoryStream(conn),
                 agent_caps=agent_caps,

@@ -12,7 +12,9 @@ orders them by ``priority`` (lower first), decodes every type a plugin declares 
 ``message_types`` with the core messages' decoder (so a plugin's schema errors name
 ``$.field`` paths as core ones do), routes each message whose ``type`` matches the
 plugin's ``namespace`` (``chain/*``) to :meth:`Plugin.handle`, and lists the plugin's
-capability in ``handshake/resp.accepted_caps`` when the agent asks for it.
+capability in ``handshake/resp.accepted_caps`` when the agent asks for it. The *gates* a
+plugin names in :meth:`Plugin.gates` (PROTOCOL.md §8) are granted with its capability
+and published in its metadata as ``"gates"``.
 """
 
 from __future__ import annotations
@@ -116,6 +118,15 @@ class Plugin:
         if ns.endswith("*"):
             return message_type.startswith(ns[:-1])
         return message_type == ns
+
+    def gates(self) -> tuple[str, ...]:
+        """The gates this plugin owns under its configuration (PROTOCOL.md §8): names an
+        agent lists in ``agent_caps`` to unlock parts of this capability (``chains``:
+        the node kinds ``skill``, and ``proc`` when an executable is allowed). They are
+        granted only with this capability, never as capabilities of their own, and the
+        host publishes the session's in this capability's metadata as ``"gates"`` with
+        the feature ``handshake/gates``. Default: none."""
+        return ()
 
     def metadata(self, session: SessionInfo) -> dict[str, Any]:
         """The ``accepted_caps[].metadata`` for this capability and session."""

@@ -1,12 +1,14 @@
-"""One connection at run time: reader, writer, dispatch and the work it started.
+"""One connection at run time: its tasks and how it ends.
 
 Layer: runtime (anyio). Every transport (memory, stdio, WebSocket) goes through
-:class:`HostConnection`: the same decode, session checks, routing and error mapping.
+:class:`HostConnection`: the same decode (:mod:`.decode`), session checks and routing
+(:mod:`.dispatch`) and error mapping. It knows its host only through a
+:class:`~a2e_host.runtime.router.Router`; it must not import the host module.
 
 Tasks, all in one task group per connection:
 
 - the **reader** takes frames from the transport, decodes them and dispatches each in
-  turn (core messages here, the rest to their plugin's ``handle``, which must return
+  turn (core messages answered, the rest to their plugin's ``handle``, which must return
   quickly: long work goes to ``ctx.start_soon``);
 - the **writer** drains the :class:`~a2e_host.runtime.outbox.Outbox` to the transport;
 - a **watcher** notices a peer that is gone while we are not reading (stdout closed);
@@ -39,64 +41,27 @@ an orderly close (no close frame, a broken pipe).
 
 from __future__ import annotations
 
-import gc
 import math
-import threading
 from collections.abc import Awaitable, Callable
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from ..codec import MessageCodec
-from ..exceptions import (
-    HandshakeRequired,
-    InvalidMessage,
-    MessageTooLarge,
-    RemoteProtocolError,
-    UnknownType,
-)
-from ..framing import LineTooLong
-from ..messages import HandshakeRequest, HandshakeResponse, Message, Ping, Pong, Shutdown
+from ..exceptions import HandshakeRequired
+from ..messages import Message
+from ..plugin import Plugin
 from ..session import ConnectionSession, Session
-from ..transports import BinaryFrame, CloseCode, Incoming, Transport
+from ..transports import CloseCode, Incoming, Transport
+from .context import ConnectionContext
+from .decode import decode_frame
+from .dispatch import dispatch
 from .outbox import Outbox
+from .router import Router
 
-if TYPE_CHECKING:
-    from ..host import Host
-    from ..plugin import Outbox as OutboxProtocol
-    from ..plugin import Plugin, SessionInfo
-
-__all__ = ["HostConnection", "ConnectionContext"]
+__all__ = ["HostConnection", "CANCEL_GRACE", "FLUSH_TIMEOUT"]
 
 CANCEL_GRACE = 5.0
-GC_PAUSED_DECODE_BYTES = 256 * 1024
-"""Messages over this many bytes are decoded with the cyclic garbage collector paused:
-decoding 14 MB of nested lists took 2 s, most of it collections over its own new
-containers. (A worker thread would not help: msgspec holds the interpreter lock while it
-decodes.)"""
-_gc_lock = threading.Lock()
-_gc_pausers = 0  # decodes running with the cyclic collector paused
-_gc_was_enabled = False
-
-
-def _decode_without_gc(codec: MessageCodec, frame: bytes | str) -> Message:
-    """``codec.decode`` with the cyclic garbage collector paused: a decoded JSON
-    value has no reference cycles, and collections triggered by its millions of new
-    containers would scan the whole heap again and again (2.0 s → 0.6 s for 14 MB)."""
-    global _gc_pausers, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pausers == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pausers += 1
-    try:
-        return codec.decode(frame)
-    finally:
-        with _gc_lock:
-            _gc_pausers -= 1
-            if _gc_pausers == 0 and _gc_was_enabled:
-                gc.enable()
 """Seconds cancelled work gets to send its final frames before the connection closes."""
 
 FLUSH_TIMEOUT = 5.0
@@ -105,57 +70,28 @@ FLUSH_TIMEOUT = 5.0
 _conn_ids = count(1)
 
 
-class ConnectionContext:
-    """A plugin's view of the connection for one message (implements
-    :class:`~a2e_host.plugin.PluginContext`)."""
-
-    __slots__ = ("_conn", "session", "outbox", "log", "_req_id", "_capability")
-
-    def __init__(self, conn: HostConnection, session: Session, message: Message, capability: str):
-        self._conn = conn
-        self.session: SessionInfo = session
-        self.outbox: OutboxProtocol = conn.outbox
-        self.log = conn.log.bind(req_id=message.id)
-        self._req_id = message.id
-        self._capability = capability
-
-    @property
-    def closing(self) -> bool:
-        """True once the connection stopped taking work (``shutdown``, signal, EOF)."""
-        return self._conn.closing
-
-    @closing.setter
-    def closing(self, value: bool) -> None:
-        raise AttributeError("closing is read-only: it follows the connection's state")
-
-    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "") -> None:
-        """Run ``fn(*args)`` in the connection's task group; an exception it raises is sent
-        as an ``error`` with this message's id as ``req_id``."""
-        self._conn.start_work(fn, args, name=name, req_id=self._req_id, capability=self._capability)
-
-
 class HostConnection:
     """Serves one transport connection until it ends (see the module docstring).
 
     Args:
-        host: the :class:`~a2e_host.host.Host` (plugins, config, error mapping).
+        router: what the connection needs of its host (plugins, config, error mapping).
         transport: the connection's frames.
         conn_id: a name for logs; ``c<n>`` when empty.
     """
 
-    def __init__(self, host: Host, transport: Transport, conn_id: str = "") -> None:
-        self.host = host
-        self.config = host.config
+    def __init__(self, router: Router, transport: Transport, conn_id: str = "") -> None:
+        self.router = router
+        self.config = router.config
         self.transport = transport
         self.conn_id = conn_id or f"c{next(_conn_ids)}"
-        self.log = host.log.bind(conn_id=self.conn_id, transport=transport.kind)
+        self.log = router.log.bind(conn_id=self.conn_id, transport=transport.kind)
         self.outbox = Outbox(
             self.config.outbox_high_water, self.config.outbox_high_water_bytes
         )
         self.sessions = ConnectionSession(
             self.config,
-            host.served_capabilities(),
-            gates=host.gates(),
+            router.served,
+            gates=router.gates,
             bearer_token=transport.bearer_token,
         )
         self.peer = transport.peer or transport.kind
@@ -203,7 +139,7 @@ class HostConnection:
             with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_GRACE):
                 session = self.session
                 if session is not None:
-                    await self.host.session_closed(session, self.log)
+                    await self.router.session_closed(session, self.log)
                 await self.transport.aclose(self._close_code, self._close_reason)
             self._log_closed()
 
@@ -230,7 +166,7 @@ class HostConnection:
                 return
             self.log.info("no handshake within handshake_timeout; closing",
                           handshake_timeout=timeout)
-            self._send_error(
+            self.send_error(
                 HandshakeRequired(
                     f"no successful handshake/req within {timeout:g} s of connecting "
                     "(the host's handshake_timeout); send handshake/req first, on a new "
@@ -319,7 +255,7 @@ class HostConnection:
             with scope:
                 await fn(*args)
         except Exception as exc:
-            self._send_error(exc, req_id=req_id, message_type="", capability=capability)
+            self.send_error(exc, req_id=req_id, message_type="", capability=capability)
         finally:
             self._work.discard(scope)
             if not self._work:
@@ -328,6 +264,33 @@ class HostConnection:
     async def _wait_idle(self) -> None:
         while self._work:
             await self._idle.wait()
+
+    # ── what dispatch and contexts use (DispatchTarget, ContextOwner) ─────────
+
+    def session_opened(self, session: Session) -> None:
+        """A handshake succeeded: stop the handshake clock, bind logs to the session."""
+        self._deadline.cancel()
+        self.log = self.log.bind(session_id=session.session_id)
+
+    def stop_handshake_clock(self) -> None:
+        """A handshake failed authentication: its answer waits its turn in the throttle
+        instead of the handshake deadline."""
+        self._deadline.cancel()
+
+    async def handle(self, plugin: Plugin, message: Message, session: Session) -> None:
+        """Hand ``message`` to ``plugin`` with a context for it."""
+        await plugin.handle(message, ConnectionContext(self, session, message, plugin.capability))
+
+    def send_error(
+        self, exc: BaseException, *, req_id: str, message_type: str, capability: str = ""
+    ) -> None:
+        """Queue the wire ``error`` for ``exc`` (the router's one mapping)."""
+        self.outbox.send_nowait(
+            self.router.error_message(
+                exc, req_id=req_id, message_type=message_type, capability_name=capability,
+                log=self.log,
+            )
+        )
 
     # ── reader, writer, watcher ───────────────────────────────────────────
 
@@ -345,124 +308,15 @@ class HostConnection:
             await self._receive_frame(frame)
 
     async def _receive_frame(self, frame: Incoming) -> None:
-        try:
-            message = self._decode(frame)
-        except Exception as exc:
-            self._send_error(exc, req_id=getattr(exc, "req_id", ""), message_type="")
-            return
-        await self._dispatch(message)
-
-    def _decode(self, frame: Incoming) -> Message:
-        limit = self._max_message_bytes()
-        if isinstance(frame, LineTooLong):
-            raise self._too_large(frame.size, frame.limit)
-        if isinstance(frame, BinaryFrame):
-            raise InvalidMessage(
-                f"binary frame of {frame.size} bytes refused; send each message as one "
-                "JSON text frame"
-            )
-        size = len(frame) if isinstance(frame, bytes) else _utf8_length(frame, limit)
-        if size > limit:
-            raise self._too_large(size, limit)
-        if size > GC_PAUSED_DECODE_BYTES:
-            return _decode_without_gc(self.host.codec, frame)
-        return self.host.codec.decode(frame)
-
-    def _max_message_bytes(self) -> int:
         session = self.session
-        if session is not None:
-            return session.limits.effective.max_message_bytes
-        return self.config.limits.max_message_bytes
-
-    def _too_large(self, size: int, limit: int) -> MessageTooLarge:
-        return MessageTooLarge(
-            f"message of {size} bytes is over max_message_bytes ({limit}); send a smaller "
-            "message (e.g. pass large data by reference)",
-            detail={"size": size, "limit": limit},
-        )
-
-    async def _dispatch(self, message: Message) -> None:
-        mtype = message.TYPE
-        plugin: Plugin | None = None
+        limit = (session.limits.effective if session is not None else self.config.limits
+                 ).max_message_bytes
         try:
-            if isinstance(message, HandshakeRequest):
-                await self._handshake(message)
-            elif isinstance(message, Ping):
-                self.sessions.check_core(message)
-                self.outbox.send_nowait(
-                    Pong(req_id=message.id, uptime_seconds=self.host.uptime_seconds)
-                )
-            elif isinstance(message, Shutdown):
-                self.sessions.check_core(message)
-                timeout = min(max(message.timeout, 0), self.config.limits.max_timeout)
-                self.log.info("shutdown asked by the agent", timeout=timeout)
-                self.request_stop(float(timeout), code=CloseCode.NORMAL, reason="shutdown")
-            elif mtype in self.host.codec.host_sent:
-                raise InvalidMessage(
-                    f"{mtype!r} is sent by the host, not by an agent; send a request type "
-                    "such as 'chain/req'"
-                )
-            else:
-                plugin = self.host.plugin_for(mtype)
-                if plugin is None:
-                    raise UnknownType(
-                        f"no plugin on this host serves {mtype!r}",
-                        detail={"type": mtype},
-                    )
-                session = self.sessions.check_work(message, plugin.capability)
-                ctx = ConnectionContext(self, session, message, plugin.capability)
-                await plugin.handle(message, ctx)
-        except Exception as exc:
-            capability = plugin.capability if plugin is not None else ""
-            self._send_error(exc, req_id=message.id, message_type=mtype, capability=capability)
-
-    async def _handshake(self, request: HandshakeRequest) -> None:
-        try:
-            outcome = self.sessions.receive_handshake(request)
-        except RemoteProtocolError:
-            raise
-        except Exception as exc:  # a plugin's metadata() failed: a bug, not the agent's
-            self.log.error("handshake failed inside the host", exc_info=exc)
-            self.outbox.send_nowait(
-                HandshakeResponse(
-                    req_id=request.id,
-                    session_id="",
-                    ok=False,
-                    reason="server_error",
-                    max_parallel=self.config.limits.max_parallel,
-                )
-            )
+            message = decode_frame(self.router.codec, frame, limit)
+        except Exception as exc:  # the refusal names its own req_id when it read one
+            self.send_error(exc, req_id="", message_type="")
             return
-        if outcome.close:  # auth_failed: answered at this peer's turn, then closed
-            self._deadline.cancel()
-            delay = self.host.auth_throttle.failure(self.peer, anyio.current_time())
-            self.log.info("handshake refused", reason=outcome.response.reason,
-                          peer=self.peer, answer_in=round(delay, 3))
-            await anyio.sleep(delay)
-            self.outbox.send_nowait(outcome.response)
-            self.request_stop(0.0, code=CloseCode.POLICY_VIOLATION, reason="auth_failed")
-            return
-        self.outbox.send_nowait(outcome.response)
-        if outcome.session is not None:
-            self._deadline.cancel()
-            self.log = self.log.bind(session_id=outcome.session.session_id)
-            self.log.info(
-                "session opened",
-                agent_id=request.agent_id,
-                granted=sorted(outcome.session.granted),
-            )
-        else:
-            self.log.info("handshake refused", reason=outcome.response.reason)
-
-    def _send_error(
-        self, exc: BaseException, *, req_id: str, message_type: str, capability: str = ""
-    ) -> None:
-        self.outbox.send_nowait(
-            self.host.error_message(
-                exc, req_id=req_id, message_type=message_type, capability_name=capability,
-                log=self.log,
-            )
-        )
+        await dispatch(self, message)
 
     async def _write_loop(self) -> None:
         while True:
@@ -487,11 +341,4 @@ def _peer_close_code(transport: Transport) -> int | None:
     transport has no close codes)."""
     code = getattr(transport, "peer_close_code", None)
     return code if isinstance(code, int) else None
-
-
-def _utf8_length(text: str, limit: int) -> int:
-    """Byte length of ``text`` as UTF-8, computed only when it may exceed ``limit``."""
-    if len(text) * 4 <= limit:
-        return len(text)
-    return len(text.encode("utf-8", "surrogatepass"))
 

@@ -1,13 +1,16 @@
-"""In-process transport: an agent and the host in one event loop.
+"""In-process transport: an agent and a connection handler in one event loop, bytes only.
 
-Layer: transports. For ``a2e-host run``, benchmarks and tests. Frames go through
-:meth:`Host.serve_connection <a2e_host.host.Host.serve_connection>` exactly as they do
-for stdio and WebSocket (decode, session checks, routing, error mapping), only without
-a socket or a pipe::
+Layer: transports. No protocol knowledge: frames are JSON text as bytes (or ``str``) in
+both directions, exactly what stdio and WebSocket carry, only without a socket or a pipe.
+The handler is any ``Callable[[Transport], Awaitable[None]]`` (a host's
+``serve_connection``)::
 
-    async with open_memory_connection(host) as client:
-        client.send(HandshakeRequest(agent_caps=["chains"]))
-        resp = await client.receive()
+    async with open_memory_connection(host.serve_connection) as client:
+        client.send(b'{"type": "handshake/req", "id": "h", "agent_caps": ["chains"]}')
+        frame = await client.receive()
+
+A client that speaks messages (Structs) instead of bytes is
+:func:`a2e_host.runtime.memory.open_memory_client`.
 
 :meth:`MemoryClient.aclose` is the peer going away (its work is cancelled);
 :meth:`MemoryClient.send_eof` is the end of input (work finishes, like stdin EOF).
@@ -18,18 +21,11 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ..chains.messages import chain_codec
-from ..codec import encode_message
-from ..messages import Message
-from . import CloseCode, Incoming
-
-if TYPE_CHECKING:
-    from ..host import Host
+from . import CloseCode, ConnectionHandler, Incoming
 
 __all__ = ["open_memory_connection", "MemoryClient", "MemoryTransport"]
 
@@ -73,9 +69,16 @@ class MemoryTransport:
         return item
 
     async def send_frames(self, frames: Sequence[bytes]) -> None:
+        """Hand each frame to the client, waiting only while its buffer is full (no
+        checkpoint per frame: a batch of a thousand events costs no thousand turns of
+        the event loop)."""
+        outgoing = self._outgoing
         try:
             for frame in frames:
-                await self._outgoing.send(frame)
+                try:
+                    outgoing.send_nowait(frame)
+                except anyio.WouldBlock:
+                    await outgoing.send(frame)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             raise anyio.BrokenResourceError from None
 
@@ -94,7 +97,7 @@ class MemoryTransport:
 
 
 class MemoryClient:
-    """The agent's side of an in-memory connection."""
+    """The agent's side of an in-memory connection: frames as bytes."""
 
     def __init__(
         self,
@@ -106,15 +109,14 @@ class MemoryClient:
         self._from_host = from_host
         self._transport = transport
 
-    def send(self, message: Message | bytes | str) -> None:
-        """Send one message (a Struct, or raw JSON text as bytes / str) without waiting.
+    def send(self, frame: bytes | str) -> None:
+        """Send one frame (one JSON message as text) without waiting.
 
         Raises:
             anyio.BrokenResourceError: the host closed the connection.
         """
-        data = encode_message(message) if isinstance(message, Message) else message
         try:
-            self._to_host.send_nowait(data)
+            self._to_host.send_nowait(frame)
         except anyio.ClosedResourceError:
             raise anyio.BrokenResourceError from None
 
@@ -125,24 +127,20 @@ class MemoryClient:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
 
-    async def receive_bytes(self) -> bytes:
-        """The next frame from the host, undecoded.
+    async def receive(self) -> bytes:
+        """The next frame from the host (a frame already buffered is taken without a
+        checkpoint).
 
         Raises:
             anyio.EndOfStream: the host closed the connection.
         """
         try:
-            return await self._from_host.receive()
+            try:
+                return self._from_host.receive_nowait()
+            except anyio.WouldBlock:
+                return await self._from_host.receive()
         except anyio.ClosedResourceError:
             raise anyio.EndOfStream from None
-
-    async def receive(self) -> Message:
-        """The next message from the host, decoded (:data:`~a2e_host.chains.messages.chain_codec`).
-
-        Raises:
-            anyio.EndOfStream: the host closed the connection.
-        """
-        return chain_codec.decode(await self.receive_bytes())
 
     @property
     def close_code(self) -> int | None:
@@ -158,21 +156,26 @@ class MemoryClient:
 
 @asynccontextmanager
 async def open_memory_connection(
-    host: Host, *, bearer_token: str = "", buffer_frames: int = 64, peer: str = "memory"
+    handler: ConnectionHandler,
+    *,
+    bearer_token: str = "",
+    buffer_frames: int = 64,
+    peer: str = "memory",
 ) -> AsyncIterator[MemoryClient]:
-    """Connect an in-process client to ``host``.
+    """Connect an in-process client to ``handler``, which serves the connection in a
+    task of its own.
 
     Args:
-        host: the host to serve the connection.
+        handler: serves one connection until it ends (e.g. ``host.serve_connection``).
         bearer_token: as if sent in an ``Authorization: Bearer`` header.
-        peer: the peer key the host accounts the connection under (tests pass
-            addresses such as ``"203.0.113.7"`` to act as distinct remote peers).
         buffer_frames: host → client frames buffered before the host's writer waits
-            (then the host's outbox fills, and chains wait at its high-water mark).
+            (then the host's outbox fills, and producers wait at its high-water mark).
+        peer: the peer key the connection is accounted under (tests pass addresses
+            such as ``"203.0.113.7"`` to act as distinct remote peers).
 
     Yields:
         The :class:`MemoryClient`. On exit it is closed (work still running is
-        cancelled) and the connection has fully ended.
+        cancelled) and ``handler`` has returned.
     """
     to_host_send, to_host_recv = anyio.create_memory_object_stream[bytes | str | _Eof](math.inf)
     from_host_send, from_host_recv = anyio.create_memory_object_stream[bytes](buffer_frames)
@@ -180,8 +183,12 @@ async def open_memory_connection(
         to_host_recv, from_host_send, bearer_token=bearer_token, peer=peer
     )
     client = MemoryClient(to_host_send, from_host_recv, transport)
+
+    async def serve() -> None:
+        await handler(transport)
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(host.serve_connection, transport)
+        tg.start_soon(serve, name="memory connection")
         try:
             yield client
         finally:

@@ -56,7 +56,11 @@ from a2e_host.messages import Message
 from a2e_host.plugin import Plugin, PluginContext, SessionInfo
 from a2e_host.runtime.limiters import loop_limiter
 
-__all__ = ["ChainPlugin", "THREAD_PLANNING_NODES", "worst_case_node_count"]
+__all__ = ["ChainPlugin", "NODE_KIND_GATES", "THREAD_PLANNING_NODES", "worst_case_node_count"]
+
+NODE_KIND_GATES = ("proc", "skill")
+"""The gates of ``chains``: names in ``agent_caps`` that unlock node kinds (PROTOCOL.md §8);
+``proc`` only when the configuration allows an executable."""
 
 THREAD_PLANNING_NODES = 1000
 """Declared nodes above which a chain is validated in a worker thread, not on the loop
@@ -119,6 +123,10 @@ class ChainPlugin(Plugin):
         self._running: dict[str, dict[str, _Flight]] = {}
         # per session (its limits and grants shape validation): (skill, nodes id) → plan
         self._skill_plans: dict[str, dict[tuple[str, int], ChainPlan]] = {}
+
+    def gates(self) -> tuple[str, ...]:
+        """``skill``, and ``proc`` when ``config.allow_proc`` names an executable (§8)."""
+        return tuple(g for g in NODE_KIND_GATES if g != "proc" or self.config.allow_proc)
 
     def metadata(self, session: SessionInfo) -> dict[str, Any]:
         """Namespace, priority, features and the session's effective ceilings (§2)."""
