@@ -1,15 +1,15 @@
 """The "ours" slot: a2e-host in-process, through its public in-memory connection.
 
 API used: a :class:`a2e_host.runtime.host.Host` built once per process (``HostConfig(tools=
-("bench",))``, as a running host builds its plugins once), and per request one
-connection of :func:`a2e_host.transports.memory.open_memory_connection` served by
-``host.serve_connection``: handshake, the ``chain/req`` bytes, then every frame the host
-sends (events, *then the chain/resp*) into ``sink``, the ``chain/resp`` frame returned.
-So the timed path is the one a wire request takes — decode, session checks, routing,
-validation, scheduler, event encoding, the connection's outbox and writer — minus a
-socket or a pipe, plus opening and closing the connection. The trailing ``chain/resp``
-is dropped from the sink after the timed call (the references put only events there).
-Logging is configured as the CLI does (stderr, INFO), so the host's per-connection and
+("bench",))``, as a running host builds its plugins once), and one connection of
+:func:`a2e_host.transports.memory.open_memory_connection` served by
+``host.serve_connection``, handshaken once, as an agent keeps its connection. Per
+request: the ``chain/req`` bytes in, then every frame the host sends (events, *then the
+chain/resp*) into ``sink``, the ``chain/resp`` frame returned. So the timed path is the
+one a wire request takes — decode, session checks, routing, validation, scheduler, event
+encoding, the connection's outbox and writer — minus a socket or a pipe. The trailing
+``chain/resp`` is dropped from the sink after the timed call (the references put only
+events there). Logging is configured as the CLI does (stderr, INFO), so the host's
 per-chain log lines are part of its cost, as in production.
 
 Until ``a2e_host`` imports, :func:`load` raises :class:`Unavailable` and the harness
@@ -18,6 +18,7 @@ reports "unavailable" for this slot.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,37 +35,61 @@ BUFFER_FRAMES = 1024
 fast as the sink takes them)."""
 
 
-def frame_type(frame: bytes) -> bytes:
-    """The ``type`` of a frame the host encoded (its first field: ``{"type":"…",``)."""
-    return frame[9:frame.index(b'"', 9)]
+EVENT = b'{"type":"chain/event",'
+RESPONSE = b'{"type":"chain/resp",'
+"""How the frames the host encodes begin (``type`` is always their first field)."""
 
 
 def connection_call(host: Any) -> Call:
-    """``async f(request, sink) -> response`` over a fresh in-memory connection to ``host``.
+    """``async f(request, sink) -> response`` over an in-memory connection to ``host``.
+
+    One connection (and session) per event loop, opened and handshaken by the first call
+    and reused by every later one, as an agent keeps its connection: a request pays for
+    its own path, not for connecting. It closes when its loop's tasks are cancelled at
+    the end of ``asyncio.run``.
 
     Raises (from the call):
         AssertionError: the handshake was refused, or the host answered with an
             ``error`` instead of a ``chain/resp``.
     """
-    from a2e_host.transports.memory import open_memory_connection
+    from a2e_host.transports.memory import MemoryClient, open_memory_connection
+
+    opened: list[tuple[asyncio.AbstractEventLoop, MemoryClient, asyncio.Task[None]]] = []
+
+    async def hold(ready: asyncio.Future[MemoryClient]) -> None:
+        try:
+            async with open_memory_connection(
+                host.serve_connection, buffer_frames=BUFFER_FRAMES
+            ) as client:
+                client.send(HANDSHAKE)
+                hello = await client.receive()
+                if b'"ok":true' not in hello:
+                    raise AssertionError(f"handshake refused: {hello[:300]!r}")
+                ready.set_result(client)
+                await asyncio.Event().wait()  # until the loop's end cancels it
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+    async def connection() -> MemoryClient:
+        loop = asyncio.get_running_loop()
+        if not opened or opened[0][0] is not loop:
+            ready: asyncio.Future[MemoryClient] = loop.create_future()
+            task = loop.create_task(hold(ready))
+            opened[:] = [(loop, await ready, task)]
+        return opened[0][1]
 
     async def call(request: bytes, sink: Callable[[bytes], None]) -> bytes:
-        async with open_memory_connection(
-            host.serve_connection, buffer_frames=BUFFER_FRAMES
-        ) as client:
-            client.send(HANDSHAKE)
-            hello = await client.receive()
-            if b'"ok":true' not in hello:
-                raise AssertionError(f"handshake refused: {hello[:300]!r}")
-            client.send(request)
-            while True:
-                frame = await client.receive()
-                sink(frame)
-                kind = frame_type(frame)
-                if kind == b"chain/resp":
+        client = await connection()
+        client.send(request)
+        while True:
+            frame = await client.receive()
+            sink(frame)
+            if not frame.startswith(EVENT):
+                if frame.startswith(RESPONSE):
                     return frame
-                if kind != b"chain/event":
-                    raise AssertionError(f"the host answered {frame[:300]!r}")
+                raise AssertionError(f"the host answered {frame[:300]!r}")
 
     return call
 

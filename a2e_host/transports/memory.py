@@ -19,6 +19,7 @@ A client that speaks messages (Structs) instead of bytes is
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -37,6 +38,68 @@ class _Eof:
 _EOF = _Eof()
 
 
+class _Frames:
+    """The host → client direction: frames in order, at most ``capacity`` of them
+    buffered (the host's writer waits beyond that). Queuing a frame the buffer has
+    room for is a deque append; an event is made only when a side has to wait."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("buffer_frames must be >= 1")
+        self.capacity = capacity
+        self._frames: deque[bytes] = deque()
+        self._writer_closed = False  # the host closed: the client reads what is left
+        self._reader_closed = False  # the client left: the host's sends fail
+        self._readable: anyio.Event | None = None
+        self._writable: anyio.Event | None = None
+
+    async def put_all(self, frames: Sequence[bytes]) -> None:
+        queued = self._frames
+        for frame in frames:
+            while len(queued) >= self.capacity and not self._reader_closed:
+                self._wake_reader()
+                if self._writable is None:
+                    self._writable = anyio.Event()
+                await self._writable.wait()
+            if self._reader_closed or self._writer_closed:
+                raise anyio.BrokenResourceError
+            queued.append(frame)
+        self._wake_reader()
+
+    async def get(self) -> bytes:
+        while not self._frames:
+            if self._writer_closed or self._reader_closed:
+                raise anyio.EndOfStream
+            if self._readable is None:
+                self._readable = anyio.Event()
+            await self._readable.wait()
+        frame = self._frames.popleft()
+        writable = self._writable
+        if writable is not None:
+            self._writable = None
+            writable.set()
+        return frame
+
+    def close_writer(self) -> None:
+        self._writer_closed = True
+        self._wake_reader()
+
+    def close_reader(self) -> None:
+        self._reader_closed = True
+        self._frames.clear()
+        self._wake_reader()
+        writable = self._writable
+        if writable is not None:
+            self._writable = None
+            writable.set()
+
+    def _wake_reader(self) -> None:
+        readable = self._readable
+        if readable is not None:
+            self._readable = None
+            readable.set()
+
+
 class MemoryTransport:
     """The host's side of an in-memory connection (implements
     :class:`~a2e_host.transports.Transport`)."""
@@ -46,7 +109,7 @@ class MemoryTransport:
     def __init__(
         self,
         incoming: MemoryObjectReceiveStream[bytes | str | _Eof],
-        outgoing: MemoryObjectSendStream[bytes],
+        outgoing: _Frames,
         *,
         bearer_token: str = "",
         peer: str = "memory",
@@ -69,18 +132,14 @@ class MemoryTransport:
         return item
 
     async def send_frames(self, frames: Sequence[bytes]) -> None:
-        """Hand each frame to the client, waiting only while its buffer is full (no
+        """Hand the frames to the client, waiting only while its buffer is full (no
         checkpoint per frame: a batch of a thousand events costs no thousand turns of
-        the event loop)."""
-        outgoing = self._outgoing
-        try:
-            for frame in frames:
-                try:
-                    outgoing.send_nowait(frame)
-                except anyio.WouldBlock:
-                    await outgoing.send(frame)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            raise anyio.BrokenResourceError from None
+        the event loop).
+
+        Raises:
+            anyio.BrokenResourceError: the client is gone (or the connection closed).
+        """
+        await self._outgoing.put_all(frames)
 
     async def wait_peer_gone(self) -> None:
         await self._gone.wait()
@@ -92,7 +151,7 @@ class MemoryTransport:
         if self.close_code is None:
             self.close_code = code
             self.close_reason = reason
-        await self._outgoing.aclose()
+        self._outgoing.close_writer()
         await self._incoming.aclose()
 
 
@@ -102,7 +161,7 @@ class MemoryClient:
     def __init__(
         self,
         to_host: MemoryObjectSendStream[bytes | str | _Eof],
-        from_host: MemoryObjectReceiveStream[bytes],
+        from_host: _Frames,
         transport: MemoryTransport,
     ) -> None:
         self._to_host = to_host
@@ -128,19 +187,12 @@ class MemoryClient:
             pass
 
     async def receive(self) -> bytes:
-        """The next frame from the host (a frame already buffered is taken without a
-        checkpoint).
+        """The next frame from the host (one already buffered is taken at once).
 
         Raises:
-            anyio.EndOfStream: the host closed the connection.
+            anyio.EndOfStream: the host closed the connection (or this client did).
         """
-        try:
-            try:
-                return self._from_host.receive_nowait()
-            except anyio.WouldBlock:
-                return await self._from_host.receive()
-        except anyio.ClosedResourceError:
-            raise anyio.EndOfStream from None
+        return await self._from_host.get()
 
     @property
     def close_code(self) -> int | None:
@@ -150,8 +202,8 @@ class MemoryClient:
     async def aclose(self) -> None:
         """Go away: the host cancels this connection's work. Idempotent."""
         self._transport.peer_gone()
+        self._from_host.close_reader()
         await self._to_host.aclose()
-        await self._from_host.aclose()
 
 
 @asynccontextmanager
@@ -178,11 +230,9 @@ async def open_memory_connection(
         cancelled) and ``handler`` has returned.
     """
     to_host_send, to_host_recv = anyio.create_memory_object_stream[bytes | str | _Eof](math.inf)
-    from_host_send, from_host_recv = anyio.create_memory_object_stream[bytes](buffer_frames)
-    transport = MemoryTransport(
-        to_host_recv, from_host_send, bearer_token=bearer_token, peer=peer
-    )
-    client = MemoryClient(to_host_send, from_host_recv, transport)
+    from_host = _Frames(buffer_frames)
+    transport = MemoryTransport(to_host_recv, from_host, bearer_token=bearer_token, peer=peer)
+    client = MemoryClient(to_host_send, from_host, transport)
 
     async def serve() -> None:
         await handler(transport)
