@@ -58,7 +58,7 @@ def connection_call(host: Any) -> Call:
 
     async def hold(ready: asyncio.Future[MemoryClient]) -> None:
         try:
-            async with open_memory_connection(
+            async with host.running(), open_memory_connection(
                 host.serve_connection, buffer_frames=BUFFER_FRAMES
             ) as client:
                 client.send(HANDSHAKE)

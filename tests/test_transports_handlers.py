@@ -24,6 +24,7 @@ from a2e_host.runtime.connection import HostConnection
 from a2e_host.runtime.host import GATES_FEATURE, Host
 from a2e_host.runtime.memory import open_memory_client
 from a2e_host.runtime.router import Router
+from a2e_host.runtime.runs import RunRegistry
 from a2e_host.transports import Transport
 from a2e_host.transports.memory import open_memory_connection
 from a2e_host.transports.stdio import serve_stdio
@@ -182,9 +183,10 @@ async def test_a_connection_is_served_with_a_router_built_by_hand_and_no_host() 
     config = HostConfig()
     plugin = Notes(config)
     codec = MessageCodec(CORE_MESSAGE_TYPES + Notes.message_types)
+    runs = RunRegistry(get_logger())
     router = Router(
         config=config, codec=codec, plugins=(plugin,), served={"notes": plugin.metadata},
-        gates={}, auth_throttle=AuthThrottle(0), log=get_logger(),
+        gates={}, auth_throttle=AuthThrottle(0), runs=runs, log=get_logger(),
         error_message=error_message_of,
     )
 
@@ -193,7 +195,7 @@ async def test_a_connection_is_served_with_a_router_built_by_hand_and_no_host() 
 
     hello = b'{"type": "handshake/req", "id": "h", "agent_caps": ["notes"]}'
     with anyio.fail_after(WAIT):
-        async with open_memory_connection(handler) as client:
+        async with runs.open(), open_memory_connection(handler) as client:
             client.send(hello)
             resp = codec.decode(await client.receive())
             client.send(b'{"type": "note/put", "id": "n1", "text": "hi"}')

@@ -151,7 +151,7 @@ async def _serve(host: Host) -> None:
     from ..transports.websocket import serve_websocket
 
     try:
-        async with anyio.create_task_group() as tg:
+        async with host.running(), anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signals, host)
             async with anyio.create_task_group() as server:
                 try:
@@ -200,7 +200,7 @@ async def _stdio(host: Host, out_fd: int) -> None:
     from ..transports.stdio import serve_stdio
 
     try:
-        async with anyio.create_task_group() as tg:
+        async with host.running(), anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signals, host)
             await serve_stdio(
                 partial(host.serve_connection, conn_id="stdio"),

@@ -5,22 +5,27 @@ Layer: runtime (anyio). Every transport (memory, stdio, WebSocket) goes through
 (:mod:`.dispatch`) and error mapping. It knows its host only through a
 :class:`~a2e_host.runtime.router.Router`; it must not import the host module.
 
-Tasks, all in one task group per connection:
+Tasks, in one task group per connection:
 
 - the **reader** takes frames from the transport, decodes them and dispatches each in
   turn (core messages answered, the rest to their plugin's ``handle``, which must return
-  quickly: long work goes to ``ctx.start_soon``);
+  quickly: long work goes to ``ctx.start_run`` / ``ctx.start_soon``);
 - the **writer** drains the :class:`~a2e_host.runtime.outbox.Outbox` to the transport;
-- a **watcher** notices a peer that is gone while we are not reading (stdout closed);
-- **work** tasks started by plugins, each in its own cancel scope.
+- a **watcher** notices a peer that is gone while we are not reading (stdout closed).
+
+Work a plugin starts is a *run* of the host (:mod:`a2e_host.runtime.runs`), in the
+host's task group, not the connection's: the connection attaches each run's sink to its
+outbox when it starts it, tracks it for draining, and detaches it when it ends, which
+cancels it (:attr:`~a2e_host.runtime.runs.DetachPolicy.CANCEL`).
 
 How a connection ends:
 
 =====================  =============================================================
 cause                  what happens
 =====================  =============================================================
-peer gone              (WS closed, memory client closed, stdout closed) plugins are
-                       told (``session_closed``), every task is cancelled at once
+peer gone              (WS closed, memory client closed, stdout closed) every run is
+                       detached (so cancelled) and every task cancelled at once, then
+                       plugins are told (``session_closed``)
 end of input           (stdin EOF) stop reading, let work finish, flush, close
 ``shutdown``           stop taking work, let work finish within its ``timeout``,
                        cancel the rest (their responses are still sent), flush, close
@@ -50,7 +55,7 @@ import anyio
 
 from ..exceptions import HandshakeRequired
 from ..messages import Message
-from ..plugin import Plugin
+from ..plugin import Plugin, SessionInfo
 from ..session import ConnectionSession, Session
 from ..transports import CloseCode, Incoming, Transport
 from .context import ConnectionContext
@@ -58,6 +63,7 @@ from .decode import decode_frame
 from .dispatch import dispatch
 from .outbox import Outbox
 from .router import Router
+from .runs import Run, SessionRuns
 
 __all__ = ["HostConnection", "CANCEL_GRACE", "FLUSH_TIMEOUT"]
 
@@ -96,7 +102,7 @@ class HostConnection:
         )
         self.peer = transport.peer or transport.kind
         self._tg: anyio.abc.TaskGroup | None = None
-        self._work: set[anyio.CancelScope] = set()
+        self._runs: set[Run] = set()  # runs attached to this connection
         self._idle = anyio.Event()
         self._idle.set()
         self._stop = anyio.Event()
@@ -119,7 +125,8 @@ class HostConnection:
     # ── life cycle ─────────────────────────────────────────────────────────
 
     async def run(self) -> None:
-        """Serve until the connection ends; every task it started has ended on return."""
+        """Serve until the connection ends. On return its tasks have ended and so have
+        the runs it started (bounded by :data:`CANCEL_GRACE` for runs ignoring a cancel)."""
         self.log.info("connection opened", peer=self.peer)
         try:
             async with anyio.create_task_group() as tg:
@@ -137,6 +144,7 @@ class HostConnection:
             self.sessions.close()
             self.outbox.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_GRACE):
+                await self._detach_runs()
                 session = self.session
                 if session is not None:
                     await self.router.session_closed(session, self.log)
@@ -179,19 +187,20 @@ class HostConnection:
             self.request_stop(0.0, code=CloseCode.POLICY_VIOLATION, reason="handshake timeout")
 
     async def _drain(self) -> None:
-        """Orderly end: finish work within the grace period, cancel the rest, flush."""
-        if self._work:
+        """Orderly end: let runs finish within the grace period, cancel the rest (their
+        last frames are still sent), flush."""
+        if self._runs:
             self.log.info(
                 "waiting for work in flight",
-                tasks=len(self._work),
+                tasks=len(self._runs),
                 grace=self._grace if math.isfinite(self._grace) else None,
             )
             with anyio.move_on_after(self._grace) as self._grace_scope:
                 await self._wait_idle()
-            if self._work:
-                self.log.info("cancelling work past the grace period", tasks=len(self._work))
-                for scope in list(self._work):
-                    scope.cancel()
+            if self._runs:
+                self.log.info("cancelling work past the grace period", tasks=len(self._runs))
+                for run in list(self._runs):
+                    run.abort()
                 with anyio.move_on_after(CANCEL_GRACE):
                     await self._wait_idle()
         with anyio.move_on_after(FLUSH_TIMEOUT):
@@ -214,18 +223,21 @@ class HostConnection:
         self._stop.set()
 
     def drop(self, why: str) -> None:
-        """The peer is gone: cancel everything now."""
+        """The peer is gone: detach every run (cancelling it, as its policy says) and
+        cancel the connection's own tasks, now."""
         if not self._dropped:
             self.log.info("peer gone; cancelling the connection's work", why=why)
         self._dropped = True
         self.sessions.stop()
         self._stop.set()
+        for run in list(self._runs):
+            run.detach()
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
 
-    # ── work ───────────────────────────────────────────────────────────────
+    # ── runs ───────────────────────────────────────────────────────────────
 
-    def start_work(
+    def start_run(
         self,
         fn: Callable[..., Awaitable[Any]],
         args: tuple[Any, ...],
@@ -233,37 +245,58 @@ class HostConnection:
         name: str,
         req_id: str,
         capability: str,
-    ) -> None:
-        """Start ``fn(*args)`` in the connection's task group, tracked for draining."""
-        if self._tg is None:
-            raise RuntimeError("the connection is not running")
-        scope = anyio.CancelScope()
-        self._work.add(scope)
+        listed: bool,
+    ) -> Run:
+        """Start ``fn(run, *args)`` as a run of the host, attached to this connection
+        (tracked for draining, detached when the connection ends).
+
+        Args:
+            listed: list it under ``(session_id, req_id)`` (``ctx.start_run``), or not
+                (``ctx.start_soon``).
+
+        Raises:
+            RuntimeError: the connection has no session, or the host is not running.
+            ValueError: ``listed`` and a run is listed under that key already.
+        """
+        session = self.session
+        if session is None:
+            raise RuntimeError("runs start only on a handshaken connection")
+        run = self.router.runs.start(
+            fn, *args,
+            key=(session.session_id, req_id) if listed else None,
+            req_id=req_id,
+            capability=capability,
+            name=name,
+            log=self.log.bind(req_id=req_id),
+            outbox=self.outbox,
+            on_end=self._run_ended,
+        )
+        self._runs.add(run)
         if self._idle.is_set():
             self._idle = anyio.Event()
-        self._tg.start_soon(self._run_work, scope, fn, args, req_id, capability, name=name or None)
+        return run
 
-    async def _run_work(
-        self,
-        scope: anyio.CancelScope,
-        fn: Callable[..., Awaitable[Any]],
-        args: tuple[Any, ...],
-        req_id: str,
-        capability: str,
-    ) -> None:
-        try:
-            with scope:
-                await fn(*args)
-        except Exception as exc:
-            self.send_error(exc, req_id=req_id, message_type="", capability=capability)
-        finally:
-            self._work.discard(scope)
-            if not self._work:
-                self._idle.set()
+    def _run_ended(self, run: Run) -> None:
+        self._runs.discard(run)
+        if not self._runs:
+            self._idle.set()
 
     async def _wait_idle(self) -> None:
-        while self._work:
+        while self._runs:
             await self._idle.wait()
+
+    async def _detach_runs(self) -> None:
+        """The connection is over: detach every run still attached, and wait for those
+        that detaching cancelled (the caller bounds the wait)."""
+        cancelled = [run for run in list(self._runs) if run.detach()]
+        self._runs.clear()
+        self._idle.set()
+        for run in cancelled:
+            await run.done.wait()
+
+    def runs_of(self, session: SessionInfo, capability: str) -> SessionRuns:
+        """``ctx.runs``: one session's runs in flight of one capability."""
+        return self.router.runs.view(session.session_id, capability)
 
     # ── what dispatch and contexts use (DispatchTarget, ContextOwner) ─────────
 

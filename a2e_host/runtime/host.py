@@ -7,6 +7,9 @@ registers), orders them by ``priority``, builds the one
 connections through :meth:`Host.serve_connection`, the handler every transport serves
 (``serve_websocket``, ``serve_stdio``, ``open_memory_connection``), until
 :meth:`Host.shutdown` sets :attr:`Host.shutdown_event`, the transports' stop signal.
+Every entry point serves inside ``async with host.running()``: the host's
+:class:`~a2e_host.runtime.runs.RunRegistry` owns the runs (chains) its connections
+start, in a task group of the host's, not of the connection's.
 
 Served capabilities (``handshake/resp.accepted_caps``, PROTOCOL.md §2): each loaded
 plugin's ``capability``, and nothing else: a capability is granted only when a plugin
@@ -18,7 +21,8 @@ capabilities. The host itself names no capability.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
 from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Any
@@ -28,6 +32,7 @@ import anyio
 from ..admission import AuthThrottle
 from ..codec import MessageCodec
 from ..config import HostConfig
+from ..errors import error_message_of
 from ..logs import get_logger
 from ..messages import CORE_MESSAGE_TYPES
 from ..plugin import Plugin
@@ -35,6 +40,7 @@ from ..session import MetadataFn, Session
 from ..transports import CloseCode, Transport
 from .connection import HostConnection
 from .router import Router
+from .runs import RunRegistry
 
 __all__ = ["Host", "load_plugins", "PLUGIN_GROUP", "GATES_FEATURE"]
 
@@ -91,6 +97,7 @@ class Host:
     Attributes:
         shutdown_event: set by :meth:`shutdown`; the stop signal transports serve until.
         connections: the connections being served.
+        runs: every run of the host (:mod:`a2e_host.runtime.runs`).
     """
 
     def __init__(
@@ -106,6 +113,7 @@ class Host:
         self.codec = MessageCodec(
             CORE_MESSAGE_TYPES + tuple(t for p in self.plugins for t in p.message_types)
         )
+        self.runs = RunRegistry(self.log, error_message_of)
         self.router = Router(
             config=config,
             codec=self.codec,
@@ -113,7 +121,9 @@ class Host:
             served=MappingProxyType(dict(self.served_capabilities())),
             gates=MappingProxyType(dict(self.gates())),
             auth_throttle=AuthThrottle(config.auth_failure_delay),
+            runs=self.runs,
             log=self.log,
+            error_message=error_message_of,
         )
         self.connections: set[HostConnection] = set()
         self.shutdown_event = anyio.Event()
@@ -154,6 +164,18 @@ class Host:
 
     # ── connections ───────────────────────────────────────────────────────
 
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Host]:
+        """Run the host inside the block: its run registry's task group is open.
+
+        Every entry point enters it before serving (the ``serve`` and ``stdio`` commands,
+        :func:`~a2e_host.runtime.memory.open_memory_client`). Re-entrant: an entry while
+        the host runs joins it, and the block that started it waits for those that
+        joined to leave; on leaving, runs still alive are cancelled and awaited.
+        """
+        async with self.runs.open():
+            yield self
+
     async def serve_connection(self, transport: Transport, *, conn_id: str = "") -> None:
         """Serve one connection until it ends: the handler transports serve
         (:data:`~a2e_host.transports.ConnectionHandler`). Never raises for a
@@ -162,7 +184,15 @@ class Host:
         Args:
             transport: the connection's frames.
             conn_id: a name for logs; ``c<n>`` when empty.
+
+        Raises:
+            RuntimeError: the host is not running (see :meth:`running`).
         """
+        if not self.runs.is_open:
+            raise RuntimeError(
+                "the host is not running: serve connections inside "
+                "'async with host.running()'"
+            )
         conn = HostConnection(self.router, transport, conn_id)
         self.connections.add(conn)
         try:

@@ -89,9 +89,10 @@ async def open_memory_client(
 
     Yields:
         The :class:`MessageClient`. On exit it is closed (work still running is
-        cancelled) and the connection has fully ended.
+        cancelled) and the connection has fully ended. The host runs
+        (:meth:`Host.running <a2e_host.runtime.host.Host.running>`) while it is open.
     """
-    async with open_memory_connection(
+    async with host.running(), open_memory_connection(
         host.serve_connection, bearer_token=bearer_token, buffer_frames=buffer_frames,
         peer=peer,
     ) as frames:

@@ -4,7 +4,8 @@ Layer: runtime. A connection (:mod:`a2e_host.runtime.connection`) is given a Rou
 the host: the plugins to route to, the capabilities and gates it may grant with their
 metadata functions, the one codec, the one exception-to-wire mapping
 (:func:`~a2e_host.errors.error_message_of`), the configuration, the uptime clock, the
-auth throttle shared by every connection, and the ``session_closed`` fan-out to plugins.
+auth throttle shared by every connection, the host's run registry, and the
+``session_closed`` fan-out to plugins.
 The host (:mod:`a2e_host.runtime.host`) builds it once; nothing in it changes after
 that, so a connection cannot reach back up into the host.
 """
@@ -23,6 +24,7 @@ from ..errors import error_message_of
 from ..messages import ErrorMessage
 from ..plugin import Plugin, SessionInfo
 from ..session import MetadataFn
+from .runs import RunRegistry
 
 __all__ = ["Router", "ErrorMapping"]
 
@@ -43,6 +45,7 @@ class Router:
             metadata), in priority order (PROTOCOL.md §2).
         gates: gate name → the capability that owns it (PROTOCOL.md §8).
         auth_throttle: spaces out answers to failed authentications, host-wide.
+        runs: the host's runs (a connection starts, attaches and detaches them).
         log: the host's structlog logger.
         started: ``time.monotonic()`` when the host started.
         error_message: the exception → wire ``error`` mapping.
@@ -54,6 +57,7 @@ class Router:
     served: Mapping[str, MetadataFn | None]
     gates: Mapping[str, str]
     auth_throttle: AuthThrottle
+    runs: RunRegistry
     log: Any
     started: float = field(default_factory=time.monotonic)
     error_message: ErrorMapping = error_message_of
