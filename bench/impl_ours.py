@@ -7,7 +7,9 @@ API used: a :class:`a2e_host.runtime.host.Host` built once per process (``HostCo
 request: the ``chain/req`` bytes in, then every frame the host sends (events, *then the
 chain/resp*) into ``sink``, the ``chain/resp`` frame returned. So the timed path is the
 one a wire request takes — decode, session checks, routing, validation, scheduler, event
-encoding, the connection's outbox and writer — minus a socket or a pipe. The trailing
+encoding, the connection's outbox and writer — minus a socket or a pipe, and with the
+outbox's high-water mark (backpressure against a slow reader) out of reach, as the
+references have none (:data:`OUTBOX_HIGH_WATER`). The trailing
 ``chain/resp`` is dropped from the sink after the timed call (the references put only
 events there). Logging is configured as the CLI does (stderr, INFO), so the host's
 per-chain log lines are part of its cost, as in production.
@@ -30,9 +32,15 @@ class Unavailable(Exception):
 Call = Callable[[bytes, Callable[[bytes], None]], Awaitable[bytes]]
 
 HANDSHAKE = b'{"type":"handshake/req","id":"bench","agent_caps":["chains"]}'
-BUFFER_FRAMES = 1024
-"""Host → client frames in flight before the host's writer waits (the client reads as
-fast as the sink takes them)."""
+OUTBOX_HIGH_WATER = 65_536
+"""Frames the connection's outbox queues before chains wait for its writer. The
+in-process client is as fast as the references' sink, so, as for them, no chain ever
+waits for a reader: without this, a map of 10,000 items (20,000 events produced between
+two turns of the writer) would wait at the default mark (1,024) some 140 times."""
+
+BUFFER_FRAMES = OUTBOX_HIGH_WATER
+"""Host → client frames in flight before the host's writer waits: as many, for the same
+reason (the client takes them all at once, as fast as the sink does)."""
 
 
 EVENT = b'{"type":"chain/event",'
@@ -84,12 +92,12 @@ def connection_call(host: Any) -> Call:
         client = await connection()
         client.send(request)
         while True:
-            frame = await client.receive()
-            sink(frame)
-            if not frame.startswith(EVENT):
-                if frame.startswith(RESPONSE):
-                    return frame
-                raise AssertionError(f"the host answered {frame[:300]!r}")
+            for frame in await client.receive_some():
+                sink(frame)
+                if not frame.startswith(EVENT):
+                    if frame.startswith(RESPONSE):
+                        return frame  # the last frame of this request: nothing follows
+                    raise AssertionError(f"the host answered {frame[:300]!r}")
 
     return call
 
@@ -111,4 +119,5 @@ def load() -> Call:
     from bench.workloads import HOST_MAX_CONCURRENCY
 
     limits = Limits(max_concurrency=HOST_MAX_CONCURRENCY)
-    return connection_call(Host(HostConfig(tools=("bench",), limits=limits)))
+    config = HostConfig(tools=("bench",), limits=limits, outbox_high_water=OUTBOX_HIGH_WATER)
+    return connection_call(Host(config))

@@ -44,6 +44,7 @@ class FakeOutbox:
         self.sent: list[Message] = []
         self.on_message: Callable[[Message], None] | None = None
         self.response = anyio.Event()
+        self.full = False  # never over a high-water mark: wait_writable never waits
 
     def send_nowait(self, message: Message) -> None:
         self.sent.append(message)

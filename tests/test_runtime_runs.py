@@ -26,6 +26,7 @@ class Frames:
 
     def __init__(self) -> None:
         self.frames: list[bytes] = []
+        self.full = False
 
     def send_frame_nowait(self, frame: bytes) -> None:
         self.frames.append(frame)
@@ -290,3 +291,37 @@ async def test_a_chain_finishing_leaves_the_registry_empty_and_its_frames_in_seq
             assert (len(host.runs), host.runs.listed) == (0, 0)
     assert [m.seq for m in got if isinstance(m, ChainEvent)] == [1, 2]
     assert isinstance(got[-1], ChainResponse) and got[-1].success
+
+
+@pytest.mark.asyncio
+async def test_a_run_waits_while_its_outbox_is_over_the_mark_and_never_when_detached() -> None:
+    from a2e_host.runtime.outbox import Outbox
+
+    runs, outbox = registry(), Outbox(high_water=2)
+    body = Steps(3)
+    through = anyio.Event()
+
+    async def paced(run: Run) -> None:
+        await body(run)
+        await run.sink.wait_writable()
+        through.set()
+
+    with anyio.fail_after(WAIT):
+        async with runs.open():
+            run = runs.start(paced, policy=DetachPolicy.KEEP, outbox=outbox)
+            for n in (1, 2, 3):
+                await body.step(n)
+            await anyio.wait_all_tasks_blocked()
+            assert outbox.full and not through.is_set()  # 3 queued, the mark is 2
+            await outbox.receive_batch(max_frames=1)
+            await run.done.wait()
+            assert through.is_set() and not outbox.full and len(outbox) == 2
+
+            again = Steps(3)
+            kept = runs.start(again, policy=DetachPolicy.KEEP, outbox=Outbox(high_water=1))
+            await again.step(1)
+            await again.step(2)
+            kept.detach()
+            await kept.sink.wait_writable()  # detached: nobody to wait for
+            await again.step(3)
+            await kept.done.wait()

@@ -88,6 +88,31 @@ async def test_the_memory_transport_carries_bytes_to_any_handler_and_back() -> N
 
 
 @pytest.mark.asyncio
+async def test_the_memory_transport_holds_a_batch_at_its_buffer_and_keeps_the_order() -> None:
+    frames = [b"%d" % n for n in range(7)]
+    sent = anyio.Event()
+
+    async def burst(transport: Transport) -> None:
+        await transport.send_frames(frames)  # waits while 3 are buffered
+        sent.set()
+        await transport.aclose()
+
+    got: list[bytes] = []
+    with anyio.fail_after(WAIT):
+        async with open_memory_connection(burst, buffer_frames=3) as client:
+            await anyio.wait_all_tasks_blocked()
+            assert not sent.is_set()  # 3 of 7 buffered: the host's writer waits
+            first = await client.receive_some()
+            assert first == frames[:3]
+            got += first
+            got.append(await client.receive())
+            with pytest.raises(anyio.EndOfStream):  # the handler closes after its burst
+                while True:
+                    got += await client.receive_some()
+    assert sent.is_set() and got == frames
+
+
+@pytest.mark.asyncio
 async def test_stdio_serves_its_one_connection_with_any_handler() -> None:
     in_read, in_write = os.pipe()
     out_read, out_write = os.pipe()

@@ -46,6 +46,10 @@ class Outbox:
         self._frames: deque[bytes] = deque()
         self._sending = 0
         self._closed = False
+        self.full = False
+        """Above the high-water mark (frames or bytes): producers wait in
+        :meth:`wait_writable`. Kept current as frames come and go, so a producer can
+        check it without a call."""
         self._not_empty: anyio.Event | None = None  # the writer waits for frames
         self._writable: anyio.Event | None = None  # producers wait: above the mark
         self._flushed: anyio.Event | None = None  # someone waits for the flush
@@ -78,8 +82,12 @@ class Outbox:
         """Queue an already encoded frame (one JSON message, no newline)."""
         if self._closed:
             return
-        self._frames.append(frame)
+        frames = self._frames
+        frames.append(frame)
         self._bytes += len(frame)
+        if not self.full and (len(frames) > self.high_water
+                              or self._bytes > self.high_water_bytes):
+            self.full = True
         waiting = self._not_empty
         if waiting is not None:
             self._not_empty = None
@@ -89,7 +97,7 @@ class Outbox:
         """Wait while more than ``high_water`` frames or ``high_water_bytes`` bytes are
         queued (returns at once after :meth:`close`, so producers never hang on a dead
         connection)."""
-        while self._full() and not self._closed:
+        while self.full and not self._closed:
             if self._writable is None:
                 self._writable = anyio.Event()
             await self._writable.wait()
@@ -109,14 +117,20 @@ class Outbox:
                 self._not_empty = anyio.Event()
             await self._not_empty.wait()
         frames = self._frames
-        count = min(max_frames, len(frames))
-        batch = [frames.popleft() for _ in range(count)]
-        self._bytes -= sum(map(len, batch))
-        self._sending += count
-        writable = self._writable
-        if writable is not None and not self._full():
-            self._writable = None
-            writable.set()
+        if len(frames) <= max_frames:  # all of them: no per-frame work
+            batch = list(frames)
+            frames.clear()
+            self._bytes = 0
+        else:
+            batch = [frames.popleft() for _ in range(max_frames)]
+            self._bytes -= sum(map(len, batch))
+        self._sending += len(batch)
+        if self.full and not self._full():
+            self.full = False
+            writable = self._writable
+            if writable is not None:
+                self._writable = None
+                writable.set()
         return batch
 
     def batch_sent(self, count: int) -> None:
@@ -139,6 +153,7 @@ class Outbox:
     def close(self) -> None:
         """Refuse further frames; the writer ends once the queue is drained. Idempotent."""
         self._closed = True
+        self.full = False
         for waiting in (self._not_empty, self._writable):
             if waiting is not None:
                 waiting.set()

@@ -66,7 +66,13 @@ class DetachPolicy(enum.Enum):
 
 class FrameOutbox(Protocol):
     """Where an attached run's frames go: a connection's
-    :class:`~a2e_host.runtime.outbox.Outbox`."""
+    :class:`~a2e_host.runtime.outbox.Outbox`.
+
+    Attributes:
+        full: above its high-water mark (:meth:`wait_writable` would wait).
+    """
+
+    full: bool
 
     def send_frame_nowait(self, frame: bytes) -> None: ...
 
@@ -139,7 +145,7 @@ class RunSink:
         """Wait while the attached outbox is over its high-water mark (at once when
         detached: nobody is slowed by a reader that is not there)."""
         outbox = self._outbox
-        if outbox is not None:
+        if outbox is not None and outbox.full:
             await outbox.wait_writable()
 
 

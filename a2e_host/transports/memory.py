@@ -55,16 +55,32 @@ class _Frames:
 
     async def put_all(self, frames: Sequence[bytes]) -> None:
         queued = self._frames
-        for frame in frames:
-            while len(queued) >= self.capacity and not self._reader_closed:
+        start = 0
+        while start < len(frames):
+            if self._reader_closed or self._writer_closed:
+                raise anyio.BrokenResourceError
+            room = self.capacity - len(queued)
+            if room <= 0:
                 self._wake_reader()
                 if self._writable is None:
                     self._writable = anyio.Event()
                 await self._writable.wait()
-            if self._reader_closed or self._writer_closed:
-                raise anyio.BrokenResourceError
-            queued.append(frame)
+                continue
+            queued.extend(frames[start:start + room])
+            start += room
         self._wake_reader()
+
+    async def get_some(self) -> list[bytes]:
+        while not self._frames:
+            if self._writer_closed or self._reader_closed:
+                raise anyio.EndOfStream
+            if self._readable is None:
+                self._readable = anyio.Event()
+            await self._readable.wait()
+        frames = list(self._frames)
+        self._frames.clear()
+        self._wake_writer()
+        return frames
 
     async def get(self) -> bytes:
         while not self._frames:
@@ -74,11 +90,14 @@ class _Frames:
                 self._readable = anyio.Event()
             await self._readable.wait()
         frame = self._frames.popleft()
+        self._wake_writer()
+        return frame
+
+    def _wake_writer(self) -> None:
         writable = self._writable
         if writable is not None:
             self._writable = None
             writable.set()
-        return frame
 
     def close_writer(self) -> None:
         self._writer_closed = True
@@ -88,10 +107,7 @@ class _Frames:
         self._reader_closed = True
         self._frames.clear()
         self._wake_reader()
-        writable = self._writable
-        if writable is not None:
-            self._writable = None
-            writable.set()
+        self._wake_writer()
 
     def _wake_reader(self) -> None:
         readable = self._readable
@@ -193,6 +209,15 @@ class MemoryClient:
             anyio.EndOfStream: the host closed the connection (or this client did).
         """
         return await self._from_host.get()
+
+    async def receive_some(self) -> list[bytes]:
+        """Every frame the host has sent and this client not yet received (at least one),
+        in order: a reader that keeps up takes them a batch at a time.
+
+        Raises:
+            anyio.EndOfStream: the host closed the connection (or this client did).
+        """
+        return await self._from_host.get_some()
 
     @property
     def close_code(self) -> int | None:
