@@ -28,7 +28,7 @@ NAMES = {
     "d": "d_diamond_5000",
     "e": "e_sleep_100x50ms",
 }
-#: Sizes used by ``--quick`` and tests/test_bench_quick.py.
+#: Sizes used by ``--quick`` and tests/bench/test_bench_quick.py.
 QUICK_SIZES = {"a": 50, "b": 50, "c": 300, "d": 300, "e": 10}
 
 HOST_MAX_CONCURRENCY = 128

@@ -7,14 +7,17 @@ nodes are now ready and which are skipped. Source: PROTOCOL.md §4 (readiness) a
 
 Theory of operation. Every node has a counter of distinct predecessors
 (``PlanNode.pred_count``). When a node finishes, each of its out-edges either *fires* or
-not, according to how it finished:
+not, according to how it finished and the edge's ``fires`` column in the kind table
+(:class:`~a2e_host.chains.kinds.Fires`):
 
 =============================  =====================================================
 finished as                    edges that fire
 =============================  =====================================================
-done                           ``next_node``, data edges, the taken branch side
-failed under ``on_error: skip`` ``next_node``, data edges (no branch side was taken)
-failed under a handler          the ``on_error`` edge to the handler only
+done                           ``FINISHED`` edges (``next_node``), data edges, and the
+                               ``TAKEN`` edges to the side it took (a branch's
+                               ``true_node`` / ``false_node``)
+failed under ``on_error: skip`` ``FINISHED`` edges, data edges (no side was taken)
+failed under a handler          the ``HANDLED`` edge to the handler only
 skipped, or failed and aborted  none
 =============================  =====================================================
 
@@ -27,18 +30,13 @@ polls.
 
 from __future__ import annotations
 
-from .validation import ChainPlan, EdgeKind
+from . import kinds
+from .kinds import EdgeKind
+from .validation import ChainPlan
 
 __all__ = ["PlanState", "NodeStatus"]
 
-_NEXT, _TRUE, _FALSE, _HANDLER, _DATA = (
-    int(EdgeKind.NEXT),
-    int(EdgeKind.TRUE),
-    int(EdgeKind.FALSE),
-    int(EdgeKind.HANDLER),
-    int(EdgeKind.DATA),
-)
-_CONTROL = _NEXT | _TRUE | _FALSE | _HANDLER
+_DATA = int(EdgeKind.DATA)
 
 
 class NodeStatus:
@@ -68,7 +66,8 @@ class PlanState:
         open: declared non-template nodes not yet finished or skipped.
     """
 
-    __slots__ = ("plan", "status", "activator", "handled_by", "open", "_pending", "_fired")
+    __slots__ = ("plan", "status", "activator", "handled_by", "open", "_pending", "_fired",
+                 "_on_done", "_taken", "_handled", "_control", "_activating")
 
     def __init__(self, plan: ChainPlan) -> None:
         self.plan = plan
@@ -81,6 +80,12 @@ class PlanState:
         self.activator = [-1] * len(nodes)
         self.handled_by: dict[int, int] = {}
         self.open = sum(1 for n in nodes if n.template_of is None)
+        table = kinds.NODE_KINDS  # which edge bits fire when: the kind table's edges
+        self._on_done = table.finished_bits | _DATA
+        self._taken = table.taken_bits
+        self._handled = table.handled_bits
+        self._control = table.control_bits
+        self._activating = table.activating_bits
 
     def start(self) -> list[int]:
         """The roots, in declaration order, marked ready."""
@@ -105,13 +110,12 @@ class PlanState:
             (in the order they were decided).
         """
         self.status[index] = NodeStatus.DONE
-        node = self.plan.nodes[index]
-        if node.kind == "branch":
-            took_true = taken is not None and taken == node.true_index
-            took_false = taken is not None and taken == node.false_index
-            mask = _NEXT | _DATA | (_TRUE if took_true else 0) | (_FALSE if took_false else 0)
-        else:
-            mask = _NEXT | _DATA
+        mask = self._on_done
+        if taken is not None:
+            for dst, bits in self.plan.nodes[index].out_edges:
+                if dst == taken:  # one entry per target: its TAKEN bits are the side taken
+                    mask |= bits & self._taken
+                    break
         return self._finish(index, mask)
 
     def node_failed(self, index: int) -> tuple[list[int], list[int]]:
@@ -126,8 +130,8 @@ class PlanState:
         if node.on_error == "handler":
             assert node.handler_index is not None
             self.handled_by[node.handler_index] = index
-            return self._finish(index, _HANDLER)
-        return self._finish(index, _NEXT | _DATA)
+            return self._finish(index, self._handled)
+        return self._finish(index, self._on_done)
 
     def _finish(self, index: int, mask: int) -> tuple[list[int], list[int]]:
         ready: list[int] = []
@@ -137,14 +141,15 @@ class PlanState:
         pending = self._pending
         fired = self._fired
         status = self.status
+        control, activating = self._control, self._activating
         work = [(index, mask)]
         while work:
             src, src_mask = work.pop()
-            for dst, kinds in nodes[src].out_edges:
-                hit = kinds & src_mask
-                if hit & _CONTROL:
+            for dst, kinds_in in nodes[src].out_edges:
+                hit = kinds_in & src_mask
+                if hit & control:
                     bits = fired[dst] | 1
-                    if hit & (_NEXT | _TRUE | _FALSE):
+                    if hit & activating:
                         if bits & 8 and self.activator[dst] != src:
                             bits |= 4
                         else:

@@ -33,7 +33,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
@@ -41,6 +41,7 @@ from ..config import HostConfig
 from ..exceptions import ChainInvalid, NodeError
 from ..limits import SessionLimits
 from ..tools import Tool, ToolPack, ToolRegistry
+from .catalog import Catalog
 from .messages import ChainNode, ChainRequest
 from .nodes import NodeContext
 
@@ -102,14 +103,6 @@ class DeclaredSkill:
     entry_node: str
     source: Path | None = None
     required: tuple[str, ...] = field(default=())
-
-
-class Catalog(Protocol):
-    def tool_names(self) -> Collection[str]: ...
-
-    def skill_names(self) -> Collection[str]: ...
-
-    def check_proc(self, node: ChainNode) -> str | None: ...
 
 
 def read_skill_file(path: Path) -> DeclaredSkill:

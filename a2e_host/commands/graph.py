@@ -1,16 +1,21 @@
 """``a2e-host graph CHAIN.json [--format mermaid|dot]``: a chain as a diagram.
 
 Layer: command (reads one file, prints to stdout). The graph is the declaration's
-(PROTOCOL.md §4), drawn without running anything:
+(PROTOCOL.md §4), drawn without running anything, from the edges validation reads
+(:func:`a2e_host.chains.validation.declared_edges`) and the kind table's drawing columns
+(:data:`a2e_host.chains.kinds.NODE_KINDS`):
 
 * control edges solid: ``next_node``; a branch's ``true_node`` / ``false_node`` labelled
   ``true`` / ``false``; an ``on_error`` handler labelled ``on_error``;
 * data edges dashed: a node id at the root of one of the node's expressions (``input_map``
-  values, ``condition``, ``items_path``), found through
-  :attr:`a2e_host.chains.expressions.Expression.roots` (not drawn where a control edge already
-  joins the same two nodes);
+  values, and its kind's own expression fields: ``condition``, ``items_path``), not drawn
+  where a control edge already joins the same two nodes, nor from a node to itself;
 * a map's template drawn inside a box (Mermaid ``subgraph``, Graphviz ``cluster``) entered
   from the map by a thick ``each item`` edge; nested maps nest.
+
+A reference validation does not read (to an undeclared id, in a field the node's kind does
+not take, in an expression that does not compile, of a second declaration of one id) is
+not drawn.
 
 Node labels show the id, the kind and the tool, skill or proc name. Exit codes: 0 drawn,
 2 unreadable file, bad JSON, a body that is not a chain, or an unknown format.
@@ -24,7 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..chains import kinds
 from ..chains.messages import ChainNode
+from ..chains.validation import declared_edges
 from .run import ChainFileError, read_chain_request
 
 __all__ = ["Edge", "chain_edges", "graph_main", "to_dot", "to_mermaid", "FORMATS"]
@@ -36,7 +43,12 @@ _MERMAID_RESERVED = frozenset(
     {"end", "graph", "flowchart", "subgraph", "style", "classdef", "class", "click",
      "linkstyle", "direction", "default", "call", "href"}
 )
-_LEADING_ID = re.compile(r"^\s*(?:\$\.)?([A-Za-z_][A-Za-z0-9_]*)")
+# a kind's shape (kinds.KindSpec.shape) as a Mermaid node (around the quoted label) and
+# as a Graphviz shape; an unknown kind is drawn as a box
+_MERMAID_SHAPES = {"box": ("[", "]"), "rounded": ("(", ")"), "parallelogram": ("[/", "/]"),
+                   "diamond": ("{", "}"), "subroutine": ("[[", "]]")}
+_DOT_SHAPES = {"box": "box", "rounded": "ellipse", "parallelogram": "parallelogram",
+               "diamond": "diamond", "subroutine": "box3d"}
 
 
 def graph_main(chain: Path, format: str) -> int:
@@ -82,67 +94,33 @@ class Edge:
 
 
 def chain_edges(nodes: Iterable[ChainNode]) -> list[Edge]:
-    """Every edge of the declaration, in node order, without duplicates.
+    """Every edge of the drawing: control and map edges in node order, then data edges.
 
-    Edges to ids that are not declared are left out (validation reports them); a data
-    edge that parallels a control edge between the same two nodes is not listed twice.
+    The edges are validation's (:func:`~a2e_host.chains.validation.declared_edges`); a
+    data edge that parallels a control edge between the same two nodes, or joins a node
+    to itself, is not listed.
     """
-    nodes = list(nodes)
-    ids = {n.node_id for n in nodes}
     edges: list[Edge] = []
-    seen: set[Edge] = set()
-
-    def add(edge: Edge) -> None:
-        if edge.target in ids and edge.source in ids and edge not in seen:
-            seen.add(edge)
-            edges.append(edge)
-
-    for node in nodes:
-        if node.next_node:
-            add(Edge(node.node_id, node.next_node, "control"))
-        if node.kind == "branch":
-            if node.true_node:
-                add(Edge(node.node_id, node.true_node, "control", "true"))
-            if node.false_node:
-                add(Edge(node.node_id, node.false_node, "control", "false"))
-        if node.on_error not in ("", "abort", "skip"):
-            add(Edge(node.node_id, node.on_error, "control", "on_error"))
-        if node.kind == "map" and node.map_node:
-            add(Edge(node.node_id, node.map_node, "map", "each item"))
-    ordered = {(e.source, e.target) for e in edges}
-    for node in nodes:
-        for root in sorted(_expression_roots(node) & ids - {node.node_id}):
-            if (root, node.node_id) not in ordered:
-                add(Edge(root, node.node_id, "data"))
+    joined: set[tuple[str, str]] = set()
+    for declared in declared_edges(nodes):
+        control = declared.control
+        if control is not None:
+            edges.append(Edge(declared.source, declared.target, control.style, control.label))
+            joined.add((declared.source, declared.target))
+        elif declared.source != declared.target and (
+                (declared.source, declared.target) not in joined):
+            edges.append(Edge(declared.source, declared.target, "data"))
     return edges
 
 
-def _expression_roots(node: ChainNode) -> set[str]:
-    texts = [*node.input_map.values(), node.condition, node.items_path]
-    roots: set[str] = set()
-    for text in texts:
-        if text:
-            roots |= _roots_of(text)
-    return roots
+def _templates(edges: list[Edge]) -> dict[str, str]:
+    """template id → map id, for the maps whose template is declared (the last map wins)."""
+    return {e.target: e.source for e in edges if e.kind == "map"}
 
 
-def _roots_of(text: str) -> set[str]:
-    try:
-        from ..chains.expressions import compile_expression
-    except ImportError:  # pragma: no cover - only before the expressions module exists
-        match = _LEADING_ID.match(text)
-        return {match.group(1)} if match else set()
-    try:
-        return set(compile_expression(text).roots)
-    except ValueError:  # a syntax error: validation reports it; draw what can be read
-        match = _LEADING_ID.match(text)
-        return {match.group(1)} if match else set()
-
-
-def _templates(nodes: list[ChainNode]) -> dict[str, str]:
-    """template id → map id, for the maps whose template is declared."""
-    ids = {n.node_id for n in nodes}
-    return {n.map_node: n.node_id for n in nodes if n.kind == "map" and n.map_node in ids}
+def _shape(node: ChainNode) -> str:
+    spec = kinds.NODE_KINDS.get(node.kind)
+    return spec.shape if spec is not None else "box"
 
 
 def _label(node: ChainNode) -> str:
@@ -161,9 +139,11 @@ def to_mermaid(nodes: Iterable[ChainNode]) -> str:
     dots, a leading digit) are replaced by ``n_…`` ids; the label keeps the real id.
     """
     nodes = list(nodes)
+    edges = chain_edges(nodes)
     ids = _mermaid_ids([n.node_id for n in nodes])
     by_id = {n.node_id: n for n in nodes}
-    templates = _templates(nodes)
+    templates = _templates(edges)
+    boxes = {map_id: template_id for template_id, map_id in templates.items()}
     lines = ["flowchart TD"]
 
     def declare(node: ChainNode, indent: str) -> None:
@@ -171,10 +151,8 @@ def to_mermaid(nodes: Iterable[ChainNode]) -> str:
 
     def declare_with_template(node: ChainNode, indent: str) -> None:
         declare(node, indent)
-        if node.kind == "map" and node.map_node in by_id and templates.get(node.map_node) == (
-            node.node_id
-        ):
-            template = by_id[node.map_node]
+        if node.node_id in boxes:
+            template = by_id[boxes[node.node_id]]
             box = ids[node.node_id] + "__each"
             title = _mermaid_text(f"for each item of {node.node_id}")
             lines.append(f'{indent}subgraph {box}["{title}"]')
@@ -186,7 +164,7 @@ def to_mermaid(nodes: Iterable[ChainNode]) -> str:
             continue  # drawn inside its map's subgraph
         declare_with_template(node, "    ")
     styles = {"control": "-->", "data": "-.->", "map": "==>"}
-    for edge in chain_edges(nodes):
+    for edge in edges:
         arrow = styles[edge.kind]
         src, dst = ids[edge.source], ids[edge.target]
         if edge.label:
@@ -234,16 +212,8 @@ def _mermaid_text(text: str) -> str:
 
 
 def _mermaid_node(mid: str, node: ChainNode) -> str:
-    text = _mermaid_text(_label(node))
-    if node.kind == "branch":
-        return f'{mid}{{"{text}"}}'
-    if node.kind == "map":
-        return f'{mid}[["{text}"]]'
-    if node.kind == "proc":
-        return f'{mid}[/"{text}"/]'
-    if node.kind == "skill":
-        return f'{mid}("{text}")'
-    return f'{mid}["{text}"]'
+    opening, closing = _MERMAID_SHAPES[_shape(node)]
+    return f'{mid}{opening}"{_mermaid_text(_label(node))}"{closing}'
 
 
 # ── Graphviz ────────────────────────────────────────────────────────────────
@@ -252,28 +222,27 @@ def _mermaid_node(mid: str, node: ChainNode) -> str:
 def to_dot(nodes: Iterable[ChainNode]) -> str:
     """The chain as a Graphviz ``digraph`` (templates in ``cluster_`` subgraphs)."""
     nodes = list(nodes)
+    edges = chain_edges(nodes)
     by_id = {n.node_id: n for n in nodes}
-    templates = _templates(nodes)
-    shapes = {"branch": "diamond", "map": "box3d", "proc": "parallelogram", "skill": "ellipse"}
+    templates = _templates(edges)
+    boxes = {map_id: template_id for template_id, map_id in templates.items()}
     lines = ["digraph chain {", "    rankdir=TB;", "    node [shape=box];"]
 
     def declare(node: ChainNode, indent: str) -> None:
-        shape = shapes.get(node.kind, "box")
+        shape = _DOT_SHAPES[_shape(node)]
         lines.append(f"{indent}{_dot_id(node.node_id)} [label={_dot_str(_label(node))}, "
                      f"shape={shape}];")
-        if node.kind == "map" and node.map_node in by_id and templates.get(node.map_node) == (
-            node.node_id
-        ):
+        if node.node_id in boxes:
             lines.append(f"{indent}subgraph {_dot_id('cluster_' + node.node_id)} {{")
             lines.append(f"{indent}    label={_dot_str('for each item of ' + node.node_id)};")
             lines.append(f"{indent}    style=dashed;")
-            declare(by_id[node.map_node], indent + "    ")
+            declare(by_id[boxes[node.node_id]], indent + "    ")
             lines.append(f"{indent}}}")
 
     for node in nodes:
         if node.node_id not in templates:
             declare(node, "    ")
-    for edge in chain_edges(nodes):
+    for edge in edges:
         attrs = []
         if edge.kind == "data":
             attrs.append("style=dashed")

@@ -6,20 +6,14 @@ every capability the configuration serves: ``proc`` only with ``--allow-proc``; 
 host's own ``auth_token`` when one is set), sends the ``chain/req`` and reads its events
 until the ``chain/resp`` — the path a wire request takes (plugin, validation, scheduler).
 
-Output:
-
-* on a TTY: a live table of the nodes (status, durations, map items with a progress
-  bar), then the final output as pretty JSON;
-* stdout not a TTY: one plain line per ``chain/event``, then the final output;
-* ``--json``: the ``chain/resp`` only, one JSON line (with ``--events``, each
-  ``chain/event`` as an NDJSON line before it);
-* ``--final``: ``final_output`` only, one JSON line; the request asks the host for no
-  events (``streaming: false``) and to leave ``outputs`` out of the response
-  (``include_outputs: false``).
-
-A failure goes to stderr: one summary line, then each validation problem, with the
-command-line fix where the host's hint speaks of the wire (``--allow-proc`` for a proc
-node; ``A2E_MAX_…`` or ``[limits]`` for a ceiling that refused the chain).
+Output (:mod:`~a2e_host.commands.run_display`): a live table on a TTY, one plain line per
+``chain/event`` otherwise, the ``chain/resp`` alone with ``--json`` (``--events`` adds
+the events as NDJSON), ``final_output`` alone with ``--final`` (the request then asks
+the host for no events, ``streaming: false``, and a response without ``outputs``,
+``include_outputs: false``). A failure goes to stderr: one summary line, then each
+validation problem, with the command-line fix where the host's hint speaks of the wire
+(``--allow-proc`` for a proc node; ``A2E_MAX_…`` or ``[limits]`` for a ceiling that
+refused the chain).
 
 Tool packs: when neither ``--tools`` nor the configuration (file or ``A2E_TOOLS``) names
 any, ``fs``, ``text`` and ``json`` are enabled
@@ -45,20 +39,18 @@ nothing more is printed (no traceback), and the exit code is 141, a SIGPIPE'd pr
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import anyio
 import msgspec
 
-from ..chains.messages import ChainEvent, ChainRequest, ChainResponse, chain_codec
-from ..codec import encode_message
+from ..chains.messages import ChainRequest, ChainResponse, chain_codec
 from ..exceptions import A2EError
+from .run_display import Display, open_display
 
 __all__ = [
     "CANCEL_WAIT",
@@ -209,16 +201,8 @@ def run_main(
     except ValueError as exc:
         print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    hints = _Hints(request, config.allow_proc)
-    display: _Display
-    if final_only:
-        display = _FinalDisplay(sys.stdout, hints)
-    elif json_out:
-        display = _JsonDisplay(sys.stdout, events)
-    elif sys.stdout.isatty():
-        display = _LiveDisplay(request, hints)
-    else:
-        display = _PlainDisplay(request, sys.stdout, hints)
+    display = open_display(request, config.allow_proc, final_only=final_only,
+                           json_out=json_out, events=events)
     response, signum = anyio.run(_run, request, host, display)
     if signum is not None:
         return 128 + signum
@@ -239,7 +223,7 @@ class _Interrupt:
 
 
 async def _run(
-    request: ChainRequest, host: Any, display: _Display
+    request: ChainRequest, host: Any, display: Display
 ) -> tuple[ChainResponse | None, int | None]:
     """Run ``request`` on ``host`` over an in-memory connection.
 
@@ -340,7 +324,7 @@ def _stdout_closed(response: ChainResponse | None) -> tuple[ChainResponse | None
     return response, signal.SIGPIPE
 
 
-async def _cancel_on_signal(run: Any, display: _Display, interrupted: _Interrupt) -> None:
+async def _cancel_on_signal(run: Any, display: Display, interrupted: _Interrupt) -> None:
     """First SIGINT/SIGTERM: ``chain/cancel``; a second one, or no answer within
     :data:`CANCEL_WAIT` seconds: close the connection (which cancels the chain too)."""
     try:
@@ -362,186 +346,3 @@ async def _cancel_on_signal(run: Any, display: _Display, interrupted: _Interrupt
                 async for _ in signals:
                     break
     await run.client.aclose()
-
-
-# ── displays ────────────────────────────────────────────────────────────────
-
-
-class _Hints:
-    """What the failure report needs to add command-line fixes to the host's hints."""
-
-    def __init__(self, request: ChainRequest, allow_proc: tuple[str, ...]) -> None:
-        self.node_kinds = {node.node_id: node.kind for node in request.nodes}
-        self.allow_proc = allow_proc
-
-    def failure_lines(self, response: ChainResponse) -> list[str]:
-        """Indented lines under the failure summary: each validation problem, and how to
-        raise a ceiling that refused the chain."""
-        from .common import problem_hint, refusal_hint
-
-        error = response.error or {}
-        details = error.get("details") or {}
-        lines: list[str] = []
-        problems = details.get("errors") or []
-        for problem in problems:
-            if not isinstance(problem, dict):
-                continue
-            where = ".".join(str(p) for p in (problem.get("node_id"), problem.get("field")) if p)
-            line = f"  - {where + ': ' if where else ''}{problem.get('message', problem)}"
-            fix = problem_hint(problem, node_kinds=self.node_kinds,
-                               allow_proc=self.allow_proc)
-            lines.append(f"{line} (fix: {fix})" if fix else line)
-        if not problems and error.get("code") == "chain_limit":
-            fix = refusal_hint(details)
-            if fix:
-                lines.append(f"  - fix: {fix}")
-        return lines
-
-
-class _Display:
-    def begin(self) -> None:
-        pass
-
-    def event(self, event: ChainEvent) -> None:
-        pass
-
-    def note(self, text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
-
-    def abort(self, text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
-
-    def end(self) -> None:
-        pass
-
-    def response(self, response: ChainResponse) -> None:
-        pass
-
-
-class _JsonDisplay(_Display):
-    """``--json``: the response only; with ``--events`` NDJSON events before it."""
-
-    def __init__(self, out: TextIO, events: bool) -> None:
-        self.out = out
-        self.events = events
-
-    def event(self, event: ChainEvent) -> None:
-        if self.events:
-            self.out.write(encode_message(event).decode("utf-8") + "\n")
-            self.out.flush()
-
-    def response(self, response: ChainResponse) -> None:
-        self.out.write(encode_message(response).decode("utf-8") + "\n")
-        self.out.flush()
-
-
-class _FinalDisplay(_Display):
-    """``--final``: ``final_output`` alone as one JSON line; a failure on stderr only."""
-
-    def __init__(self, out: TextIO, hints: _Hints) -> None:
-        self.out = out
-        self.hints = hints
-
-    def response(self, response: ChainResponse) -> None:
-        if response.success:
-            self.out.write(msgspec.json.encode(response.final_output).decode("utf-8") + "\n")
-            self.out.flush()
-            return
-        _print_failure(response, _failure_summary(response), self.hints)
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(msgspec.to_builtins(value), indent=2, ensure_ascii=False)
-
-
-def _failure_summary(response: ChainResponse) -> str:
-    err = response.error or {}
-    where = f" at node {err.get('node_id')!r}" if err.get("node_id") else ""
-    return (f"chain {response.chain_id} failed ({err.get('code', 'error')}){where}: "
-            f"{err.get('message', '')}")
-
-
-def _print_failure(
-    response: ChainResponse, summary: str, hints: _Hints, *, summary_shown: bool = False
-) -> None:
-    """The failure on stderr: the summary line (unless already on screen), then each
-    validation problem and the command-line fix where one applies."""
-    if not summary_shown:
-        print(f"a2e-host run: {summary}", file=sys.stderr)
-    for line in hints.failure_lines(response):
-        print(line, file=sys.stderr)
-    sys.stderr.flush()
-
-
-def _print_outcome(
-    response: ChainResponse, out: TextIO, summary: str, hints: _Hints, *,
-    summary_shown: bool = False,
-) -> None:
-    """The final output on success; else the failure (and each validation problem) on
-    stderr. ``summary_shown``: the failure line is already on screen (the live table)."""
-    if response.success:
-        out.write(_pretty(response.final_output) + "\n")
-        out.flush()
-        return
-    _print_failure(response, summary, hints, summary_shown=summary_shown)
-
-
-class _PlainDisplay(_Display):
-    """stdout not a TTY: one line per event, then the final output."""
-
-    def __init__(self, request: ChainRequest, out: TextIO, hints: _Hints) -> None:
-        from ..progress import ChainProgress
-
-        self.out = out
-        self.hints = hints
-        self.progress = ChainProgress(request, time.monotonic())
-
-    def event(self, event: ChainEvent) -> None:
-        now = time.monotonic()
-        self.progress.feed(event, now)
-        self.out.write(self.progress.plain_line(event, now) + "\n")
-        self.out.flush()
-
-    def response(self, response: ChainResponse) -> None:
-        self.progress.finish(response, time.monotonic())
-        if response.success:
-            self.out.write(self.progress.summary() + "\n")
-        _print_outcome(response, self.out, self.progress.summary(), self.hints)
-
-
-class _LiveDisplay(_Display):
-    """A TTY: a rich live table while the chain runs, then the final output."""
-
-    def __init__(self, request: ChainRequest, hints: _Hints) -> None:
-        from rich.console import Console
-        from rich.live import Live
-
-        from ..progress import ChainProgress
-
-        self.console = Console()
-        self.hints = hints
-        self.progress = ChainProgress(request, time.monotonic())
-        self.live = Live(
-            console=self.console, refresh_per_second=8, transient=True,
-            get_renderable=lambda: self.progress.render(time.monotonic()),
-        )
-
-    def begin(self) -> None:
-        self.live.start()
-
-    def event(self, event: ChainEvent) -> None:
-        self.progress.feed(event, time.monotonic())
-
-    def note(self, text: str) -> None:
-        self.console.print(text, style="yellow")
-
-    def end(self) -> None:
-        if self.live.is_started:
-            self.live.refresh()
-            self.live.stop()
-
-    def response(self, response: ChainResponse) -> None:
-        self.progress.finish(response, time.monotonic())
-        self.console.print(self.progress.render(time.monotonic()))
-        _print_outcome(response, sys.stdout, self.progress.summary(), self.hints,
-                       summary_shown=True)

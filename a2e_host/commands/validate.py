@@ -19,8 +19,9 @@ from typing import Any
 
 import msgspec
 
+from ..chains.catalog import Catalog
 from ..chains.messages import ChainRequest, chain_codec
-from ..chains.validation import Catalog, ChainPlan, validate_chain
+from ..chains.validation import ChainPlan, validate_chain
 from ..config import HostConfig
 from ..exceptions import ChainInvalid, RemoteProtocolError
 from ..limits import SessionLimits

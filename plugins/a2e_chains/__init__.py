@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 import anyio
 import anyio.lowlevel
 
+from a2e_host.chains import kinds
 from a2e_host.chains.messages import (
     CHAIN_MESSAGE_TYPES,
     ChainCancel,
@@ -61,9 +62,10 @@ from a2e_host.runtime.limiters import loop_limiter
 
 __all__ = ["ChainPlugin", "NODE_KIND_GATES", "THREAD_PLANNING_NODES", "worst_case_node_count"]
 
-NODE_KIND_GATES = ("proc", "skill")
-"""The gates of ``chains``: names in ``agent_caps`` that unlock node kinds (PROTOCOL.md §8);
-``proc`` only when the configuration allows an executable."""
+NODE_KIND_GATES = kinds.gates()
+"""The gates of ``chains``, from the node-kind table: names in ``agent_caps`` that unlock
+node kinds (PROTOCOL.md §8); this host offers ``proc`` only when the configuration allows
+an executable."""
 
 THREAD_PLANNING_NODES = 1000
 """Declared nodes above which a chain is validated in a worker thread, not on the loop

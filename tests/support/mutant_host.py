@@ -1,0 +1,96 @@
+"""Deliberately broken variants of the host, for proving the conformance kit has teeth.
+
+``python -m tests.support.mutant_host MUTANT serve --port 0 --tools conformance`` starts the
+real CLI with one defect patched in. Each mutant names the requirement the kit must then
+report as failed (``tests/conformance/test_conformance_suite.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from a2e_host.chains import scheduler
+from a2e_host.chains.messages import ChainEvent
+from a2e_host.chains.validation import _Validator
+
+
+def seq_not_incremented() -> None:
+    """Every event carries seq 1."""
+
+    def send(self: Any, node_id: str, phase: str, output: Any = None, error: str = "") -> None:
+        if self.closed or not self.streaming:
+            return
+        self.emit(ChainEvent(req_id=self.req_id, seq=1, node_id=node_id, phase=phase,
+                             output=output, error=error))
+
+    scheduler._Events.send = send  # type: ignore[method-assign]
+
+
+def skip_never_sent() -> None:
+    """Nodes a branch leaves behind get no ``skip`` event."""
+    original = scheduler._Events.send
+
+    def send(self: Any, node_id: str, phase: str, output: Any = None, error: str = "") -> None:
+        if phase != "skip":
+            original(self, node_id, phase, output, error)
+
+    scheduler._Events.send = send  # type: ignore[method-assign]
+
+
+def event_after_response() -> None:
+    """A stray event follows the ``chain/resp``."""
+    original = scheduler.ChainRunner._send_response
+
+    def send_response(self: Any, result: Any, started: float) -> Any:
+        response = original(self, result, started)
+        self._emit(ChainEvent(req_id=self.plan.request.id, seq=self._events.seq + 1,
+                              node_id="late", phase="done"))
+        return response
+
+    scheduler.ChainRunner._send_response = send_response  # type: ignore[method-assign]
+
+
+def final_output_first_terminal() -> None:
+    """``final_output`` taken from the first terminal node instead of the last."""
+    original = scheduler.ChainRunner._result
+
+    def result(self: Any) -> Any:
+        res = original(self)
+        for t in self.plan.terminals:
+            node_id = self.plan.nodes[t].node_id
+            if node_id in self._outputs:
+                res.final_output = self._outputs[node_id]
+                break
+        return res
+
+    scheduler.ChainRunner._result = result  # type: ignore[method-assign]
+
+
+def cycle_accepted() -> None:
+    """Cycle detection switched off."""
+    _Validator.check_cycles = lambda self: None  # type: ignore[method-assign]
+
+
+MUTANTS: dict[str, tuple[Callable[[], None], str]] = {
+    "seq_not_incremented": (seq_not_incremented, "CHAIN-EVT-SEQ"),
+    "skip_never_sent": (skip_never_sent, "CHAIN-EVT-LIFECYCLE"),
+    "event_after_response": (event_after_response, "CHAIN-EVT-BEFORE-RESP"),
+    "final_output_first_terminal": (final_output_first_terminal, "CHAIN-RESP-FINAL-OUTPUT"),
+    "cycle_accepted": (cycle_accepted, "VAL-CYCLE"),
+}
+"""mutant name → (patch, a requirement the conformance kit must report failed)."""
+
+
+def main(argv: list[str]) -> None:
+    patch, _ = MUTANTS[argv[0]]
+    patch()
+    from a2e_host.cli import main as cli_main
+
+    sys.argv = ["a2e-host", *argv[1:]]
+    cli_main()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
