@@ -353,8 +353,8 @@ class HostConnection:
 
     async def _write_loop(self) -> None:
         while True:
-            try:
-                frames = await self.outbox.receive_batch()
+            try:  # up to the high-water mark at once: a burst of events costs a few turns
+                frames = await self.outbox.receive_batch(self.outbox.high_water)
             except anyio.EndOfStream:
                 return
             try:
