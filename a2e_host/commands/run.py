@@ -1,6 +1,6 @@
 """``a2e-host run CHAIN.json``: run a chain file in this process, with live progress.
 
-Layer: command. No shortcut: a :class:`~a2e_host.host.Host` is built from the
+Layer: command. No shortcut: a :class:`~a2e_host.runtime.host.Host` is built from the
 configuration, an in-memory connection is opened to it, the client handshakes (asking for
 every capability the configuration serves: ``proc`` only with ``--allow-proc``; with the
 host's own ``auth_token`` when one is set), sends the ``chain/req`` and reads its events
@@ -191,8 +191,8 @@ def run_main(
     except ChainFileError as exc:
         print(f"a2e-host run: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from ..host import Host
     from ..logs import configure_logging
+    from ..runtime.host import Host
     from .common import load_command_config
 
     try:

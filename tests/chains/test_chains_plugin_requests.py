@@ -14,18 +14,18 @@ from typing import Any
 
 import a2e_chains
 import anyio
-import anyio.abc
 import pytest
 import structlog
 from a2e_chains import ChainPlugin, worst_case_node_count
 
-from a2e_host.chains.messages import ChainNode, ChainRequest, ChainResponse
+from a2e_host.chains.messages import ChainNode, ChainRequest, ChainResponse, chain_codec
 from a2e_host.chains.skills import read_skill_file
 from a2e_host.config import HostConfig
 from a2e_host.errors import ChainFailure
 from a2e_host.exceptions import Busy
 from a2e_host.limits import Limits, SessionLimits
 from a2e_host.messages import Message
+from a2e_host.runtime.runs import Run, RunRegistry, SessionRuns
 
 WAIT = 10.0
 
@@ -45,6 +45,7 @@ class FakeOutbox:
         self.sent: list[Message] = []
         self.on_message: Callable[[Message], None] | None = None
         self.response = anyio.Event()
+        self.full = False  # never over a high-water mark: wait_writable never waits
 
     def send_nowait(self, message: Message) -> None:
         self.sent.append(message)
@@ -52,6 +53,9 @@ class FakeOutbox:
             self.on_message(message)
         if isinstance(message, ChainResponse):
             self.response.set()
+
+    def send_frame_nowait(self, frame: bytes) -> None:  # a run's sink sends frames
+        self.send_nowait(chain_codec.decode(frame))
 
     async def wait_writable(self) -> None:
         return None
@@ -62,14 +66,43 @@ class FakeOutbox:
 
 @dataclass
 class FakeContext:
+    """The plugin's view for one message, over a real run registry."""
+
     session: FakeSession
     outbox: FakeOutbox
-    tg: anyio.abc.TaskGroup
+    registry: RunRegistry
+    req_id: str
     log: Any = field(default_factory=lambda: structlog.get_logger("test"))
     closing: bool = False
+    started: list[Run] = field(default_factory=list)
 
-    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "") -> None:
-        self.tg.start_soon(fn, *args)
+    @property
+    def runs(self) -> SessionRuns:
+        return self.registry.view(self.session.session_id, "chains")
+
+    def start_run(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "") -> Run:
+        run = self.registry.start(fn, *args, key=(self.session.session_id, self.req_id),
+                                  capability="chains", name=name, log=self.log,
+                                  outbox=self.outbox)
+        self.started.append(run)
+        return run
+
+
+async def handle(
+    plugin: ChainPlugin, session: FakeSession, message: Message, outbox: FakeOutbox,
+    registry: RunRegistry,
+) -> list[Run]:
+    """Hand one message to the plugin as the host would; the runs it started."""
+    ctx = FakeContext(session, outbox, registry, message.id)
+    await plugin.handle(message, ctx)
+    return ctx.started
+
+
+async def wait_ended(registry: RunRegistry) -> None:
+    """Wait for every run to end, then check the registry forgot them all."""
+    while len(registry):
+        await next(iter(registry)).done.wait()
+    assert (len(registry), registry.listed) == (0, 0), "the registry is empty once runs end"
 
 
 def request(req_id: str, nodes: list[dict[str, Any]], **fields: Any) -> ChainRequest:
@@ -93,13 +126,15 @@ async def handle_all(
     plugin: ChainPlugin, session: FakeSession, *requests: ChainRequest,
     outbox: FakeOutbox | None = None,
 ) -> FakeOutbox:
-    """Hand each request to the plugin, then wait for a response to each."""
+    """Hand each request to the plugin, then wait for a response to each and for every
+    run to have ended and left the registry."""
     outbox = outbox or FakeOutbox()
+    registry = RunRegistry(structlog.get_logger("test"))
     with anyio.fail_after(WAIT):
-        async with anyio.create_task_group() as tg:
-            ctx = FakeContext(session, outbox, tg)
+        async with registry.open():
             for req in requests:
-                await plugin.handle(req, ctx)
+                await handle(plugin, session, req, outbox, registry)
+            await wait_ended(registry)
     assert len(outbox.responses()) == len(requests), outbox.sent
     return outbox
 
@@ -127,7 +162,6 @@ async def test_a_bug_while_validating_ends_in_a_chain_resp_runtime_error(
     error = error_of(outbox.responses()[0])
     assert error.code == "runtime_error" and "KeyError" in error.message, error
     assert "fault in the host" in error.message and outbox.responses()[0].nodes_run == 0
-    assert plugin._running == {}, "the failed request left the in-flight table"
 
 
 @pytest.mark.asyncio
@@ -144,7 +178,6 @@ async def test_a_bug_while_starting_the_run_ends_in_one_chain_resp_runtime_error
     error = error_of(outbox.responses()[0])
     assert error.code == "runtime_error", error
     assert "while running the chain (AttributeError)" in error.message, error
-    assert plugin._running == {}
 
 
 @pytest.mark.asyncio
@@ -212,14 +245,16 @@ async def test_a_cancel_handled_right_after_its_request_cancels_it_before_any_no
 
     plugin, session = plugin_and_session()
     outbox = FakeOutbox()
+    registry = RunRegistry(structlog.get_logger("test"))
     with anyio.fail_after(WAIT):
-        async with anyio.create_task_group() as tg:
-            ctx = FakeContext(session, outbox, tg)
-            await plugin.handle(
+        async with registry.open():
+            await handle(
+                plugin, session,
                 request("c1", [{"node_id": "s", "name": "sleep", "input": {"seconds": 30}}]),
-                ctx,
+                outbox, registry,
             )
-            await plugin.handle(ChainCancel(req_id="c1"), ctx)
+            await handle(plugin, session, ChainCancel(req_id="c1"), outbox, registry)
+            await wait_ended(registry)
     assert [m.TYPE for m in outbox.sent] == ["chain/resp"], "no event: nothing started"
     assert error_of(outbox.responses()[0]).code == "cancelled"
 
@@ -236,16 +271,17 @@ async def test_a_chain_sent_the_instant_the_previous_response_is_written_is_neve
     busy: list[str] = []
     total = 50
     sent = 1
+    registry = RunRegistry(structlog.get_logger("test"))
     with anyio.fail_after(WAIT):
-        async with anyio.create_task_group() as tg:
-            ctx = FakeContext(session, outbox, tg)
+        async with registry.open():
 
             def next_chain(message: Message) -> None:
                 nonlocal sent
                 if not isinstance(message, ChainResponse) or sent == total:
                     return
                 sent += 1
-                step = plugin.handle(request(f"r{sent}", [{"node_id": "a"}]), ctx)
+                step = handle(plugin, session, request(f"r{sent}", [{"node_id": "a"}]),
+                              outbox, registry)
                 try:
                     step.send(None)  # handle() does not suspend for a chain/req
                 except StopIteration:
@@ -254,7 +290,8 @@ async def test_a_chain_sent_the_instant_the_previous_response_is_written_is_neve
                     busy.append(exc.message)
 
             outbox.on_message = next_chain
-            await plugin.handle(request("r1", [{"node_id": "a"}]), ctx)
+            await handle(plugin, session, request("r1", [{"node_id": "a"}]), outbox, registry)
+            await wait_ended(registry)
     assert busy == [], busy[:3]
     assert [r.req_id for r in outbox.responses()] == [f"r{i}" for i in range(1, total + 1)]
 

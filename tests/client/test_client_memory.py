@@ -8,7 +8,7 @@ import pytest
 from a2e_host.chains.messages import ChainEvent, ChainRequest, ChainResponse
 from a2e_host.client import ChainRun, HandshakeFailed, HostError, connect_memory
 from a2e_host.config import HostConfig
-from a2e_host.host import Host
+from a2e_host.runtime.host import Host
 
 pytestmark = pytest.mark.asyncio
 
