@@ -84,6 +84,8 @@ async def run_attempt(
         run.node_started(pnode.index)
     run.running[shown] = False
     run.events.send(shown, "start")
+    if run.debug:
+        run.log.debug("node started", node_id=shown, kind=pnode.kind)
     budget = run.budget
     node_id = pnode.node_id
     kind = pnode.kind
@@ -114,6 +116,8 @@ async def run_attempt(
         return LATE
     run.running[shown] = True
     run.events.send(shown, "done", output=output)
+    if run.debug:
+        run.log.debug("node done", node_id=shown)
     return Outcome(_DONE, output, size, taken)
 
 

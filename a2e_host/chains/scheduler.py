@@ -46,6 +46,7 @@ Theory of operation.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -202,6 +203,9 @@ class ChainRunner:
         self.config = config
         self.limits: Limits = config.limits.effective
         self.log = config.log
+        self.debug: bool = parent.debug if parent is not None else _logs_debug(config.log)
+        """Whether per-node debug lines are written: asked once per run, since building
+        a log call's arguments costs more than a node's bookkeeping at other levels."""
         self.events = events
         self.budget = RunBudget(config.limits, request_budget)
         self.kind_runners = KIND_RUNNERS
@@ -385,7 +389,8 @@ class ChainRunner:
             sid = self.plan.nodes[s].node_id
             self.context[sid] = {"output": None, "status": "skip"}
             self.events.send(self.prefix + sid, "skip")
-            self.log.debug("node skipped", node_id=self.prefix + sid)
+            if self.debug:
+                self.log.debug("node skipped", node_id=self.prefix + sid)
         if ready:
             self._pool.push(ready)
         self._finish_if_done()
@@ -453,3 +458,12 @@ class ChainRunner:
         self.events.closed = True
         self.config.emit(response)
         return response
+
+
+def _logs_debug(log: Any) -> bool:
+    """Whether ``log`` (a structlog bound logger) writes ``debug`` lines; True when it
+    cannot tell."""
+    try:
+        return bool(log.is_enabled_for(logging.DEBUG))
+    except AttributeError:
+        return True
