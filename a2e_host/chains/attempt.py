@@ -19,12 +19,15 @@ for one item of a map:
 It returns an :class:`~a2e_host.chains.outcome.Outcome`; the caller applies it (a node to
 the plan, an item to its map). A future retry wraps this call; a durable resume replays
 its terminal event.
+
+It sees the run through :class:`~a2e_host.chains.run_state.RunState` and must not import
+the scheduler (which imports it). :data:`~a2e_host.chains.run_state.KindRunner` is
+re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
@@ -35,25 +38,16 @@ from .expressions import is_truthy
 from .interpreter import ContextView
 from .nodes import NodeContext
 from .outcome import LATE, NOT_STARTED, Outcome, OutcomeKind
+from .run_state import KindRunner, RunState
 from .subchains import subchain_runner
 from .validation import PlanNode
-
-if TYPE_CHECKING:
-    from .scheduler import ChainRunner
 
 __all__ = ["KindRunner", "execute", "run_attempt", "run_branch"]
 
 _DONE, _FAILED = OutcomeKind.DONE, OutcomeKind.FAILED  # enum lookups cost ~0.1 µs each
 
-KindRunner = Callable[
-    ["ChainRunner", str, PlanNode, ContextView], Awaitable[tuple[Any, int | None]]
-]
-"""Runs one started node of a kind: ``(run, shown, pnode, context) -> (output, taken)``,
-``taken`` a branch's side (node index) or None. Raises what the node failed with."""
-
-
 async def run_attempt(
-    run: ChainRunner, shown: str, pnode: PlanNode, context: ContextView, *, item: bool = False
+    run: RunState, shown: str, pnode: PlanNode, context: ContextView, *, item: bool = False
 ) -> Outcome:
     """Run one node (or, with ``item``, one map item of template ``pnode``) once.
 
@@ -122,7 +116,7 @@ async def run_attempt(
 
 
 async def execute(
-    run: ChainRunner, shown: str, pnode: PlanNode, context: ContextView
+    run: RunState, shown: str, pnode: PlanNode, context: ContextView
 ) -> tuple[Any, None]:
     """Run a node of an executable kind (``tool``, ``skill``, ``proc``): resolve its
     input, then call the kind's executor.
@@ -151,7 +145,7 @@ async def execute(
 
 
 async def run_branch(
-    run: ChainRunner, shown: str, pnode: PlanNode, context: ContextView
+    run: RunState, shown: str, pnode: PlanNode, context: ContextView
 ) -> tuple[dict[str, Any], int | None]:
     """Run a ``branch`` node: evaluate its condition; its output is ``{"condition": bool,
     "taken": node_id or ""}`` and it takes the matching side (PROTOCOL.md §4).

@@ -11,11 +11,14 @@ slots, so a 100,000-item map never holds more than that many tasks. The first it
 fails (unless the template's ``on_error: skip`` makes it a null) stops the others and
 fails the map (:func:`~a2e_host.chains.outcome.map_failure`); so does the map's own output
 once it is sure to pass ``max_output_bytes``.
+
+It sees the run through :class:`~a2e_host.chains.run_state.RunState` and must not import
+the scheduler (which imports it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -26,10 +29,8 @@ from .attempt import run_attempt
 from .evaluation import evaluate
 from .interpreter import ContextView
 from .outcome import OutcomeKind, item_is_skipped, map_failure
+from .run_state import RunState
 from .validation import PlanNode
-
-if TYPE_CHECKING:
-    from .scheduler import ChainRunner
 
 __all__ = ["run_map"]
 
@@ -38,7 +39,7 @@ _DONE = OutcomeKind.DONE  # an enum lookup costs ~0.1 µs; this one runs per ite
 
 
 async def run_map(
-    run: ChainRunner, shown: str, pnode: PlanNode, context: ContextView
+    run: RunState, shown: str, pnode: PlanNode, context: ContextView
 ) -> tuple[list[Any], None]:
     """Run a ``map`` node: its output is the list of its items' outputs, in item order.
 

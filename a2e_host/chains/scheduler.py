@@ -9,7 +9,8 @@ attempt at a node or map item: the node lifecycle, written once), ``mapping`` (a
 items), ``subchains`` (a skill's sub-chain), ``evaluation`` (expressions within their
 ceilings), ``budget`` (the request's node, output and worker-slot budgets), ``events``
 (``seq`` stamped in one place) and the pure ``outcome`` (end reasons, outcomes, the
-response's error).
+response's error). The parts see a run through the ``run_state`` protocol
+(:class:`~a2e_host.chains.run_state.RunState`), so none of them imports this module.
 
 Theory of operation.
 
@@ -49,7 +50,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -57,12 +57,12 @@ import structlog
 
 from ..errors import ChainFailure
 from ..limits import Limits, SessionLimits
-from .attempt import KindRunner, run_attempt, run_branch
+from .attempt import run_attempt, run_branch
 from .budget import RequestBudget, RunBudget
 from .events import Emit, EventStream
 from .interpreter import ContextView
 from .mapping import run_map
-from .messages import ChainNode, ChainResponse
+from .messages import ChainResponse
 from .nodes import Executor
 from .outcome import (
     EndReason,
@@ -75,6 +75,7 @@ from .outcome import (
     response_failure,
 )
 from .plan import PlanState
+from .run_state import KindRunner, RunConfig, SubchainPlanner
 from .validation import ChainPlan, PlanNode
 from .workers import WorkerPool
 
@@ -88,35 +89,6 @@ KIND_RUNNERS: Mapping[str, KindRunner] = {"branch": run_branch, "map": run_map}
 """How a started node of a control kind runs; every other kind runs through its executor
 (:func:`~a2e_host.chains.attempt.execute`)."""
 
-SubchainPlanner = Callable[[str, list[ChainNode], str, int], ChainPlan]
-"""``(skill_name, nodes, entry_node, depth) -> plan`` for a skill's sub-chain at that
-nesting depth; raises (a ``ChainError`` fails the skill node)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunConfig:
-    """What every run of one request (the chain and its sub-chains) is configured with.
-
-    Attributes:
-        executors: executors by node kind (``tool``, ``skill``, ``proc``).
-        limits: the session's scoped ceilings.
-        emit: where events (and, at top level, the response) go.
-        wait_writable: awaited before a node or item starts, so a slow reader applies
-            backpressure; None when the sink is unbounded.
-        granted: capabilities of the session (passed to executors).
-        subchain_planner: see :data:`SubchainPlanner`; None disables sub-chains.
-        log: a structlog logger bound with the request's ids.
-    """
-
-    executors: Mapping[str, Executor]
-    limits: SessionLimits
-    emit: Emit
-    wait_writable: Callable[[], Any] | None
-    granted: frozenset[str]
-    subchain_planner: SubchainPlanner | None
-    log: Any
-
-
 class ChainRunner:
     """Runs one plan once. Not reusable.
 
@@ -129,11 +101,14 @@ class ChainRunner:
         wait_writable: awaited before a node starts, so a slow reader applies
             backpressure; None when the sink is unbounded.
         granted: capabilities of the session (passed to executors).
-        subchain_planner: see :data:`SubchainPlanner`; None disables sub-chains.
+        subchain_planner: see :data:`~a2e_host.chains.run_state.SubchainPlanner`; None
+            disables sub-chains.
         log: a structlog logger bound with the request's ids.
 
-    Attributes (read and written by the run's parts: ``attempt``, ``mapping``,
-    ``subchains``):
+    It is the :class:`~a2e_host.chains.run_state.RunState` the run's parts (``attempt``,
+    ``mapping``, ``subchains``) are given; they know it only through that protocol.
+
+    Attributes (read by the run's parts; they change only ``running``'s contents):
         plan / config / limits (the effective ceilings) / log.
         events: the request's event stream (shared with sub-chains).
         budget: this run's :class:`~a2e_host.chains.budget.RunBudget`.

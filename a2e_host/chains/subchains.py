@@ -3,29 +3,31 @@
 Layer: runtime (anyio). Source: PROTOCOL.md §5 (skill inner events as
 ``<outer>/<inner>``), §6 (``max_depth``; the request's budgets are shared).
 
-A sub-chain is a :class:`~a2e_host.chains.scheduler.ChainRunner` nested in the run of its
-skill node: it shares the request's event stream (one gapless ``seq``), its budgets and
-its configuration, runs under the parent's deadline, and ends when the parent does. Only
-its final output outlives it (kept as the skill node's): the output bytes its nodes kept
-are given back when it ends. While it runs, idle workers elsewhere in the request that
-hold a spare slot give it back, so the slots flow to where the work is.
+A sub-chain is a run nested in the run of its skill node
+(:meth:`~a2e_host.chains.run_state.RunState.nested`): it shares the request's event
+stream (one gapless ``seq``), its budgets and its configuration, runs under the parent's
+deadline, and ends when the parent does. Only its final output outlives it (kept as the
+skill node's): the output bytes its nodes kept are given back when it ends. While it runs,
+idle workers elsewhere in the request that hold a spare slot give it back, so the slots
+flow to where the work is.
+
+It sees the run through :class:`~a2e_host.chains.run_state.RunState` — the nested run
+comes from the run itself — and must not import the scheduler (which imports it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .messages import ChainNode
 from .nodes import SubchainRunner
 from .outcome import subchain_error
-
-if TYPE_CHECKING:
-    from .scheduler import ChainRunner
+from .run_state import RunState
 
 __all__ = ["subchain_runner"]
 
 
-def subchain_runner(run: ChainRunner, shown: str) -> SubchainRunner | None:
+def subchain_runner(run: RunState, shown: str) -> SubchainRunner | None:
     """The ``run_subchain`` a skill node's executor gets (see
     :data:`~a2e_host.chains.nodes.SubchainRunner`), or None when the runner has no
     ``subchain_planner``.

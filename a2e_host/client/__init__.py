@@ -41,6 +41,9 @@ Modules, one job each:
 * :mod:`.server` — :func:`open_ws_server`, :func:`serve_ws`;
 * :mod:`.errors`, :mod:`.lines` (NDJSON lines from a byte stream), :mod:`.processes`
   (ending a child).
+
+Their imports point one way, lowest first: errors / lines / processes → chains → session
+→ websocket / stdio / memory → server (a module never imports one after it).
 """
 
 from __future__ import annotations
