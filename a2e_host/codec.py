@@ -131,9 +131,9 @@ class MessageCodec:
         if not (type(data) is bytes and data.isascii()) and not isinstance(data, str):
             _check_utf8(data)  # the typed decode skipped unknown fields unread
         if msg.a2e is not msgspec.UNSET or not _speaks(msg.version):
-            err = _adopt_version(msg)
-            if err is not None:
-                raise _with_id(err, _read_id(data))
+            unspoken = _adopt_version(msg)
+            if unspoken is not None:
+                raise _version_error(unspoken, _read_id(data))
         return msg
 
 
@@ -159,7 +159,7 @@ def _check_utf8(data: bytes | bytearray | memoryview) -> None:
             "send UTF-8 JSON",
             detail={"offset": exc.start},
         )
-        raise _with_id(err, None) from None
+        raise err from None
 
 
 def _read_id(data: bytes | bytearray | memoryview | str) -> str:
@@ -175,24 +175,26 @@ def _speaks(version: str) -> bool:
     return version == PROTOCOL_VERSION or version.partition(".")[0] == "1"
 
 
-def _version_error(version: str) -> VersionMismatch:
+def _version_error(version: str, req_id: str) -> VersionMismatch:
     return VersionMismatch(
         f"protocol version {version!r} is not supported; send version "
         f"{PROTOCOL_VERSION!r} (this host speaks {SUPPORTED_VERSIONS})",
         detail={"supported": [SUPPORTED_VERSIONS], "got": version},
+        req_id=req_id,
     )
 
 
-def _adopt_version(msg: Message) -> VersionMismatch | None:
-    """Check ``version`` and its alias ``a2e``; move ``a2e`` into ``version``."""
+def _adopt_version(msg: Message) -> str | None:
+    """Check ``version`` and its alias ``a2e``; move ``a2e`` into ``version``. Returns the
+    first version this host does not speak, else None."""
     if msg.a2e is not msgspec.UNSET:
         for version in (msg.a2e, msg.version):
             if not _speaks(version):
-                return _version_error(version)
+                return version
         msg.version = msg.a2e
         msg.a2e = msgspec.UNSET
         return None
-    return None if _speaks(msg.version) else _version_error(msg.version)
+    return None if _speaks(msg.version) else msg.version
 
 
 def _decode_slowly(
@@ -203,14 +205,12 @@ def _decode_slowly(
     try:
         obj = _any_decoder.decode(data)
     except RecursionError:
-        raise _with_id(
-            ParseError("message is nested too deeply to decode; flatten its structure"), None
+        raise ParseError(
+            "message is nested too deeply to decode; flatten its structure"
         ) from None
     except UnicodeError:
-        raise _with_id(
-            ParseError("message text is not valid Unicode (it has a lone surrogate); "
-                       "send UTF-8 JSON"),
-            None,
+        raise ParseError(
+            "message text is not valid Unicode (it has a lone surrogate); send UTF-8 JSON"
         ) from None
     except msgspec.ValidationError as e:  # valid JSON beyond the decoder's limits
         # The typed decoder names struct fields (``$.output``), the untyped one only
@@ -222,13 +222,13 @@ def _decode_slowly(
             f"at {path}); send such numbers as strings",
             detail={"path": path},
         )
-        raise _with_id(err, None) from None
+        raise err from None
     except msgspec.DecodeError as e:
         err = ParseError(
             f"message is not valid UTF-8 JSON ({_reason(e)}); send one complete JSON object "
             "with no unpaired \\ud800-\\udfff escapes"
         )
-        raise _with_id(err, None) from None
+        raise err from None
     result = _classify(codec, obj, exc)
     if isinstance(result, Message):
         return result
@@ -238,32 +238,31 @@ def _decode_slowly(
 def _classify(codec: MessageCodec, obj: Any, exc: BaseException) -> Message | RemoteProtocolError:
     """The error for a JSON value the typed decoder refused, or the message a retry decoded."""
     if not isinstance(obj, dict):
-        return _with_id(
-            InvalidMessage(f"a message must be a JSON object, got {json_kind(obj)}"), None
-        )
-    req_id = obj.get("id")
+        return InvalidMessage(f"a message must be a JSON object, got {json_kind(obj)}")
+    sent_id = obj.get("id")
+    req_id = sent_id if isinstance(sent_id, str) else ""
     mtype = obj.get("type")
     if mtype is None:
-        err: RemoteProtocolError = InvalidMessage(
-            "message has no 'type' field; add one, e.g. \"type\": \"chain/req\""
+        return InvalidMessage(
+            "message has no 'type' field; add one, e.g. \"type\": \"chain/req\"",
+            req_id=req_id,
         )
-        return _with_id(err, req_id)
     if not isinstance(mtype, str):
-        err = InvalidMessage(
-            f"message 'type' must be a string such as \"chain/req\", got {json_kind(mtype)}"
+        return InvalidMessage(
+            f"message 'type' must be a string such as \"chain/req\", got {json_kind(mtype)}",
+            req_id=req_id,
         )
-        return _with_id(err, req_id)
     if mtype not in codec.types:
         known = sorted(codec.types)
-        err = UnknownType(
+        return UnknownType(
             f"unknown message type {mtype!r}; this host knows {', '.join(known)}",
             detail={"type": mtype, "known": known},
+            req_id=req_id,
         )
-        return _with_id(err, req_id)
     for key in ("a2e", "version"):
         version = obj.get(key)
         if isinstance(version, str) and not _speaks(version):
-            return _with_id(_version_error(version), req_id)
+            return _version_error(version, req_id)
     if isinstance(exc, msgspec.ValidationError):
         # The typed decoder may have refused only a repeated ``type`` key (the last one
         # wins, PROTOCOL.md §8): retry once on the de-duplicated object.
@@ -274,16 +273,16 @@ def _classify(codec: MessageCodec, obj: Any, exc: BaseException) -> Message | Re
         except (msgspec.DecodeError, RecursionError, ValueError, TypeError):
             pass
         else:
-            mismatch = _adopt_version(msg)
-            return msg if mismatch is None else _with_id(mismatch, req_id)
+            unspoken = _adopt_version(msg)
+            return msg if unspoken is None else _version_error(unspoken, req_id)
     if isinstance(exc, RecursionError):
-        return _with_id(
-            ParseError("message is nested too deeply to decode; flatten its structure"), req_id
+        return ParseError(
+            "message is nested too deeply to decode; flatten its structure", req_id=req_id
         )
-    return _with_id(_schema_violation(mtype, exc), req_id)
+    return _schema_violation(mtype, exc, req_id)
 
 
-def _schema_violation(mtype: str, exc: BaseException) -> SchemaViolation:
+def _schema_violation(mtype: str, exc: BaseException, req_id: str) -> SchemaViolation:
     reason = _reason(exc)
     path = _path_of(exc)
     missing = _MISSING.match(reason)
@@ -296,7 +295,7 @@ def _schema_violation(mtype: str, exc: BaseException) -> SchemaViolation:
             path = path[: -len("[...]")]
             where = f"a value of {path}"
         text = f"{mtype} has an invalid field: {where}: {reason[:1].lower()}{reason[1:]}"
-    return SchemaViolation(text, detail={"path": path, "type": mtype})
+    return SchemaViolation(text, detail={"path": path, "type": mtype}, req_id=req_id)
 
 
 def _path_of(exc: BaseException) -> str:
@@ -306,11 +305,6 @@ def _path_of(exc: BaseException) -> str:
 
 def _reason(exc: BaseException) -> str:
     return _AT_PATH.sub("", str(exc))
-
-
-def _with_id(err: RemoteProtocolError, req_id: object) -> RemoteProtocolError:
-    err.req_id = req_id if isinstance(req_id, str) else ""
-    return err
 
 
 def json_kind(value: object) -> str:

@@ -1,25 +1,140 @@
 """The one place exceptions become wire failures.
 
-Layer: core (no anyio, no I/O; it logs through the logger it is given). Two shapes leave
-the host when something goes wrong, and each is made here and nowhere else
-(STYLE.md "Docstrings and errors"; PROTOCOL.md §2, §5):
+Layer: core (no anyio, no I/O; it logs through the logger it is given; it imports nothing
+from :mod:`a2e_host.chains`). Two shapes leave the host when something goes wrong, and
+each is made here and nowhere else (STYLE.md "Docstrings and errors"; PROTOCOL.md §2, §5):
 
 - a wire ``error`` message, for a message the host could not accept or a bug while
   handling one: :func:`error_message_of`;
-- a ``chain/resp.error`` object, for a chain that failed.
+- a ``chain/resp.error`` object (:class:`ChainFailure`), for a chain that failed:
+  :func:`chain_failure_of` for an exception, :func:`timeout_failure` and
+  :func:`cancelled_failure` for a chain that ran out of time or was cancelled.
 
 Anything that is not an :class:`~a2e_host.exceptions.A2EError` raised on purpose is a
-bug: logged with its traceback, sent as ``runtime_error`` with no detail.
+bug: logged with its traceback, sent as ``runtime_error`` with no detail. Inside a chain,
+a node's exception (a tool raising ``ValueError``) is the node's failure, not the host's:
+it becomes ``chain_node_error`` with the text :func:`failure_message_of` gives.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .exceptions import RemoteProtocolError
+import msgspec
+
+from .exceptions import ChainError, RemoteProtocolError
 from .messages import ErrorMessage
 
-__all__ = ["error_message_of"]
+__all__ = [
+    "ChainFailure",
+    "cancelled_failure",
+    "chain_failure_of",
+    "error_message_of",
+    "failure_message_of",
+    "timeout_failure",
+]
+
+NODE_FAILURE_CODES = frozenset({"chain_node_error", "chain_limit"})
+"""The codes a failed node reports (PROTOCOL.md §5): a ceiling refusing is
+``chain_limit``, anything else a node raises is ``chain_node_error``."""
+
+
+class ChainFailure(msgspec.Struct, frozen=True, kw_only=True):
+    """``chain/resp.error``: why a chain failed (PROTOCOL.md §5).
+
+    Encoded as an object with exactly these keys, in this order (the seed's ``error``
+    dict): ``{"code", "message", "node_id", "retryable", "details"}``.
+
+    Attributes:
+        code: ``chain_node_error``, ``chain_invalid``, ``chain_cycle``, ``chain_limit``,
+            ``timeout``, ``cancelled`` or ``runtime_error``.
+        message: one sentence a person (or an LLM) can act on.
+        node_id: the node at fault (its id in the request, without a skill's prefix);
+            ``""`` when the chain as a whole failed.
+        retryable: whether sending the same chain again may succeed.
+        details: machine-readable facts: ``{ceiling, scope, limit, requested}`` for
+            ``chain_limit`` (PROTOCOL.md §6), ``errors`` for ``chain_invalid``,
+            ``index`` for a map item, ``timeout`` for ``timeout``.
+    """
+
+    code: str
+    message: str = ""
+    node_id: str = ""
+    retryable: bool = False
+    details: dict[str, Any] = {}
+
+
+def failure_message_of(exc: BaseException) -> str:
+    """The sentence a failure shows: a :class:`~a2e_host.exceptions.ChainError`'s own
+    message, else ``"<Type>: <text>"`` (a tool that raised ``ValueError("bad")`` reads
+    ``"ValueError: bad"``)."""
+    if isinstance(exc, ChainError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"
+
+
+def chain_failure_of(exc: BaseException, *, node_id: str | None = None) -> ChainFailure:
+    """The ``chain/resp.error`` for an exception (PROTOCOL.md §5).
+
+    Args:
+        exc: what was raised.
+        node_id: the node that raised it, when a node failed. Its code is then
+            ``chain_limit`` when a ceiling refused and ``chain_node_error`` for anything
+            else (a sub-chain's ``chain_invalid`` or a tool's ``ValueError`` included),
+            and ``node_id`` is this one. None when the chain as a whole failed: a
+            :class:`~a2e_host.exceptions.ChainError` (e.g. ``ChainInvalid``) then keeps
+            its own code and ``node_id``, anything else is ``runtime_error``.
+
+    Returns:
+        The frozen :class:`ChainFailure`; its ``message`` is :func:`failure_message_of`
+        and ``details`` a copy of the exception's (``{}`` for a non-chain exception).
+        Nothing is logged here: the caller logs a bug with its traceback.
+    """
+    if isinstance(exc, ChainError):
+        code = exc.code
+        if node_id is None:
+            node_id = exc.node_id
+        elif code not in NODE_FAILURE_CODES:
+            code = "chain_node_error"
+        return ChainFailure(
+            code=code,
+            message=exc.message,
+            node_id=node_id,
+            retryable=exc.retryable,
+            details=dict(exc.details),
+        )
+    if node_id is None:
+        return ChainFailure(
+            code="runtime_error",
+            message=f"the host failed while running the chain ({type(exc).__name__}); "
+            "this is a fault in the host, not in the chain",
+        )
+    return ChainFailure(
+        code="chain_node_error", message=failure_message_of(exc), node_id=node_id
+    )
+
+
+def timeout_failure(timeout: float) -> ChainFailure:
+    """The ``chain/resp.error`` of a chain that did not finish within ``timeout`` seconds
+    (code ``timeout``, retryable; PROTOCOL.md §5)."""
+    return ChainFailure(
+        code="timeout",
+        message=f"the chain did not finish within its timeout of {timeout:g} s",
+        retryable=True,
+        details={"timeout": timeout},
+    )
+
+
+def cancelled_failure(
+    message: str = "the chain was cancelled before it finished",
+) -> ChainFailure:
+    """The ``chain/resp.error`` of a cancelled chain (code ``cancelled``: a
+    ``chain/cancel``, the connection closing, an interrupted run; PROTOCOL.md §5).
+
+    Args:
+        message: what cancelled it, when the default sentence does not say enough.
+    """
+    return ChainFailure(code="cancelled", message=message)
 
 
 def error_message_of(
@@ -48,15 +163,15 @@ def error_message_of(
         The :class:`~a2e_host.messages.ErrorMessage` to send.
     """
     if isinstance(exc, RemoteProtocolError):
-        own_id = getattr(exc, "req_id", None)
-        log.debug("message refused", code=exc.code, req_id=own_id or req_id, error=exc.message)
+        own_id = exc.req_id or req_id
+        log.debug("message refused", code=exc.code, req_id=own_id, error=exc.message)
         return ErrorMessage(
-            req_id=own_id if isinstance(own_id, str) and own_id else req_id,
+            req_id=own_id,
             code=exc.code,
             message=exc.message,
             detail=exc.detail,
             retryable=exc.retryable,
-            capability_name=getattr(exc, "capability_name", "") or capability_name,
+            capability_name=exc.capability_name or capability_name,
         )
     what = repr(message_type) if message_type else "a message"
     log.error("internal error while handling a message", req_id=req_id,

@@ -57,12 +57,31 @@ class A2EError(Exception):
 class RemoteProtocolError(A2EError):
     """The peer sent something this host cannot accept; answered with a wire ``error``.
 
+    Args:
+        message / detail / retryable: as :class:`A2EError`.
+        req_id: the offending message's ``id`` when it was readable, else ``""`` (the
+            error then answers the id the host was handling).
+        capability_name: the capability the refused message asked for, ``""`` when none.
+
     Attributes:
-        req_id: the offending message's ``id`` when it was readable, else ``""``.
+        req_id / capability_name: as given; the wire ``error`` carries them
+            (:func:`a2e_host.errors.error_message_of`).
     """
 
     code = "invalid_message"
-    req_id: str = ""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        detail: dict[str, Any] | None = None,
+        retryable: bool | None = None,
+        req_id: str = "",
+        capability_name: str = "",
+    ) -> None:
+        super().__init__(message, detail=detail, retryable=retryable)
+        self.req_id = req_id
+        self.capability_name = capability_name
 
 
 class ParseError(RemoteProtocolError):

@@ -12,7 +12,9 @@ orders them by ``priority`` (lower first), decodes every type a plugin declares 
 ``message_types`` with the core messages' decoder (so a plugin's schema errors name
 ``$.field`` paths as core ones do), routes each message whose ``type`` matches the
 plugin's ``namespace`` (``chain/*``) to :meth:`Plugin.handle`, and lists the plugin's
-capability in ``handshake/resp.accepted_caps`` when the agent asks for it.
+capability in ``handshake/resp.accepted_caps`` when the agent asks for it. The *gates* a
+plugin names in :meth:`Plugin.gates` (PROTOCOL.md §8) are granted with its capability
+and published in its metadata as ``"gates"``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .exceptions import UnknownType
 from .limits import SessionLimits
 from .messages import Message
 
-__all__ = ["Plugin", "PluginContext", "Outbox", "SessionInfo"]
+__all__ = ["Plugin", "PluginContext", "Outbox", "SessionInfo", "RunHandle", "RunsView"]
 
 
 class Outbox(Protocol):
@@ -57,15 +59,61 @@ class SessionInfo(Protocol):
     def limits(self) -> SessionLimits: ...
 
 
+class RunHandle(Protocol):
+    """A run of the host, as the plugin that started it sees it (implemented by
+    :class:`a2e_host.runtime.runs.Run`).
+
+    Attributes:
+        req_id: the request it serves.
+        sink: where its frames go; it stays with the run, whichever connection is
+            attached (PROTOCOL.md §4: ``seq`` is the run's, not the connection's).
+        cancel_requested: :meth:`cancel` was called.
+    """
+
+    @property
+    def req_id(self) -> str: ...
+
+    @property
+    def sink(self) -> Outbox: ...
+
+    @property
+    def cancel_requested(self) -> bool: ...
+
+    def cancel(self) -> None:
+        """Ask the run to end early (e.g. ``chain/cancel``)."""
+        ...
+
+    def on_cancel(self, fn: Callable[[], None]) -> None:
+        """What :meth:`cancel` does (called at once when a cancel came first)."""
+        ...
+
+    def release(self) -> None:
+        """Leave the in-flight table before the run's last frame (it stops counting)."""
+        ...
+
+
+class RunsView(Protocol):
+    """The listed runs of one session and capability (``ctx.runs``)."""
+
+    def get(self, req_id: str) -> RunHandle | None:
+        """The run in flight for ``req_id``, None when there is none."""
+        ...
+
+    def __len__(self) -> int:
+        """Runs in flight (e.g. against ``max_parallel``)."""
+        ...
+
+
 class PluginContext(Protocol):
     """One connection's view given to a plugin for one message.
 
     Attributes:
         session: the session the message belongs to (already checked by the host).
-        outbox: where replies and events go.
-        log: structlog logger bound with ``conn_id`` and ``session_id``.
+        outbox: where replies go.
+        log: structlog logger bound with ``conn_id``, ``session_id`` and ``req_id``.
         closing: true once ``shutdown`` (or a signal) asked the connection to stop taking
             work; plugins refuse new work then.
+        runs: this session's runs in flight of this plugin's capability.
     """
 
     @property
@@ -80,9 +128,25 @@ class PluginContext(Protocol):
     @property
     def closing(self) -> bool: ...
 
+    @property
+    def runs(self) -> RunsView: ...
+
+    def start_run(
+        self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = ""
+    ) -> RunHandle:
+        """Start ``fn(run, *args)`` as a run of the host for this message, listed under
+        its id in :attr:`runs`, its sink attached to this connection: cancelled when the
+        connection drops, awaited (within the grace period) when it closes in order. An
+        exception it raises is sent as an ``error`` with this message's id.
+
+        Raises:
+            ValueError: a run is already in flight for this message's id.
+        """
+        ...
+
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "") -> None:
-        """Run ``fn(*args)`` in the connection's task group (it is cancelled when the
-        connection closes, and awaited — within the grace period — on shutdown)."""
+        """Run ``fn(*args)`` in the background as an unlisted run of the host, attached
+        to this connection like :meth:`start_run`'s (replies go to :attr:`outbox`)."""
         ...
 
 
@@ -117,6 +181,15 @@ class Plugin:
             return message_type.startswith(ns[:-1])
         return message_type == ns
 
+    def gates(self) -> tuple[str, ...]:
+        """The gates this plugin owns under its configuration (PROTOCOL.md §8): names an
+        agent lists in ``agent_caps`` to unlock parts of this capability (``chains``:
+        the node kinds ``skill``, and ``proc`` when an executable is allowed). They are
+        granted only with this capability, never as capabilities of their own, and the
+        host publishes the session's in this capability's metadata as ``"gates"`` with
+        the feature ``handshake/gates``. Default: none."""
+        return ()
+
     def metadata(self, session: SessionInfo) -> dict[str, Any]:
         """The ``accepted_caps[].metadata`` for this capability and session."""
         return {
@@ -127,12 +200,13 @@ class Plugin:
 
     async def handle(self, message: Message, ctx: PluginContext) -> None:
         """Handle one message of this namespace. Must not block the reader for long:
-        long work goes to ``ctx.start_soon``. Exceptions become wire ``error``s (the
-        host's single mapping place)."""
+        long work goes to ``ctx.start_run`` / ``ctx.start_soon``. Exceptions become wire
+        ``error``s (the host's single mapping place)."""
         raise UnknownType(f"plugin {self.capability!r} does not handle {message.TYPE!r}")
 
     async def session_closed(self, session: SessionInfo) -> None:
-        """The session's connection is gone: cancel its work (default: nothing)."""
+        """The session's connection is gone (its runs were detached, so cancelled, and
+        awaited): forget what the plugin keeps per session (default: nothing)."""
         return None
 
     async def aclose(self) -> None:

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .chains.messages import ChainEvent, ChainRequest, ChainResponse
+from .errors import ChainFailure
 
 __all__ = ["ChainProgress", "NodeProgress", "format_duration"]
 
@@ -200,12 +201,9 @@ class ChainProgress:
                 f"chain {resp.chain_id} succeeded: {resp.nodes_run} {nodes} "
                 f"in {resp.duration_ms} ms"
             )
-        err = resp.error or {}
-        where = f" at node {err.get('node_id')!r}" if err.get("node_id") else ""
-        return (
-            f"chain {resp.chain_id} failed ({err.get('code', 'error')}){where}: "
-            f"{err.get('message', '')}"
-        )
+        err = resp.error or ChainFailure(code="error")
+        where = f" at node {err.node_id!r}" if err.node_id else ""
+        return f"chain {resp.chain_id} failed ({err.code}){where}: {err.message}"
 
     def render(self, now: float) -> RenderableType:
         """A rich table of the declared nodes (templates shown through their map's items)."""

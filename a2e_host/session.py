@@ -278,7 +278,7 @@ class ConnectionSession:
             HandshakeRequired: no successful handshake yet.
             UnknownSession: ``session_id`` is neither ``""`` nor this connection's.
             CapabilityMissing: the session was not granted ``capability``
-                (``capability_name`` attribute set).
+                (its ``capability_name`` set).
         """
         mtype = message.TYPE
         if self.session is None:
@@ -293,13 +293,12 @@ class ConnectionSession:
                 detail={"session_id": session_id},
             )
         if capability not in self.session.granted:
-            err = CapabilityMissing(
+            raise CapabilityMissing(
                 f"{mtype!r} needs capability {capability!r}, which this session was not "
                 f"granted; list {capability!r} in handshake/req.agent_caps",
                 detail={"capability": capability},
+                capability_name=capability,
             )
-            err.capability_name = capability  # type: ignore[attr-defined]
-            raise err
         return self.session
 
     # ── lifecycle ──────────────────────────────────────────────────────────

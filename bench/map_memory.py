@@ -1,12 +1,12 @@
 """``python -m bench.map_memory``: memory of a map over 100,000 items against 10,000.
 
 Each size runs in a fresh process: one ``chain/req`` mapping the ``bench`` pack's ``noop``
-over ``input.items``, through ``a2e_host.inprocess.InProcessHost``, events encoded into a
-sink that counts and drops them. Printed per size (JSON): peak RSS added over the
-baseline (MB), the most asyncio tasks alive at once (sampled every millisecond), wall
-seconds and whether the output was right. The claim under test: memory and tasks are
-bounded by ``max_map_concurrency`` (64), not by the item count — beyond the request and
-the map's own output list, which grow with it by necessity.
+over ``input.items``, through a host's public in-memory connection (``bench.impl_ours``),
+events received into a sink that counts and drops them. Printed per size (JSON): peak RSS
+added over the baseline (MB), the most asyncio tasks alive at once (sampled every
+millisecond), wall seconds and whether the output was right. The claim under test: memory
+and tasks are bounded by ``max_map_concurrency`` (64), not by the item count — beyond the
+request and the map's own output list, which grow with it by necessity.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ def _rss_mb() -> float:
 
 async def _child(n: int) -> dict[str, Any]:
     from a2e_host.config import HostConfig
-    from a2e_host.inprocess import InProcessHost
     from a2e_host.logs import configure_logging
+    from a2e_host.runtime.host import Host
+    from bench.impl_ours import connection_call
 
     configure_logging("json", "warning")
     request = json.dumps({
@@ -42,7 +43,7 @@ async def _child(n: int) -> dict[str, Any]:
             {"node_id": "t", "kind": "tool", "name": "noop", "input_map": {"x": "item"}},
         ],
     }).encode()
-    host = InProcessHost(HostConfig(tools=("bench",)))
+    call = connection_call(Host(HostConfig(tools=("bench",))))
     events = 0
 
     def sink(_: bytes) -> None:
@@ -61,7 +62,7 @@ async def _child(n: int) -> dict[str, Any]:
     base = _rss_mb()
     watcher = asyncio.create_task(watch())
     started = time.perf_counter()
-    response = json.loads(await host.run(request, sink))
+    response = json.loads(await call(request, sink))
     wall = time.perf_counter() - started
     done.set()
     await watcher

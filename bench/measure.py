@@ -14,9 +14,9 @@ Implementations (``IMPLS``): ``spec`` (a thread per node and per map item, 10 ms
 ``spec_tick`` (the same, each pass sleeping a full tick), ``spec_pooled_map`` (map items on
 a pool of 64 threads instead),
 ``minimal`` (asyncio, readiness counters),
-``minimal_fast`` (+ dotted-path fast path), ``ours`` (a2e_host.inprocess); optional
-peers ``chainweaver`` and ``langgraph`` (``bench.peers``: "unavailable" when not installed,
-"unsupported" for a chain they cannot express).
+``minimal_fast`` (+ dotted-path fast path), ``ours`` (a host, over its in-memory
+connection); optional peers ``chainweaver`` and ``langgraph`` (``bench.peers``:
+"unavailable" when not installed, "unsupported" for a chain they cannot express).
 """
 
 from __future__ import annotations

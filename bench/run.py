@@ -41,7 +41,7 @@ LABELS = {
     "spec_pooled_map": "spec design, map items on a pool of 64 threads",
     "minimal": "minimal asyncio scheduler (readiness counters, expr cache, msgspec)",
     "minimal_fast": "minimal + fast path for dotted paths",
-    "ours": "**a2e-host, in-process** (`InProcessHost.run`)",
+    "ours": "**a2e-host, in-process** (in-memory connection)",
     "chainweaver": "chainweaver 0.14.1 (DAGFlow, async lane; events from the node callable)",
     "langgraph": "langgraph 1.2.24 (StateGraph, Send map; events from the node callable)",
 }

@@ -81,7 +81,7 @@ async def talk(client: Client) -> None:
                 await long.cancel()
                 say("long", "cancel sent")
         elif isinstance(message, ChainResponse):
-            code = (message.error or {}).get("code", "")
+            code = message.error.code if message.error is not None else ""
             say("long", "response", f"success={str(message.success).lower()}", f"code={code}",
                 f"duration_ms={message.duration_ms}")
 

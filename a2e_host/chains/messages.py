@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from ..codec import MessageCodec
+from ..errors import ChainFailure
 from ..messages import CORE_MESSAGE_TYPES, Message, new_chain_id
 
 __all__ = [
@@ -162,7 +163,8 @@ class ChainResponse(Message, tag="chain/resp", kw_only=True):
         final_output: output of the last terminal node, in declaration order, that is done.
         duration_ms: int milliseconds from receipt to response.
         nodes_run: declared nodes that started (a map counts once).
-        error: ``{"code", "message", "node_id", "retryable", "details"}`` or null.
+        error: why it failed, when ``success`` is false (``ChainFailure``: ``{"code",
+            "message", "node_id", "retryable", "details"}``), else null.
     """
 
     TYPE: ClassVar[str] = "chain/resp"
@@ -174,7 +176,7 @@ class ChainResponse(Message, tag="chain/resp", kw_only=True):
     final_output: Any = None
     duration_ms: int = 0
     nodes_run: int = 0
-    error: dict[str, Any] | None = None
+    error: ChainFailure | None = None
 
 
 class ChainCancel(Message, tag="chain/cancel", kw_only=True):

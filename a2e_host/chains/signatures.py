@@ -1,5 +1,5 @@
-"""The :class:`~a2e_host.chains.catalog.Signature` of a tool or skill: its schemas, and what
-the host holds it to.
+"""The :class:`~a2e_host.chains.catalog.Signature` of a tool (or Python skill): its
+schemas, and what the host holds it to (a declared skill's is in :mod:`~a2e_host.chains.skills`).
 
 Layer: runtime edge (reads :class:`~a2e_host.tools.Tool` objects and skill files; runs
 nothing). Used by the toolbox and the skill loader's catalog to answer validation's
@@ -8,15 +8,10 @@ nothing). Used by the toolbox and the skill loader's catalog to answer validatio
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..tools import Tool
 from .catalog import Signature
 
-if TYPE_CHECKING:
-    from .skills import DeclaredSkill
-
-__all__ = ["declared_skill_signature", "tool_signature"]
+__all__ = ["tool_signature"]
 
 
 def tool_signature(tool: Tool) -> Signature:
@@ -26,11 +21,3 @@ def tool_signature(tool: Tool) -> Signature:
     converted = tool.input_type is not None
     return Signature(tool.input_schema, tool.output_schema, input_enforced=converted,
                      required_enforced=converted, output_enforced=tool.output_type is not None)
-
-
-def declared_skill_signature(skill: DeclaredSkill) -> Signature:
-    """A declared skill's signature: its ``input_schema`` describes the input, and only its
-    ``required`` names are checked before the sub-chain starts; its output (the sub-chain's
-    ``final_output``) is not declared."""
-    return Signature(skill.input_schema or True, True, input_enforced=False,
-                     required_enforced=True, output_enforced=False)

@@ -44,7 +44,7 @@ from ..tools import Tool, ToolPack, ToolRegistry
 from .catalog import Catalog, Signature
 from .messages import ChainNode, ChainRequest
 from .nodes import NodeContext
-from .signatures import declared_skill_signature, tool_signature
+from .signatures import tool_signature
 
 __all__ = [
     "SKILLS_GROUP",
@@ -173,7 +173,10 @@ class SkillRegistry:
             return None
         if isinstance(skill, Tool):
             return tool_signature(skill)
-        return declared_skill_signature(skill)
+        # its input_schema describes the input; only its required names are checked before
+        # the sub-chain starts; its output (the sub-chain's final_output) is not declared
+        return Signature(skill.input_schema or True, True, input_enforced=False,
+                         required_enforced=True, output_enforced=False)
 
     def suggest(self, name: str) -> list[str]:
         """Up to three skill names close to ``name``."""

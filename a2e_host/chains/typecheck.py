@@ -65,11 +65,11 @@ from .schema_types import (
     scalar,
     schema_type,
 )
-from .schema_words import (
+from .schema_words import describe
+from .static_messages import (
     FIX_THE_PATH,
     a_,
     convert_hint,
-    describe,
     did_you_mean,
     listed,
     mapped_message,

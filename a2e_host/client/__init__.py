@@ -5,8 +5,8 @@ Layer: client (anyio; not used by the host itself). It speaks the same wire as a
 
 * :func:`connect_ws` — a WebSocket URL (``ws://127.0.0.1:8765``, subprotocol ``a2e.v1``);
 * :func:`spawn_stdio` — a child process speaking NDJSON (``a2e-host stdio …``);
-* :func:`connect_memory` — an in-process :class:`~a2e_host.host.Host` (what ``a2e-host run``
-  uses, so a local run takes exactly the path a wire request takes).
+* :func:`connect_memory` — an in-process :class:`~a2e_host.runtime.host.Host` (what
+  ``a2e-host run`` uses, so a local run takes exactly the path a wire request takes).
 
 :func:`serve_ws` starts a host for you (``a2e-host serve --port 0`` as a child process, on
 a free 127.0.0.1 port) and yields a client connected to it; :func:`open_ws_server` starts
@@ -41,6 +41,9 @@ Modules, one job each:
 * :mod:`.server` — :func:`open_ws_server`, :func:`serve_ws`;
 * :mod:`.errors`, :mod:`.lines` (NDJSON lines from a byte stream), :mod:`.processes`
   (ending a child).
+
+Their imports point one way, lowest first: errors / lines / processes → chains → session
+→ websocket / stdio / memory → server (a module never imports one after it).
 """
 
 from __future__ import annotations

@@ -3,25 +3,50 @@
 Layer: client (anyio). The run reads its messages from the per-request stream the
 :class:`~a2e_host.client.Client` routes them to (PROTOCOL.md §5: ``chain/event`` frames,
 then exactly one ``chain/resp``).
+
+It knows its client only as a :class:`ChainRunClient` and must not import
+:mod:`.session` (which imports it: a client builds runs, a run never builds a client).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
 from ..chains.messages import ChainEvent, ChainRequest, ChainResponse
-from ..messages import ErrorMessage
+from ..messages import ErrorMessage, Message
 from .errors import ConnectionLost, HostError
 
 if TYPE_CHECKING:
-    from .session import Client
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-__all__ = ["ChainRun", "RESPONSE_GRACE"]
+__all__ = ["ChainRun", "ChainRunClient", "RESPONSE_GRACE"]
 
 RESPONSE_GRACE = 30.0
 """Seconds a run waits past the chain's own ``timeout`` for the host's ``chain/resp``."""
+
+
+class ChainRunClient(Protocol):
+    """What a :class:`ChainRun` uses of the client it runs on (the client's own plumbing,
+    hence the private names); :class:`~a2e_host.client.Client` is one."""
+
+    def _open_route(
+        self, req_id: str
+    ) -> tuple[MemoryObjectSendStream[Message], MemoryObjectReceiveStream[Message]]:
+        """A stream of the messages carrying ``req_id``, routed to it until closed."""
+
+    def _close_route(self, req_id: str) -> None:
+        """Stop routing ``req_id``'s messages and close its stream."""
+
+    async def _send(self, message: Message) -> None:
+        """Send one message; raises ConnectionLost when the connection is gone."""
+
+    def _closed_suffix(self) -> str:
+        """Why the connection closed, as ``" (reason)"``, or ``""``."""
+
+    async def cancel(self, req_id: str) -> None:
+        """Send ``chain/cancel`` for ``req_id``."""
 
 
 class ChainRun:
@@ -33,6 +58,7 @@ class ChainRun:
     first.
 
     Attributes:
+        client: the client it runs on.
         request: the :class:`~a2e_host.chains.messages.ChainRequest` sent.
         req_id: its ``id``, the ``req_id`` of every event and of the response.
         response: the response once received, else None.
@@ -43,7 +69,9 @@ class ChainRun:
         TimeoutError: nothing arrived for ``receive_timeout`` seconds.
     """
 
-    def __init__(self, client: Client, request: ChainRequest, receive_timeout: float) -> None:
+    def __init__(
+        self, client: ChainRunClient, request: ChainRequest, receive_timeout: float
+    ) -> None:
         self.client = client
         self.request = request
         self.req_id = request.id

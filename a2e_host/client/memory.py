@@ -1,7 +1,7 @@
 """The client of an in-process host: :func:`connect_memory`.
 
-Layer: client. The one module of the client that uses the in-memory transport
-(:mod:`a2e_host.transports.memory`).
+Layer: client. The one module of the client that uses the in-memory transport, through
+the host's message-level client over it (:mod:`a2e_host.runtime.memory`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["connect_memory"]
 
 
 class _MemoryStream:
-    """Adapter over :func:`a2e_host.transports.memory.open_memory_connection`'s client end."""
+    """Adapter over :func:`a2e_host.runtime.memory.open_memory_client`'s client."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -55,15 +55,15 @@ async def connect_memory(
     agent_id: str = "a2e-host-client",
     handshake_timeout: float = 10.0,
 ) -> AsyncIterator[Client]:
-    """Connect to an in-process :class:`~a2e_host.host.Host` through the memory transport.
+    """Connect to an in-process :class:`~a2e_host.runtime.host.Host` over the memory transport.
 
     The messages take the host's whole path (dispatch, plugin, validation, scheduler), as
     over a wire. Arguments and errors: see :func:`open_client`.
     """
-    from ..transports.memory import open_memory_connection
+    from ..runtime.memory import open_memory_client
 
     with unwrap_group():
-        async with open_memory_connection(host) as conn:
+        async with open_memory_client(host) as conn:
             async with open_client(
                 _MemoryStream(conn),
                 agent_caps=agent_caps,

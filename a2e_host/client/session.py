@@ -3,6 +3,11 @@
 Layer: client (anyio). It speaks whole messages through a :class:`MessageStream`; the
 modules next to it adapt WebSocket, stdio and the in-process host to one.
 
+Imports run one way: :mod:`.errors` and :mod:`.chains` below this module; the transports
+(:mod:`.websocket`, :mod:`.stdio`, :mod:`.memory`) and :mod:`.server` above it, so it
+imports none of them. It knows the server a :func:`~a2e_host.client.serve_ws` client was
+started with only as a :class:`RunningServer`.
+
 Theory of operation: one background reader task per client receives every incoming
 message and routes it by ``req_id`` to the memory object stream of the request waiting
 for it (a chain run, a ping, the handshake), so several chains can run concurrently on
@@ -17,7 +22,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -39,9 +44,9 @@ from .chains import RESPONSE_GRACE, ChainRun
 from .errors import ConnectionLost, HandshakeFailed, HostError, unwrap_group
 
 if TYPE_CHECKING:
-    from .server import WsServer
+    from anyio.abc import Process
 
-__all__ = ["DEFAULT_AGENT_CAPS", "Client", "MessageStream", "open_client"]
+__all__ = ["DEFAULT_AGENT_CAPS", "Client", "MessageStream", "RunningServer", "open_client"]
 
 DEFAULT_AGENT_CAPS: tuple[str, ...] = ("chains", "tools", "proc", "skill")
 """Capabilities asked for when the caller names none (PROTOCOL.md §2)."""
@@ -61,6 +66,30 @@ class MessageStream(Protocol):
     async def aclose(self) -> None: ...
 
 
+class RunningServer(Protocol):
+    """A host server the client was started with, as :attr:`Client.server` shows it;
+    :class:`~a2e_host.client.WsServer` is one."""
+
+    @property
+    def url(self) -> str:
+        """Where it listens, e.g. ``ws://127.0.0.1:40419``."""
+
+    @property
+    def process(self) -> Process:
+        """Its child process."""
+
+    @property
+    def stderr_lines(self) -> deque[str]:
+        """Its last stderr lines (its log) when captured."""
+
+    @property
+    def returncode(self) -> int | None:
+        """Its exit status once it has stopped, else None."""
+
+    def connect(self, **kwargs: Any) -> AbstractAsyncContextManager[Client]:
+        """Another client connected to it."""
+
+
 class Client:
     """A handshaken connection to an A2E host. Build one with :func:`connect_ws`,
     :func:`spawn_stdio`, :func:`connect_memory` or :func:`open_client`.
@@ -77,8 +106,9 @@ class Client:
             ``chain/cancel`` sent after its chain ended (:meth:`cancel` does not wait for
             one), an ``error`` without ``req_id``, a message of a request already closed.
         url: the WebSocket URL (:func:`connect_ws`, :func:`serve_ws`), else ``""``.
-        server: the :class:`WsServer` a :func:`serve_ws` client was started with, else
-            None; it stays readable after the block (``client.server.returncode``).
+        server: the :class:`WsServer` (a :class:`RunningServer`) a :func:`serve_ws`
+            client was started with, else None; it stays readable after the block
+            (``client.server.returncode``).
     """
 
     def __init__(self, stream: MessageStream) -> None:
@@ -91,7 +121,7 @@ class Client:
         self.max_parallel = 0
         self.unrouted: deque[Message] = deque(maxlen=100)
         self.url = ""
-        self.server: WsServer | None = None
+        self.server: RunningServer | None = None
         self._routes: dict[str, MemoryObjectSendStream[Message]] = {}
         self._closed = False
         self._closed_reason = ""

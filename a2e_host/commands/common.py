@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..config import HostConfig
-    from ..host import Host
+    from ..runtime.host import Host
 
 __all__ = [
     "PLUS",

@@ -1,6 +1,6 @@
 """``a2e-host run CHAIN.json``: run a chain file in this process, with live progress.
 
-Layer: command. No shortcut: a :class:`~a2e_host.host.Host` is built from the
+Layer: command. No shortcut: a :class:`~a2e_host.runtime.host.Host` is built from the
 configuration, an in-memory connection is opened to it, the client handshakes (asking for
 every capability the configuration serves: ``proc`` only with ``--allow-proc``; with the
 host's own ``auth_token`` when one is set), sends the ``chain/req`` and reads its events
@@ -49,6 +49,7 @@ import anyio
 import msgspec
 
 from ..chains.messages import ChainRequest, ChainResponse, chain_codec
+from ..errors import cancelled_failure
 from ..exceptions import A2EError
 from .run_display import Display, open_display
 
@@ -190,8 +191,8 @@ def run_main(
     except ChainFileError as exc:
         print(f"a2e-host run: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from ..host import Host
     from ..logs import configure_logging
+    from ..runtime.host import Host
     from .common import load_command_config
 
     try:
@@ -210,7 +211,7 @@ def run_main(
         return EXIT_FAILED
     if response.success:
         return EXIT_OK
-    code = (response.error or {}).get("code", "")
+    code = response.error.code if response.error is not None else ""
     return EXIT_USAGE if code in INVALID_CODES and response.nodes_run == 0 else EXIT_FAILED
 
 
@@ -282,14 +283,9 @@ async def _run(
             req_id=request.id,
             chain_id=request.chain_id,
             success=False,
-            error={
-                "code": "cancelled",
-                "message": "the run was interrupted and the connection closed before the "
-                "host answered",
-                "node_id": "",
-                "retryable": False,
-                "details": {},
-            },
+            error=cancelled_failure(
+                "the run was interrupted and the connection closed before the host answered"
+            ),
         )
     try:
         display.response(response)

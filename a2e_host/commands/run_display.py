@@ -26,6 +26,7 @@ import msgspec
 
 from ..chains.messages import ChainEvent, ChainRequest, ChainResponse
 from ..codec import encode_message
+from ..errors import ChainFailure
 
 __all__ = [
     "Display",
@@ -71,8 +72,8 @@ class Hints:
         raise a ceiling that refused the chain."""
         from .common import problem_hint, refusal_hint
 
-        error = response.error or {}
-        details = error.get("details") or {}
+        error = response.error
+        details = error.details if error is not None else {}
         lines: list[str] = []
         problems = details.get("errors") or []
         for problem in problems:
@@ -83,7 +84,7 @@ class Hints:
             fix = problem_hint(problem, node_kinds=self.node_kinds,
                                allow_proc=self.allow_proc)
             lines.append(f"{line} (fix: {fix})" if fix else line)
-        if not problems and error.get("code") == "chain_limit":
+        if not problems and error is not None and error.code == "chain_limit":
             fix = refusal_hint(details)
             if fix:
                 lines.append(f"  - fix: {fix}")
@@ -157,10 +158,9 @@ def _pretty(value: Any) -> str:
 
 
 def _failure_summary(response: ChainResponse) -> str:
-    err = response.error or {}
-    where = f" at node {err.get('node_id')!r}" if err.get("node_id") else ""
-    return (f"chain {response.chain_id} failed ({err.get('code', 'error')}){where}: "
-            f"{err.get('message', '')}")
+    err = response.error or ChainFailure(code="error")
+    where = f" at node {err.node_id!r}" if err.node_id else ""
+    return f"chain {response.chain_id} failed ({err.code}){where}: {err.message}"
 
 
 def _print_failure(

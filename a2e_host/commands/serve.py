@@ -19,15 +19,16 @@ import signal
 import sys
 import threading
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 
 from ..config import HostConfig
-from ..host import Host
 from ..logs import configure_logging, flush_logs
 from ..plugin import Plugin
+from ..runtime.host import Host
 from .common import load_command_config
 
 Plugins = Iterable[Plugin | type[Plugin]] | None
@@ -150,11 +151,14 @@ async def _serve(host: Host) -> None:
     from ..transports.websocket import serve_websocket
 
     try:
-        async with anyio.create_task_group() as tg:
+        async with host.running(), anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signals, host)
             async with anyio.create_task_group() as server:
                 try:
-                    bound_host, port = await server.start(serve_websocket, host)
+                    bound_host, port = await server.start(
+                        partial(serve_websocket, host.serve_connection, host.config,
+                                stop=host.shutdown_event, log=host.log)
+                    )
                 except (OSError, BaseExceptionGroup) as exc:
                     error = _find(exc, OSError)
                     if error is None:
@@ -193,15 +197,16 @@ def stdio_main(
 
 
 async def _stdio(host: Host, out_fd: int) -> None:
-    from ..transports.stdio import open_stdio_transport
+    from ..transports.stdio import serve_stdio
 
-    config = host.config
     try:
-        async with open_stdio_transport(
-            config.limits.max_message_bytes, out_fd=out_fd
-        ) as transport, anyio.create_task_group() as tg:
+        async with host.running(), anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signals, host)
-            await host.serve_connection(transport, conn_id="stdio")
+            await serve_stdio(
+                partial(host.serve_connection, conn_id="stdio"),
+                max_line_bytes=host.config.limits.max_message_bytes,
+                out_fd=out_fd,
+            )
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):

@@ -117,8 +117,8 @@ def _catalog(config: HostConfig) -> tuple[Catalog, frozenset[str]]:
         ValueError: a plugin refused the configuration (e.g. an unknown tool pack).
     """
     from ..chains.toolbox import Toolbox
-    from ..host import Host
     from ..logs import configure_logging
+    from ..runtime.host import Host
 
     configure_logging("auto", "warning")  # a plugin that fails to load is logged on stderr
     host = Host(config)

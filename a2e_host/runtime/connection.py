@@ -1,24 +1,31 @@
-"""One connection at run time: reader, writer, dispatch and the work it started.
+"""One connection at run time: its tasks and how it ends.
 
 Layer: runtime (anyio). Every transport (memory, stdio, WebSocket) goes through
-:class:`HostConnection`: the same decode, session checks, routing and error mapping.
+:class:`HostConnection`: the same decode (:mod:`.decode`), session checks and routing
+(:mod:`.dispatch`) and error mapping. It knows its host only through a
+:class:`~a2e_host.runtime.router.Router`; it must not import the host module.
 
-Tasks, all in one task group per connection:
+Tasks, in one task group per connection:
 
 - the **reader** takes frames from the transport, decodes them and dispatches each in
-  turn (core messages here, the rest to their plugin's ``handle``, which must return
-  quickly: long work goes to ``ctx.start_soon``);
+  turn (core messages answered, the rest to their plugin's ``handle``, which must return
+  quickly: long work goes to ``ctx.start_run`` / ``ctx.start_soon``);
 - the **writer** drains the :class:`~a2e_host.runtime.outbox.Outbox` to the transport;
-- a **watcher** notices a peer that is gone while we are not reading (stdout closed);
-- **work** tasks started by plugins, each in its own cancel scope.
+- a **watcher** notices a peer that is gone while we are not reading (stdout closed).
+
+Work a plugin starts is a *run* of the host (:mod:`a2e_host.runtime.runs`), in the
+host's task group, not the connection's: the connection attaches each run's sink to its
+outbox when it starts it, tracks it for draining, and detaches it when it ends, which
+cancels it (:attr:`~a2e_host.runtime.runs.DetachPolicy.CANCEL`).
 
 How a connection ends:
 
 =====================  =============================================================
 cause                  what happens
 =====================  =============================================================
-peer gone              (WS closed, memory client closed, stdout closed) plugins are
-                       told (``session_closed``), every task is cancelled at once
+peer gone              (WS closed, memory client closed, stdout closed) every run is
+                       detached (so cancelled) and every task cancelled at once, then
+                       plugins are told (``session_closed``)
 end of input           (stdin EOF) stop reading, let work finish, flush, close
 ``shutdown``           stop taking work, let work finish within its ``timeout``,
                        cancel the rest (their responses are still sent), flush, close
@@ -39,64 +46,28 @@ an orderly close (no close frame, a broken pipe).
 
 from __future__ import annotations
 
-import gc
 import math
-import threading
 from collections.abc import Awaitable, Callable
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from ..codec import MessageCodec
-from ..exceptions import (
-    HandshakeRequired,
-    InvalidMessage,
-    MessageTooLarge,
-    RemoteProtocolError,
-    UnknownType,
-)
-from ..framing import LineTooLong
-from ..messages import HandshakeRequest, HandshakeResponse, Message, Ping, Pong, Shutdown
+from ..exceptions import HandshakeRequired
+from ..messages import Message
+from ..plugin import Plugin, SessionInfo
 from ..session import ConnectionSession, Session
-from ..transports import BinaryFrame, CloseCode, Incoming, Transport
+from ..transports import CloseCode, Incoming, Transport
+from .context import ConnectionContext
+from .decode import decode_frame
+from .dispatch import dispatch
 from .outbox import Outbox
+from .router import Router
+from .runs import Run, SessionRuns
 
-if TYPE_CHECKING:
-    from ..host import Host
-    from ..plugin import Outbox as OutboxProtocol
-    from ..plugin import Plugin, SessionInfo
-
-__all__ = ["HostConnection", "ConnectionContext"]
+__all__ = ["HostConnection", "CANCEL_GRACE", "FLUSH_TIMEOUT"]
 
 CANCEL_GRACE = 5.0
-GC_PAUSED_DECODE_BYTES = 256 * 1024
-"""Messages over this many bytes are decoded with the cyclic garbage collector paused:
-decoding 14 MB of nested lists took 2 s, most of it collections over its own new
-containers. (A worker thread would not help: msgspec holds the interpreter lock while it
-decodes.)"""
-_gc_lock = threading.Lock()
-_gc_pausers = 0  # decodes running with the cyclic collector paused
-_gc_was_enabled = False
-
-
-def _decode_without_gc(codec: MessageCodec, frame: bytes | str) -> Message:
-    """``codec.decode`` with the cyclic garbage collector paused: a decoded JSON
-    value has no reference cycles, and collections triggered by its millions of new
-    containers would scan the whole heap again and again (2.0 s → 0.6 s for 14 MB)."""
-    global _gc_pausers, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pausers == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pausers += 1
-    try:
-        return codec.decode(frame)
-    finally:
-        with _gc_lock:
-            _gc_pausers -= 1
-            if _gc_pausers == 0 and _gc_was_enabled:
-                gc.enable()
 """Seconds cancelled work gets to send its final frames before the connection closes."""
 
 FLUSH_TIMEOUT = 5.0
@@ -105,62 +76,33 @@ FLUSH_TIMEOUT = 5.0
 _conn_ids = count(1)
 
 
-class ConnectionContext:
-    """A plugin's view of the connection for one message (implements
-    :class:`~a2e_host.plugin.PluginContext`)."""
-
-    __slots__ = ("_conn", "session", "outbox", "log", "_req_id", "_capability")
-
-    def __init__(self, conn: HostConnection, session: Session, message: Message, capability: str):
-        self._conn = conn
-        self.session: SessionInfo = session
-        self.outbox: OutboxProtocol = conn.outbox
-        self.log = conn.log.bind(req_id=message.id)
-        self._req_id = message.id
-        self._capability = capability
-
-    @property
-    def closing(self) -> bool:
-        """True once the connection stopped taking work (``shutdown``, signal, EOF)."""
-        return self._conn.closing
-
-    @closing.setter
-    def closing(self, value: bool) -> None:
-        raise AttributeError("closing is read-only: it follows the connection's state")
-
-    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "") -> None:
-        """Run ``fn(*args)`` in the connection's task group; an exception it raises is sent
-        as an ``error`` with this message's id as ``req_id``."""
-        self._conn.start_work(fn, args, name=name, req_id=self._req_id, capability=self._capability)
-
-
 class HostConnection:
     """Serves one transport connection until it ends (see the module docstring).
 
     Args:
-        host: the :class:`~a2e_host.host.Host` (plugins, config, error mapping).
+        router: what the connection needs of its host (plugins, config, error mapping).
         transport: the connection's frames.
         conn_id: a name for logs; ``c<n>`` when empty.
     """
 
-    def __init__(self, host: Host, transport: Transport, conn_id: str = "") -> None:
-        self.host = host
-        self.config = host.config
+    def __init__(self, router: Router, transport: Transport, conn_id: str = "") -> None:
+        self.router = router
+        self.config = router.config
         self.transport = transport
         self.conn_id = conn_id or f"c{next(_conn_ids)}"
-        self.log = host.log.bind(conn_id=self.conn_id, transport=transport.kind)
+        self.log = router.log.bind(conn_id=self.conn_id, transport=transport.kind)
         self.outbox = Outbox(
             self.config.outbox_high_water, self.config.outbox_high_water_bytes
         )
         self.sessions = ConnectionSession(
             self.config,
-            host.served_capabilities(),
-            gates=host.gates(),
+            router.served,
+            gates=router.gates,
             bearer_token=transport.bearer_token,
         )
         self.peer = transport.peer or transport.kind
         self._tg: anyio.abc.TaskGroup | None = None
-        self._work: set[anyio.CancelScope] = set()
+        self._runs: set[Run] = set()  # runs attached to this connection
         self._idle = anyio.Event()
         self._idle.set()
         self._stop = anyio.Event()
@@ -183,7 +125,8 @@ class HostConnection:
     # ── life cycle ─────────────────────────────────────────────────────────
 
     async def run(self) -> None:
-        """Serve until the connection ends; every task it started has ended on return."""
+        """Serve until the connection ends. On return its tasks have ended and so have
+        the runs it started (bounded by :data:`CANCEL_GRACE` for runs ignoring a cancel)."""
         self.log.info("connection opened", peer=self.peer)
         try:
             async with anyio.create_task_group() as tg:
@@ -201,9 +144,10 @@ class HostConnection:
             self.sessions.close()
             self.outbox.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_GRACE):
+                await self._detach_runs()
                 session = self.session
                 if session is not None:
-                    await self.host.session_closed(session, self.log)
+                    await self.router.session_closed(session, self.log)
                 await self.transport.aclose(self._close_code, self._close_reason)
             self._log_closed()
 
@@ -230,7 +174,7 @@ class HostConnection:
                 return
             self.log.info("no handshake within handshake_timeout; closing",
                           handshake_timeout=timeout)
-            self._send_error(
+            self.send_error(
                 HandshakeRequired(
                     f"no successful handshake/req within {timeout:g} s of connecting "
                     "(the host's handshake_timeout); send handshake/req first, on a new "
@@ -243,19 +187,20 @@ class HostConnection:
             self.request_stop(0.0, code=CloseCode.POLICY_VIOLATION, reason="handshake timeout")
 
     async def _drain(self) -> None:
-        """Orderly end: finish work within the grace period, cancel the rest, flush."""
-        if self._work:
+        """Orderly end: let runs finish within the grace period, cancel the rest (their
+        last frames are still sent), flush."""
+        if self._runs:
             self.log.info(
                 "waiting for work in flight",
-                tasks=len(self._work),
+                tasks=len(self._runs),
                 grace=self._grace if math.isfinite(self._grace) else None,
             )
             with anyio.move_on_after(self._grace) as self._grace_scope:
                 await self._wait_idle()
-            if self._work:
-                self.log.info("cancelling work past the grace period", tasks=len(self._work))
-                for scope in list(self._work):
-                    scope.cancel()
+            if self._runs:
+                self.log.info("cancelling work past the grace period", tasks=len(self._runs))
+                for run in list(self._runs):
+                    run.abort()
                 with anyio.move_on_after(CANCEL_GRACE):
                     await self._wait_idle()
         with anyio.move_on_after(FLUSH_TIMEOUT):
@@ -278,18 +223,21 @@ class HostConnection:
         self._stop.set()
 
     def drop(self, why: str) -> None:
-        """The peer is gone: cancel everything now."""
+        """The peer is gone: detach every run (cancelling it, as its policy says) and
+        cancel the connection's own tasks, now."""
         if not self._dropped:
             self.log.info("peer gone; cancelling the connection's work", why=why)
         self._dropped = True
         self.sessions.stop()
         self._stop.set()
+        for run in list(self._runs):
+            run.detach()
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
 
-    # ── work ───────────────────────────────────────────────────────────────
+    # ── runs ───────────────────────────────────────────────────────────────
 
-    def start_work(
+    def start_run(
         self,
         fn: Callable[..., Awaitable[Any]],
         args: tuple[Any, ...],
@@ -297,37 +245,85 @@ class HostConnection:
         name: str,
         req_id: str,
         capability: str,
-    ) -> None:
-        """Start ``fn(*args)`` in the connection's task group, tracked for draining."""
-        if self._tg is None:
-            raise RuntimeError("the connection is not running")
-        scope = anyio.CancelScope()
-        self._work.add(scope)
+        listed: bool,
+    ) -> Run:
+        """Start ``fn(run, *args)`` as a run of the host, attached to this connection
+        (tracked for draining, detached when the connection ends).
+
+        Args:
+            listed: list it under ``(session_id, req_id)`` (``ctx.start_run``), or not
+                (``ctx.start_soon``).
+
+        Raises:
+            RuntimeError: the connection has no session, or the host is not running.
+            ValueError: ``listed`` and a run is listed under that key already.
+        """
+        session = self.session
+        if session is None:
+            raise RuntimeError("runs start only on a handshaken connection")
+        run = self.router.runs.start(
+            fn, *args,
+            key=(session.session_id, req_id) if listed else None,
+            req_id=req_id,
+            capability=capability,
+            name=name,
+            log=self.log.bind(req_id=req_id),
+            outbox=self.outbox,
+            on_end=self._run_ended,
+        )
+        self._runs.add(run)
         if self._idle.is_set():
             self._idle = anyio.Event()
-        self._tg.start_soon(self._run_work, scope, fn, args, req_id, capability, name=name or None)
+        return run
 
-    async def _run_work(
-        self,
-        scope: anyio.CancelScope,
-        fn: Callable[..., Awaitable[Any]],
-        args: tuple[Any, ...],
-        req_id: str,
-        capability: str,
-    ) -> None:
-        try:
-            with scope:
-                await fn(*args)
-        except Exception as exc:
-            self._send_error(exc, req_id=req_id, message_type="", capability=capability)
-        finally:
-            self._work.discard(scope)
-            if not self._work:
-                self._idle.set()
+    def _run_ended(self, run: Run) -> None:
+        self._runs.discard(run)
+        if not self._runs:
+            self._idle.set()
 
     async def _wait_idle(self) -> None:
-        while self._work:
+        while self._runs:
             await self._idle.wait()
+
+    async def _detach_runs(self) -> None:
+        """The connection is over: detach every run still attached, and wait for those
+        that detaching cancelled (the caller bounds the wait)."""
+        cancelled = [run for run in list(self._runs) if run.detach()]
+        self._runs.clear()
+        self._idle.set()
+        for run in cancelled:
+            await run.done.wait()
+
+    def runs_of(self, session: SessionInfo, capability: str) -> SessionRuns:
+        """``ctx.runs``: one session's runs in flight of one capability."""
+        return self.router.runs.view(session.session_id, capability)
+
+    # ── what dispatch and contexts use (DispatchTarget, ContextOwner) ─────────
+
+    def session_opened(self, session: Session) -> None:
+        """A handshake succeeded: stop the handshake clock, bind logs to the session."""
+        self._deadline.cancel()
+        self.log = self.log.bind(session_id=session.session_id)
+
+    def stop_handshake_clock(self) -> None:
+        """A handshake failed authentication: its answer waits its turn in the throttle
+        instead of the handshake deadline."""
+        self._deadline.cancel()
+
+    async def handle(self, plugin: Plugin, message: Message, session: Session) -> None:
+        """Hand ``message`` to ``plugin`` with a context for it."""
+        await plugin.handle(message, ConnectionContext(self, session, message, plugin.capability))
+
+    def send_error(
+        self, exc: BaseException, *, req_id: str, message_type: str, capability: str = ""
+    ) -> None:
+        """Queue the wire ``error`` for ``exc`` (the router's one mapping)."""
+        self.outbox.send_nowait(
+            self.router.error_message(
+                exc, req_id=req_id, message_type=message_type, capability_name=capability,
+                log=self.log,
+            )
+        )
 
     # ── reader, writer, watcher ───────────────────────────────────────────
 
@@ -345,129 +341,20 @@ class HostConnection:
             await self._receive_frame(frame)
 
     async def _receive_frame(self, frame: Incoming) -> None:
-        try:
-            message = self._decode(frame)
-        except Exception as exc:
-            self._send_error(exc, req_id=getattr(exc, "req_id", ""), message_type="")
-            return
-        await self._dispatch(message)
-
-    def _decode(self, frame: Incoming) -> Message:
-        limit = self._max_message_bytes()
-        if isinstance(frame, LineTooLong):
-            raise self._too_large(frame.size, frame.limit)
-        if isinstance(frame, BinaryFrame):
-            raise InvalidMessage(
-                f"binary frame of {frame.size} bytes refused; send each message as one "
-                "JSON text frame"
-            )
-        size = len(frame) if isinstance(frame, bytes) else _utf8_length(frame, limit)
-        if size > limit:
-            raise self._too_large(size, limit)
-        if size > GC_PAUSED_DECODE_BYTES:
-            return _decode_without_gc(self.host.codec, frame)
-        return self.host.codec.decode(frame)
-
-    def _max_message_bytes(self) -> int:
         session = self.session
-        if session is not None:
-            return session.limits.effective.max_message_bytes
-        return self.config.limits.max_message_bytes
-
-    def _too_large(self, size: int, limit: int) -> MessageTooLarge:
-        return MessageTooLarge(
-            f"message of {size} bytes is over max_message_bytes ({limit}); send a smaller "
-            "message (e.g. pass large data by reference)",
-            detail={"size": size, "limit": limit},
-        )
-
-    async def _dispatch(self, message: Message) -> None:
-        mtype = message.TYPE
-        plugin: Plugin | None = None
+        limit = (session.limits.effective if session is not None else self.config.limits
+                 ).max_message_bytes
         try:
-            if isinstance(message, HandshakeRequest):
-                await self._handshake(message)
-            elif isinstance(message, Ping):
-                self.sessions.check_core(message)
-                self.outbox.send_nowait(
-                    Pong(req_id=message.id, uptime_seconds=self.host.uptime_seconds)
-                )
-            elif isinstance(message, Shutdown):
-                self.sessions.check_core(message)
-                timeout = min(max(message.timeout, 0), self.config.limits.max_timeout)
-                self.log.info("shutdown asked by the agent", timeout=timeout)
-                self.request_stop(float(timeout), code=CloseCode.NORMAL, reason="shutdown")
-            elif mtype in self.host.codec.host_sent:
-                raise InvalidMessage(
-                    f"{mtype!r} is sent by the host, not by an agent; send a request type "
-                    "such as 'chain/req'"
-                )
-            else:
-                plugin = self.host.plugin_for(mtype)
-                if plugin is None:
-                    raise UnknownType(
-                        f"no plugin on this host serves {mtype!r}",
-                        detail={"type": mtype},
-                    )
-                session = self.sessions.check_work(message, plugin.capability)
-                ctx = ConnectionContext(self, session, message, plugin.capability)
-                await plugin.handle(message, ctx)
-        except Exception as exc:
-            capability = plugin.capability if plugin is not None else ""
-            self._send_error(exc, req_id=message.id, message_type=mtype, capability=capability)
-
-    async def _handshake(self, request: HandshakeRequest) -> None:
-        try:
-            outcome = self.sessions.receive_handshake(request)
-        except RemoteProtocolError:
-            raise
-        except Exception as exc:  # a plugin's metadata() failed: a bug, not the agent's
-            self.log.error("handshake failed inside the host", exc_info=exc)
-            self.outbox.send_nowait(
-                HandshakeResponse(
-                    req_id=request.id,
-                    session_id="",
-                    ok=False,
-                    reason="server_error",
-                    max_parallel=self.config.limits.max_parallel,
-                )
-            )
+            message = decode_frame(self.router.codec, frame, limit)
+        except Exception as exc:  # the refusal names its own req_id when it read one
+            self.send_error(exc, req_id="", message_type="")
             return
-        if outcome.close:  # auth_failed: answered at this peer's turn, then closed
-            self._deadline.cancel()
-            delay = self.host.auth_throttle.failure(self.peer, anyio.current_time())
-            self.log.info("handshake refused", reason=outcome.response.reason,
-                          peer=self.peer, answer_in=round(delay, 3))
-            await anyio.sleep(delay)
-            self.outbox.send_nowait(outcome.response)
-            self.request_stop(0.0, code=CloseCode.POLICY_VIOLATION, reason="auth_failed")
-            return
-        self.outbox.send_nowait(outcome.response)
-        if outcome.session is not None:
-            self._deadline.cancel()
-            self.log = self.log.bind(session_id=outcome.session.session_id)
-            self.log.info(
-                "session opened",
-                agent_id=request.agent_id,
-                granted=sorted(outcome.session.granted),
-            )
-        else:
-            self.log.info("handshake refused", reason=outcome.response.reason)
-
-    def _send_error(
-        self, exc: BaseException, *, req_id: str, message_type: str, capability: str = ""
-    ) -> None:
-        self.outbox.send_nowait(
-            self.host.error_message(
-                exc, req_id=req_id, message_type=message_type, capability_name=capability,
-                log=self.log,
-            )
-        )
+        await dispatch(self, message)
 
     async def _write_loop(self) -> None:
         while True:
-            try:
-                frames = await self.outbox.receive_batch()
+            try:  # up to the high-water mark at once: a burst of events costs a few turns
+                frames = await self.outbox.receive_batch(self.outbox.high_water)
             except anyio.EndOfStream:
                 return
             try:
@@ -487,11 +374,4 @@ def _peer_close_code(transport: Transport) -> int | None:
     transport has no close codes)."""
     code = getattr(transport, "peer_close_code", None)
     return code if isinstance(code, int) else None
-
-
-def _utf8_length(text: str, limit: int) -> int:
-    """Byte length of ``text`` as UTF-8, computed only when it may exceed ``limit``."""
-    if len(text) * 4 <= limit:
-        return len(text)
-    return len(text.encode("utf-8", "surrogatepass"))
 

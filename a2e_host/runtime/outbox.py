@@ -25,6 +25,11 @@ __all__ = ["Outbox"]
 class Outbox:
     """A FIFO of encoded frames with a high-water mark.
 
+    Queuing a frame is a deque append and two comparisons: the events a waiter needs
+    are made only when someone waits (the writer for frames, a producer above the mark,
+    the closer for the flush), so a chain emitting twenty thousand events does not make
+    twenty thousand of them.
+
     Args:
         high_water: queued frames above which :meth:`wait_writable` waits (> 0).
         high_water_bytes: queued bytes above which :meth:`wait_writable` waits (> 0).
@@ -41,11 +46,13 @@ class Outbox:
         self._frames: deque[bytes] = deque()
         self._sending = 0
         self._closed = False
-        self._not_empty = anyio.Event()
-        self._writable = anyio.Event()
-        self._writable.set()
-        self._flushed = anyio.Event()
-        self._flushed.set()
+        self.full = False
+        """Above the high-water mark (frames or bytes): producers wait in
+        :meth:`wait_writable`. Kept current as frames come and go, so a producer can
+        check it without a call."""
+        self._not_empty: anyio.Event | None = None  # the writer waits for frames
+        self._writable: anyio.Event | None = None  # producers wait: above the mark
+        self._flushed: anyio.Event | None = None  # someone waits for the flush
 
     def __len__(self) -> int:
         """Frames queued and not yet taken by the writer."""
@@ -75,19 +82,24 @@ class Outbox:
         """Queue an already encoded frame (one JSON message, no newline)."""
         if self._closed:
             return
-        self._frames.append(frame)
+        frames = self._frames
+        frames.append(frame)
         self._bytes += len(frame)
-        self._not_empty.set()
-        if self._flushed.is_set():
-            self._flushed = anyio.Event()
-        if self._writable.is_set() and self._full():
-            self._writable = anyio.Event()
+        if not self.full and (len(frames) > self.high_water
+                              or self._bytes > self.high_water_bytes):
+            self.full = True
+        waiting = self._not_empty
+        if waiting is not None:
+            self._not_empty = None
+            waiting.set()
 
     async def wait_writable(self) -> None:
         """Wait while more than ``high_water`` frames or ``high_water_bytes`` bytes are
         queued (returns at once after :meth:`close`, so producers never hang on a dead
         connection)."""
-        while self._full() and not self._closed:
+        while self.full and not self._closed:
+            if self._writable is None:
+                self._writable = anyio.Event()
             await self._writable.wait()
 
     async def receive_batch(self, max_frames: int = 256) -> list[bytes]:
@@ -101,15 +113,24 @@ class Outbox:
         while not self._frames:
             if self._closed:
                 raise anyio.EndOfStream
-            if self._not_empty.is_set():
+            if self._not_empty is None:
                 self._not_empty = anyio.Event()
             await self._not_empty.wait()
-        count = min(max_frames, len(self._frames))
-        batch = [self._frames.popleft() for _ in range(count)]
-        self._bytes -= sum(len(frame) for frame in batch)
-        self._sending += count
-        if not self._full():
-            self._writable.set()
+        frames = self._frames
+        if len(frames) <= max_frames:  # all of them: no per-frame work
+            batch = list(frames)
+            frames.clear()
+            self._bytes = 0
+        else:
+            batch = [frames.popleft() for _ in range(max_frames)]
+            self._bytes -= sum(map(len, batch))
+        self._sending += len(batch)
+        if self.full and not self._full():
+            self.full = False
+            writable = self._writable
+            if writable is not None:
+                self._writable = None
+                writable.set()
         return batch
 
     def batch_sent(self, count: int) -> None:
@@ -117,15 +138,23 @@ class Outbox:
         self._sending -= count
         if not self._frames and self._sending <= 0:
             self._sending = 0
-            self._flushed.set()
+            flushed = self._flushed
+            if flushed is not None:
+                self._flushed = None
+                flushed.set()
 
     async def wait_flushed(self) -> None:
         """Wait until every queued frame has been written by the writer."""
         while self._frames or self._sending:
+            if self._flushed is None:
+                self._flushed = anyio.Event()
             await self._flushed.wait()
 
     def close(self) -> None:
         """Refuse further frames; the writer ends once the queue is drained. Idempotent."""
         self._closed = True
-        self._not_empty.set()
-        self._writable.set()
+        self.full = False
+        for waiting in (self._not_empty, self._writable):
+            if waiting is not None:
+                waiting.set()
+        self._not_empty = self._writable = None

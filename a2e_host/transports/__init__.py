@@ -2,8 +2,10 @@
 
 Layer: transports. No protocol knowledge: a transport delivers whole incoming frames and
 writes whole outgoing ones; the runtime (:mod:`a2e_host.runtime.connection`) decodes,
-dispatches and maps errors. Each transport module offers an ``open_*`` async context
-manager (or a server) that yields objects implementing :class:`Transport`:
+dispatches and maps errors. A transport knows nothing above it either: like websockets'
+``serve(handler)``, each serves a :data:`ConnectionHandler` (a host's
+``serve_connection``) one :class:`Transport` per connection, and a server stops on a
+stop :class:`anyio.Event` it is given. It must not import the runtime, plugins or chains.
 
 - :mod:`.memory`: in-process, for ``a2e-host run``, tests and benchmarks;
 - :mod:`.stdio`: NDJSON on stdin/stdout;
@@ -12,13 +14,20 @@ manager (or a server) that yields objects implementing :class:`Transport`:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..framing import LineTooLong
 
-__all__ = ["Transport", "BinaryFrame", "LineTooLong", "Incoming", "CloseCode"]
+__all__ = [
+    "Transport",
+    "ConnectionHandler",
+    "BinaryFrame",
+    "LineTooLong",
+    "Incoming",
+    "CloseCode",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,3 +102,10 @@ class Transport(Protocol):
         """Close the connection (WebSocket: with ``code``). Idempotent, bounded."""
         ...
 
+
+
+ConnectionHandler = Callable[[Transport], Awaitable[None]]
+"""Serves one connection until it ends, e.g. :meth:`Host.serve_connection
+<a2e_host.runtime.host.Host.serve_connection>`. It closes the transport
+(:meth:`Transport.aclose`) before it returns and does not raise for the connection's own
+failures."""

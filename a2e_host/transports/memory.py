@@ -1,13 +1,16 @@
-"""In-process transport: an agent and the host in one event loop.
+"""In-process transport: an agent and a connection handler in one event loop, bytes only.
 
-Layer: transports. For ``a2e-host run``, benchmarks and tests. Frames go through
-:meth:`Host.serve_connection <a2e_host.host.Host.serve_connection>` exactly as they do
-for stdio and WebSocket (decode, session checks, routing, error mapping), only without
-a socket or a pipe::
+Layer: transports. No protocol knowledge: frames are JSON text as bytes (or ``str``) in
+both directions, exactly what stdio and WebSocket carry, only without a socket or a pipe.
+The handler is any ``Callable[[Transport], Awaitable[None]]`` (a host's
+``serve_connection``)::
 
-    async with open_memory_connection(host) as client:
-        client.send(HandshakeRequest(agent_caps=["chains"]))
-        resp = await client.receive()
+    async with open_memory_connection(host.serve_connection) as client:
+        client.send(b'{"type": "handshake/req", "id": "h", "agent_caps": ["chains"]}')
+        frame = await client.receive()
+
+A client that speaks messages (Structs) instead of bytes is
+:func:`a2e_host.runtime.memory.open_memory_client`.
 
 :meth:`MemoryClient.aclose` is the peer going away (its work is cancelled);
 :meth:`MemoryClient.send_eof` is the end of input (work finishes, like stdin EOF).
@@ -16,20 +19,14 @@ a socket or a pipe::
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ..chains.messages import chain_codec
-from ..codec import encode_message
-from ..messages import Message
-from . import CloseCode, Incoming
-
-if TYPE_CHECKING:
-    from ..host import Host
+from . import CloseCode, ConnectionHandler, Incoming
 
 __all__ = ["open_memory_connection", "MemoryClient", "MemoryTransport"]
 
@@ -41,6 +38,84 @@ class _Eof:
 _EOF = _Eof()
 
 
+class _Frames:
+    """The host → client direction: frames in order, at most ``capacity`` of them
+    buffered (the host's writer waits beyond that). Queuing a frame the buffer has
+    room for is a deque append; an event is made only when a side has to wait."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("buffer_frames must be >= 1")
+        self.capacity = capacity
+        self._frames: deque[bytes] = deque()
+        self._writer_closed = False  # the host closed: the client reads what is left
+        self._reader_closed = False  # the client left: the host's sends fail
+        self._readable: anyio.Event | None = None
+        self._writable: anyio.Event | None = None
+
+    async def put_all(self, frames: Sequence[bytes]) -> None:
+        queued = self._frames
+        start = 0
+        while start < len(frames):
+            if self._reader_closed or self._writer_closed:
+                raise anyio.BrokenResourceError
+            room = self.capacity - len(queued)
+            if room <= 0:
+                self._wake_reader()
+                if self._writable is None:
+                    self._writable = anyio.Event()
+                await self._writable.wait()
+                continue
+            queued.extend(frames[start:start + room])
+            start += room
+        self._wake_reader()
+
+    async def get_some(self) -> list[bytes]:
+        while not self._frames:
+            if self._writer_closed or self._reader_closed:
+                raise anyio.EndOfStream
+            if self._readable is None:
+                self._readable = anyio.Event()
+            await self._readable.wait()
+        frames = list(self._frames)
+        self._frames.clear()
+        self._wake_writer()
+        return frames
+
+    async def get(self) -> bytes:
+        while not self._frames:
+            if self._writer_closed or self._reader_closed:
+                raise anyio.EndOfStream
+            if self._readable is None:
+                self._readable = anyio.Event()
+            await self._readable.wait()
+        frame = self._frames.popleft()
+        self._wake_writer()
+        return frame
+
+    def _wake_writer(self) -> None:
+        writable = self._writable
+        if writable is not None:
+            self._writable = None
+            writable.set()
+
+    def close_writer(self) -> None:
+        self._writer_closed = True
+        self._wake_reader()
+
+    def close_reader(self) -> None:
+        self._reader_closed = True
+        self._frames.clear()
+        self._wake_reader()
+        self._wake_writer()
+
+    def _wake_reader(self) -> None:
+        readable = self._readable
+        if readable is not None:
+            self._readable = None
+            readable.set()
+
+
 class MemoryTransport:
     """The host's side of an in-memory connection (implements
     :class:`~a2e_host.transports.Transport`)."""
@@ -50,7 +125,7 @@ class MemoryTransport:
     def __init__(
         self,
         incoming: MemoryObjectReceiveStream[bytes | str | _Eof],
-        outgoing: MemoryObjectSendStream[bytes],
+        outgoing: _Frames,
         *,
         bearer_token: str = "",
         peer: str = "memory",
@@ -73,11 +148,14 @@ class MemoryTransport:
         return item
 
     async def send_frames(self, frames: Sequence[bytes]) -> None:
-        try:
-            for frame in frames:
-                await self._outgoing.send(frame)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            raise anyio.BrokenResourceError from None
+        """Hand the frames to the client, waiting only while its buffer is full (no
+        checkpoint per frame: a batch of a thousand events costs no thousand turns of
+        the event loop).
+
+        Raises:
+            anyio.BrokenResourceError: the client is gone (or the connection closed).
+        """
+        await self._outgoing.put_all(frames)
 
     async def wait_peer_gone(self) -> None:
         await self._gone.wait()
@@ -89,32 +167,31 @@ class MemoryTransport:
         if self.close_code is None:
             self.close_code = code
             self.close_reason = reason
-        await self._outgoing.aclose()
+        self._outgoing.close_writer()
         await self._incoming.aclose()
 
 
 class MemoryClient:
-    """The agent's side of an in-memory connection."""
+    """The agent's side of an in-memory connection: frames as bytes."""
 
     def __init__(
         self,
         to_host: MemoryObjectSendStream[bytes | str | _Eof],
-        from_host: MemoryObjectReceiveStream[bytes],
+        from_host: _Frames,
         transport: MemoryTransport,
     ) -> None:
         self._to_host = to_host
         self._from_host = from_host
         self._transport = transport
 
-    def send(self, message: Message | bytes | str) -> None:
-        """Send one message (a Struct, or raw JSON text as bytes / str) without waiting.
+    def send(self, frame: bytes | str) -> None:
+        """Send one frame (one JSON message as text) without waiting.
 
         Raises:
             anyio.BrokenResourceError: the host closed the connection.
         """
-        data = encode_message(message) if isinstance(message, Message) else message
         try:
-            self._to_host.send_nowait(data)
+            self._to_host.send_nowait(frame)
         except anyio.ClosedResourceError:
             raise anyio.BrokenResourceError from None
 
@@ -125,24 +202,22 @@ class MemoryClient:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
 
-    async def receive_bytes(self) -> bytes:
-        """The next frame from the host, undecoded.
+    async def receive(self) -> bytes:
+        """The next frame from the host (one already buffered is taken at once).
 
         Raises:
-            anyio.EndOfStream: the host closed the connection.
+            anyio.EndOfStream: the host closed the connection (or this client did).
         """
-        try:
-            return await self._from_host.receive()
-        except anyio.ClosedResourceError:
-            raise anyio.EndOfStream from None
+        return await self._from_host.get()
 
-    async def receive(self) -> Message:
-        """The next message from the host, decoded (:data:`~a2e_host.chains.messages.chain_codec`).
+    async def receive_some(self) -> list[bytes]:
+        """Every frame the host has sent and this client not yet received (at least one),
+        in order: a reader that keeps up takes them a batch at a time.
 
         Raises:
-            anyio.EndOfStream: the host closed the connection.
+            anyio.EndOfStream: the host closed the connection (or this client did).
         """
-        return chain_codec.decode(await self.receive_bytes())
+        return await self._from_host.get_some()
 
     @property
     def close_code(self) -> int | None:
@@ -152,36 +227,43 @@ class MemoryClient:
     async def aclose(self) -> None:
         """Go away: the host cancels this connection's work. Idempotent."""
         self._transport.peer_gone()
+        self._from_host.close_reader()
         await self._to_host.aclose()
-        await self._from_host.aclose()
 
 
 @asynccontextmanager
 async def open_memory_connection(
-    host: Host, *, bearer_token: str = "", buffer_frames: int = 64, peer: str = "memory"
+    handler: ConnectionHandler,
+    *,
+    bearer_token: str = "",
+    buffer_frames: int = 64,
+    peer: str = "memory",
 ) -> AsyncIterator[MemoryClient]:
-    """Connect an in-process client to ``host``.
+    """Connect an in-process client to ``handler``, which serves the connection in a
+    task of its own.
 
     Args:
-        host: the host to serve the connection.
+        handler: serves one connection until it ends (e.g. ``host.serve_connection``).
         bearer_token: as if sent in an ``Authorization: Bearer`` header.
-        peer: the peer key the host accounts the connection under (tests pass
-            addresses such as ``"203.0.113.7"`` to act as distinct remote peers).
         buffer_frames: host → client frames buffered before the host's writer waits
-            (then the host's outbox fills, and chains wait at its high-water mark).
+            (then the host's outbox fills, and producers wait at its high-water mark).
+        peer: the peer key the connection is accounted under (tests pass addresses
+            such as ``"203.0.113.7"`` to act as distinct remote peers).
 
     Yields:
         The :class:`MemoryClient`. On exit it is closed (work still running is
-        cancelled) and the connection has fully ended.
+        cancelled) and ``handler`` has returned.
     """
     to_host_send, to_host_recv = anyio.create_memory_object_stream[bytes | str | _Eof](math.inf)
-    from_host_send, from_host_recv = anyio.create_memory_object_stream[bytes](buffer_frames)
-    transport = MemoryTransport(
-        to_host_recv, from_host_send, bearer_token=bearer_token, peer=peer
-    )
-    client = MemoryClient(to_host_send, from_host_recv, transport)
+    from_host = _Frames(buffer_frames)
+    transport = MemoryTransport(to_host_recv, from_host, bearer_token=bearer_token, peer=peer)
+    client = MemoryClient(to_host_send, from_host, transport)
+
+    async def serve() -> None:
+        await handler(transport)
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(host.serve_connection, transport)
+        tg.start_soon(serve, name="memory connection")
         try:
             yield client
         finally:

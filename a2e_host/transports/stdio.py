@@ -34,9 +34,9 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from ..framing import LineSplitter, LineTooLong
-from . import CloseCode, Incoming
+from . import CloseCode, ConnectionHandler, Incoming
 
-__all__ = ["protect_stdout", "open_stdio_transport", "StdioTransport"]
+__all__ = ["protect_stdout", "open_stdio_transport", "serve_stdio", "StdioTransport"]
 
 READ_CHUNK_BYTES = 64 * 1024
 
@@ -213,3 +213,25 @@ async def open_stdio_transport(
         finally:
             tg.cancel_scope.cancel()
 
+
+
+async def serve_stdio(
+    handler: ConnectionHandler,
+    *,
+    max_line_bytes: int,
+    in_fd: int = 0,
+    out_fd: int | None = None,
+) -> None:
+    """Serve the process's one stdio connection with ``handler``; return when it returns.
+
+    There is nothing to stop accepting on stdio: the connection ends on stdin EOF, a
+    closed stdout, or when the handler closes it (``shutdown``, a signal).
+
+    Args:
+        handler: serves the connection (e.g. ``host.serve_connection``).
+        max_line_bytes: the per-line cap (the host's ``max_message_bytes``).
+        in_fd: the descriptor to read NDJSON from (stdin).
+        out_fd: the descriptor for protocol lines; None calls :func:`protect_stdout`.
+    """
+    async with open_stdio_transport(max_line_bytes, in_fd=in_fd, out_fd=out_fd) as transport:
+        await handler(transport)

@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Hashable, Sequence
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from websockets.asyncio.server import ServerConnection, serve
@@ -36,10 +36,9 @@ from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
 from ..admission import ConnectionLimiter, Refusal, peer_key
-from . import BinaryFrame, CloseCode, Incoming
-
-if TYPE_CHECKING:
-    from ..host import Host
+from ..config import HostConfig
+from ..logs import get_logger
+from . import BinaryFrame, CloseCode, ConnectionHandler, Incoming
 
 __all__ = ["SUBPROTOCOL", "WebSocketTransport", "serve_websocket"]
 
@@ -112,9 +111,8 @@ class _Admission:
 
     LOG_EVERY = 1.0  # seconds between two "connection refused" warnings
 
-    def __init__(self, host: Host) -> None:
-        config = host.config
-        self.log = host.log
+    def __init__(self, config: HostConfig, log: Any) -> None:
+        self.log = log
         self.retry_after = str(math.ceil(config.handshake_timeout))
         self.limiter = ConnectionLimiter(config.max_connections, config.max_connections_per_peer)
         self._logged_at = -math.inf
@@ -171,32 +169,41 @@ def _select_subprotocol(
 
 
 async def serve_websocket(
-    host: Host, *, task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED
+    handler: ConnectionHandler,
+    config: HostConfig,
+    *,
+    stop: anyio.Event,
+    log: Any = None,
+    task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``host`` over WebSocket on ``config.host:config.port`` until
-    :meth:`Host.shutdown <a2e_host.host.Host.shutdown>` is called, then stop accepting,
-    let every connection drain (within the grace period) and close with 1001.
+    """Serve ``handler`` over WebSocket on ``config.host:config.port`` until ``stop`` is
+    set, then stop accepting and return once every handler has returned (a host closes
+    its connections with 1001 within its grace period when it stops).
 
     Args:
-        host: the host; its config gives the address, caps, keepalive and origins.
+        handler: serves one accepted connection until it ends (``host.serve_connection``).
+        config: the address, frame cap, connection ceilings, keepalive, origins and
+            compression.
+        stop: the stop signal (e.g. set by ``Host.shutdown``).
+        log: a structlog logger; None takes the package's.
         task_status: receives ``(bound_host, bound_port)`` once listening (``port = 0``
             picks a free port).
 
     Raises:
         OSError: the address cannot be bound (e.g. the port is in use).
     """
-    config = host.config
-    admission = _Admission(host)
+    log = log if log is not None else get_logger()
+    admission = _Admission(config, log)
 
-    async def handler(ws: ServerConnection) -> None:
+    async def serve_one(ws: ServerConnection) -> None:
         try:
-            await host.serve_connection(WebSocketTransport(ws))
+            await handler(WebSocketTransport(ws))
         finally:
             admission.release(ws)
 
     origins: list[Any] = [None, *config.allowed_origins]
     async with serve(
-        handler,
+        serve_one,
         config.host,
         config.port,
         subprotocols=[SUBPROTOCOL],
@@ -213,9 +220,9 @@ async def serve_websocket(
         compression="deflate" if config.ws_compression else None,
     ) as server:
         bound = next(iter(server.sockets)).getsockname()
-        host.log.info("websocket server started", url=f"ws://{_url_host(bound[0])}:{bound[1]}")
+        log.info("websocket server started", url=f"ws://{_url_host(bound[0])}:{bound[1]}")
         task_status.started((bound[0], bound[1]))
-        await host.wait_shutdown()
+        await stop.wait()
         server.close(close_connections=False)
         await server.wait_closed()
 

@@ -4,22 +4,25 @@
 A first-party plugin that uses only the public plugin API (:mod:`a2e_host.plugin`) and
 is found through the entry-point group ``a2e_host.plugins`` like any third-party one.
 Per request it validates the chain into a plan (:func:`a2e_host.chains.validation.validate_chain`),
-then runs it with :class:`a2e_host.chains.scheduler.ChainRunner` in the connection's
-task group, so several chains of one connection run concurrently.
+then runs it with :class:`a2e_host.chains.scheduler.ChainRunner` as a *run of the host*
+(``ctx.start_run``, :mod:`a2e_host.runtime.runs`), so several chains of one connection
+run concurrently. The run owns the chain's task and its event sink (``seq`` is the
+run's); the connection that sent the request is attached to it, and detaching it (the
+connection dropped) cancels it.
 
 Life of one ``chain/req``, each step keeping "exactly one ``chain/resp``":
 
 1. **Accepted** (:meth:`ChainPlugin.handle`, on the reader): counted against
-   ``max_parallel`` and entered in the session's in-flight table as a :class:`_Flight`,
-   so a ``chain/cancel`` right behind it finds it.
+   ``max_parallel`` and listed as a run under its request id (``ctx.runs``), so a
+   ``chain/cancel`` right behind it finds it.
 2. **Planned** in its own task: validated, and its worst-case node executions through
    declared skills held to ``max_total_nodes``. A chain of more than
    :data:`THREAD_PLANNING_NODES` nodes is planned in a worker thread (at most two at a
    time), so other sessions keep being served meanwhile. A refusal, and any exception
    while planning (a RecursionError, a bug), ends in a ``chain/resp``.
-3. **Run** by a :class:`~a2e_host.chains.scheduler.ChainRunner` (or answered
-   ``cancelled`` at once, when cancelled while planned).
-4. **Left**: the chain leaves the in-flight table just before its ``chain/resp`` is
+3. **Run** by a :class:`~a2e_host.chains.scheduler.ChainRunner` emitting into the run's
+   sink (or answered ``cancelled`` at once, when cancelled while planned).
+4. **Released**: the run leaves the in-flight table just before its ``chain/resp`` is
    written, so a client that sends its next chain the moment the response arrives is
    never told ``busy``.
 """
@@ -33,6 +36,7 @@ from typing import Any, ClassVar
 import anyio
 import anyio.lowlevel
 
+from a2e_host.chains import kinds
 from a2e_host.chains.messages import (
     CHAIN_MESSAGE_TYPES,
     ChainCancel,
@@ -44,6 +48,7 @@ from a2e_host.chains.scheduler import ChainRunner
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.chains.validation import ChainPlan, expression_chars, validate_chain
 from a2e_host.config import HostConfig
+from a2e_host.errors import ChainFailure, chain_failure_of
 from a2e_host.exceptions import (
     Busy,
     ChainInvalid,
@@ -53,10 +58,15 @@ from a2e_host.exceptions import (
 )
 from a2e_host.limits import SessionLimits
 from a2e_host.messages import Message
-from a2e_host.plugin import Plugin, PluginContext, SessionInfo
+from a2e_host.plugin import Plugin, PluginContext, RunHandle, SessionInfo
 from a2e_host.runtime.limiters import loop_limiter
 
-__all__ = ["ChainPlugin", "THREAD_PLANNING_NODES", "worst_case_node_count"]
+__all__ = ["ChainPlugin", "NODE_KIND_GATES", "THREAD_PLANNING_NODES", "worst_case_node_count"]
+
+NODE_KIND_GATES = kinds.gates()
+"""The gates of ``chains``, from the node-kind table: names in ``agent_caps`` that unlock
+node kinds (PROTOCOL.md §8); this host offers ``proc`` only when the configuration allows
+an executable."""
 
 THREAD_PLANNING_NODES = 1000
 """Declared nodes above which a chain is validated in a worker thread, not on the loop
@@ -72,26 +82,6 @@ _COUNT_CEILING = 2**62  # worst-case node counts saturate here
 _planning_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
     "a2e_chains_planning_limiter"
 )
-
-
-class _Flight:
-    """One accepted ``chain/req``: cancellable from the moment it is accepted.
-
-    Attributes:
-        runner: its runner once planned, else None.
-        cancelled: a ``chain/cancel`` arrived.
-    """
-
-    __slots__ = ("runner", "cancelled")
-
-    def __init__(self) -> None:
-        self.runner: ChainRunner | None = None
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        if self.runner is not None:
-            self.runner.cancel()
 
 
 class ChainPlugin(Plugin):
@@ -116,9 +106,12 @@ class ChainPlugin(Plugin):
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
         super().__init__(config)
         self.toolbox = toolbox if toolbox is not None else Toolbox.from_config(config)
-        self._running: dict[str, dict[str, _Flight]] = {}
         # per session (its limits and grants shape validation): (skill, nodes id) → plan
         self._skill_plans: dict[str, dict[tuple[str, int], ChainPlan]] = {}
+
+    def gates(self) -> tuple[str, ...]:
+        """``skill``, and ``proc`` when ``config.allow_proc`` names an executable (§8)."""
+        return tuple(g for g in NODE_KIND_GATES if g != "proc" or self.config.allow_proc)
 
     def metadata(self, session: SessionInfo) -> dict[str, Any]:
         """Namespace, priority, features and the session's effective ceilings (§2)."""
@@ -144,24 +137,21 @@ class ChainPlugin(Plugin):
             )
 
     def _start(self, request: ChainRequest, ctx: PluginContext) -> None:
-        session = ctx.session
         if ctx.closing:
             raise Busy("the host is shutting down and takes no new chains", retryable=True)
-        running = self._running.setdefault(session.session_id, {})
-        limit = session.limits.effective.max_parallel
-        if len(running) >= limit:
+        in_flight = len(ctx.runs)
+        limit = ctx.session.limits.effective.max_parallel
+        if in_flight >= limit:
             raise Busy(
-                f"{len(running)} chains are in flight on this session, the max_parallel "
+                f"{in_flight} chains are in flight on this session, the max_parallel "
                 f"limit is {limit}; wait for a chain/resp before sending more"
             )
-        if request.id in running:
+        if ctx.runs.get(request.id) is not None:
             raise InvalidMessage(
                 f"a chain with request id {request.id!r} is already running; use a fresh id"
             )
-        flight = running[request.id] = _Flight()
-        ctx.start_soon(
-            self._run, request, flight, ctx, time.monotonic(), name=f"chain {request.id}"
-        )
+        ctx.start_run(self._run, request, ctx.session, ctx.log, time.monotonic(),
+                      name=f"chain {request.id}")
 
     def _cancel(self, message: ChainCancel, ctx: PluginContext) -> None:
         session = ctx.session
@@ -169,45 +159,37 @@ class ChainPlugin(Plugin):
             raise UnknownSession(
                 f"session {message.session_id!r} is not this connection's session"
             )
-        flight = self._running.get(session.session_id, {}).get(message.req_id)
-        if flight is None:
+        run = ctx.runs.get(message.req_id)
+        if run is None:
             raise InvalidMessage(
                 f"no chain in flight with req_id {message.req_id!r} on this session "
                 "(it may have finished already)"
             )
-        flight.cancel()
+        run.cancel()
 
     async def _run(
-        self, request: ChainRequest, flight: _Flight, ctx: PluginContext, started: float
+        self,
+        run: RunHandle,
+        request: ChainRequest,
+        session: SessionInfo,
+        log: Any,
+        started: float,
     ) -> None:
-        session = ctx.session
-        log = ctx.log.bind(req_id=request.id, chain_id=request.chain_id)
-        left = False
-
-        def leave() -> None:
-            """Take the chain out of the in-flight table (before its response is sent)."""
-            nonlocal left
-            if left:
-                return
-            left = True
-            running = self._running.get(session.session_id)
-            if running is not None and running.get(request.id) is flight:
-                del running[request.id]
-                if not running:
-                    del self._running[session.session_id]
-
+        log = log.bind(chain_id=request.chain_id)
+        sink = run.sink
+        runner: ChainRunner | None = None
         responded = False
 
         def respond(response: ChainResponse) -> None:
             nonlocal responded
             responded = True
-            leave()
-            ctx.outbox.send_nowait(response)
+            run.release()
+            sink.send_nowait(response)
 
         def before_response() -> None:  # the runner sends its own response
             nonlocal responded
             responded = True
-            leave()
+            run.release()
 
         try:
             try:
@@ -230,15 +212,13 @@ class ChainPlugin(Plugin):
                 plan,
                 executors=self.toolbox.executors,
                 limits=session.limits,
-                emit=ctx.outbox.send_nowait,
-                wait_writable=ctx.outbox.wait_writable,
+                emit=sink.send_nowait,
+                wait_writable=sink.wait_writable,
                 granted=session.granted,
                 subchain_planner=self._planner(session),
                 log=log,
             )
-            flight.runner = runner
-            if flight.cancelled:
-                runner.cancel()  # cancelled while it was planned: nothing starts
+            run.on_cancel(runner.cancel)  # at once when cancelled while it was planned
             log.info("chain started", nodes=len(plan.nodes))
             try:
                 response = await runner.run_to_response(started, before_response=before_response)
@@ -250,7 +230,7 @@ class ChainPlugin(Plugin):
                 success=response.success,
                 nodes_run=response.nodes_run,
                 duration_ms=response.duration_ms,
-                code=(response.error or {}).get("code", ""),
+                code=response.error.code if response.error is not None else "",
             )
         except Exception as exc:  # noqa: BLE001 — a bug must still answer the request, once
             if responded:
@@ -259,11 +239,9 @@ class ChainPlugin(Plugin):
             log.error("the chain failed inside the host", exc_info=exc)
             respond(_failure(
                 request, started, "runtime_error",
-                f"the host failed while {'running' if flight.runner else 'validating'} the "
+                f"the host failed while {'running' if runner else 'validating'} the "
                 f"chain ({type(exc).__name__}); this is a fault in the host, not in the chain",
             ))
-        finally:
-            leave()
 
     async def _plan(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
         """Validate ``request`` and hold its worst case to ``max_total_nodes``; in a worker
@@ -367,11 +345,9 @@ class ChainPlugin(Plugin):
         return plan_skill
 
     async def session_closed(self, session: SessionInfo) -> None:
-        """Cancel the session's chains (their tasks are also cancelled by the host) and
-        forget its skill plans."""
+        """Forget the session's skill plans (its chains, runs of the host, were
+        cancelled when its connection detached from them)."""
         self._skill_plans.pop(session.session_id, None)
-        for flight in list(self._running.get(session.session_id, {}).values()):
-            flight.cancel()
 
 
 def worst_case_node_count(
@@ -471,6 +447,16 @@ def _failure(
     details: dict[str, Any] | None = None,
 ) -> ChainResponse:
     """The ``chain/resp`` of a request that failed before any node started."""
+    failure = ChainFailure(code=code, message=message, node_id=node_id, details=details or {})
+    return _answer(request, started, failure)
+
+
+def _refusal(request: ChainRequest, exc: ChainInvalid, started: float) -> ChainResponse:
+    """The ``chain/resp`` for an invalid chain: no events, ``nodes_run`` 0 (PROTOCOL.md §4)."""
+    return _answer(request, started, chain_failure_of(exc))
+
+
+def _answer(request: ChainRequest, started: float, failure: ChainFailure) -> ChainResponse:
     return ChainResponse(
         req_id=request.id,
         chain_id=request.chain_id,
@@ -479,12 +465,5 @@ def _failure(
         final_output=None,
         duration_ms=int((time.monotonic() - started) * 1000),
         nodes_run=0,
-        error={"code": code, "message": message, "node_id": node_id, "retryable": False,
-               "details": details or {}},
+        error=failure,
     )
-
-
-def _refusal(request: ChainRequest, exc: ChainInvalid, started: float) -> ChainResponse:
-    """The ``chain/resp`` for an invalid chain: no events, ``nodes_run`` 0 (PROTOCOL.md §4)."""
-    return _failure(request, started, exc.code, exc.message,
-                    node_id=exc.node_id, details=exc.details)

@@ -14,17 +14,18 @@ from typing import Any
 
 import a2e_chains
 import anyio
-import anyio.abc
 import pytest
 import structlog
 from a2e_chains import ChainPlugin, worst_case_node_count
 
-from a2e_host.chains.messages import ChainNode, ChainRequest, ChainResponse
+from a2e_host.chains.messages import ChainNode, ChainRequest, ChainResponse, chain_codec
 from a2e_host.chains.skills import read_skill_file
 from a2e_host.config import HostConfig
+from a2e_host.errors import ChainFailure
 from a2e_host.exceptions import Busy
 from a2e_host.limits import Limits, SessionLimits
 from a2e_host.messages import Message
+from a2e_host.runtime.runs import Run, RunRegistry, SessionRuns
 
 WAIT = 10.0
 
@@ -44,6 +45,7 @@ class FakeOutbox:
         self.sent: list[Message] = []
         self.on_message: Callable[[Message], None] | None = None
         self.response = anyio.Event()
+        self.full = False  # never over a high-water mark: wait_writable never waits
 
     def send_nowait(self, message: Message) -> None:
         self.sent.append(message)
@@ -51,6 +53,9 @@ class FakeOutbox:
             self.on_message(message)
         if isinstance(message, ChainResponse):
             self.response.set()
+
+    def send_frame_nowait(self, frame: bytes) -> None:  # a run's sink sends frames
+        self.send_nowait(chain_codec.decode(frame))
 
     async def wait_writable(self) -> None:
         return None
@@ -61,14 +66,43 @@ class FakeOutbox:
 
 @dataclass
 class FakeContext:
+    """The plugin's view for one message, over a real run registry."""
+
     session: FakeSession
     outbox: FakeOutbox
-    tg: anyio.abc.TaskGroup
+    registry: RunRegistry
+    req_id: str
     log: Any = field(default_factory=lambda: structlog.get_logger("test"))
     closing: bool = False
+    started: list[Run] = field(default_factory=list)
 
-    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "") -> None:
-        self.tg.start_soon(fn, *args)
+    @property
+    def runs(self) -> SessionRuns:
+        return self.registry.view(self.session.session_id, "chains")
+
+    def start_run(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "") -> Run:
+        run = self.registry.start(fn, *args, key=(self.session.session_id, self.req_id),
+                                  capability="chains", name=name, log=self.log,
+                                  outbox=self.outbox)
+        self.started.append(run)
+        return run
+
+
+async def handle(
+    plugin: ChainPlugin, session: FakeSession, message: Message, outbox: FakeOutbox,
+    registry: RunRegistry,
+) -> list[Run]:
+    """Hand one message to the plugin as the host would; the runs it started."""
+    ctx = FakeContext(session, outbox, registry, message.id)
+    await plugin.handle(message, ctx)
+    return ctx.started
+
+
+async def wait_ended(registry: RunRegistry) -> None:
+    """Wait for every run to end, then check the registry forgot them all."""
+    while len(registry):
+        await next(iter(registry)).done.wait()
+    assert (len(registry), registry.listed) == (0, 0), "the registry is empty once runs end"
 
 
 def request(req_id: str, nodes: list[dict[str, Any]], **fields: Any) -> ChainRequest:
@@ -92,18 +126,20 @@ async def handle_all(
     plugin: ChainPlugin, session: FakeSession, *requests: ChainRequest,
     outbox: FakeOutbox | None = None,
 ) -> FakeOutbox:
-    """Hand each request to the plugin, then wait for a response to each."""
+    """Hand each request to the plugin, then wait for a response to each and for every
+    run to have ended and left the registry."""
     outbox = outbox or FakeOutbox()
+    registry = RunRegistry(structlog.get_logger("test"))
     with anyio.fail_after(WAIT):
-        async with anyio.create_task_group() as tg:
-            ctx = FakeContext(session, outbox, tg)
+        async with registry.open():
             for req in requests:
-                await plugin.handle(req, ctx)
+                await handle(plugin, session, req, outbox, registry)
+            await wait_ended(registry)
     assert len(outbox.responses()) == len(requests), outbox.sent
     return outbox
 
 
-def error_of(response: ChainResponse) -> dict[str, Any]:
+def error_of(response: ChainResponse) -> ChainFailure:
     assert response.success is False and response.error is not None, response
     return response.error
 
@@ -124,9 +160,8 @@ async def test_a_bug_while_validating_ends_in_a_chain_resp_runtime_error(
     outbox = await handle_all(plugin, session, request("r1", [{"node_id": "a"}]))
     assert [m.TYPE for m in outbox.sent] == ["chain/resp"]
     error = error_of(outbox.responses()[0])
-    assert error["code"] == "runtime_error" and "KeyError" in error["message"], error
-    assert "fault in the host" in error["message"] and outbox.responses()[0].nodes_run == 0
-    assert plugin._running == {}, "the failed request left the in-flight table"
+    assert error.code == "runtime_error" and "KeyError" in error.message, error
+    assert "fault in the host" in error.message and outbox.responses()[0].nodes_run == 0
 
 
 @pytest.mark.asyncio
@@ -141,9 +176,8 @@ async def test_a_bug_while_starting_the_run_ends_in_one_chain_resp_runtime_error
     outbox = await handle_all(plugin, session, request("r1", [{"node_id": "a"}]))
     assert [m.TYPE for m in outbox.sent] == ["chain/resp"]
     error = error_of(outbox.responses()[0])
-    assert error["code"] == "runtime_error", error
-    assert "while running the chain (AttributeError)" in error["message"], error
-    assert plugin._running == {}
+    assert error.code == "runtime_error", error
+    assert "while running the chain (AttributeError)" in error.message, error
 
 
 @pytest.mark.asyncio
@@ -157,7 +191,7 @@ async def test_a_recursion_error_while_validating_is_chain_invalid(
     plugin, session = plugin_and_session()
     outbox = await handle_all(plugin, session, request("r1", [{"node_id": "a"}]))
     error = error_of(outbox.responses()[0])
-    assert error["code"] == "chain_invalid" and "nested too deeply" in error["message"]
+    assert error.code == "chain_invalid" and "nested too deeply" in error.message
 
 
 async def validated_on(
@@ -211,16 +245,18 @@ async def test_a_cancel_handled_right_after_its_request_cancels_it_before_any_no
 
     plugin, session = plugin_and_session()
     outbox = FakeOutbox()
+    registry = RunRegistry(structlog.get_logger("test"))
     with anyio.fail_after(WAIT):
-        async with anyio.create_task_group() as tg:
-            ctx = FakeContext(session, outbox, tg)
-            await plugin.handle(
+        async with registry.open():
+            await handle(
+                plugin, session,
                 request("c1", [{"node_id": "s", "name": "sleep", "input": {"seconds": 30}}]),
-                ctx,
+                outbox, registry,
             )
-            await plugin.handle(ChainCancel(req_id="c1"), ctx)
+            await handle(plugin, session, ChainCancel(req_id="c1"), outbox, registry)
+            await wait_ended(registry)
     assert [m.TYPE for m in outbox.sent] == ["chain/resp"], "no event: nothing started"
-    assert error_of(outbox.responses()[0])["code"] == "cancelled"
+    assert error_of(outbox.responses()[0]).code == "cancelled"
 
 
 # ── out of the in-flight table before the response ──────────────────────────────
@@ -235,16 +271,17 @@ async def test_a_chain_sent_the_instant_the_previous_response_is_written_is_neve
     busy: list[str] = []
     total = 50
     sent = 1
+    registry = RunRegistry(structlog.get_logger("test"))
     with anyio.fail_after(WAIT):
-        async with anyio.create_task_group() as tg:
-            ctx = FakeContext(session, outbox, tg)
+        async with registry.open():
 
             def next_chain(message: Message) -> None:
                 nonlocal sent
                 if not isinstance(message, ChainResponse) or sent == total:
                     return
                 sent += 1
-                step = plugin.handle(request(f"r{sent}", [{"node_id": "a"}]), ctx)
+                step = handle(plugin, session, request(f"r{sent}", [{"node_id": "a"}]),
+                              outbox, registry)
                 try:
                     step.send(None)  # handle() does not suspend for a chain/req
                 except StopIteration:
@@ -253,7 +290,8 @@ async def test_a_chain_sent_the_instant_the_previous_response_is_written_is_neve
                     busy.append(exc.message)
 
             outbox.on_message = next_chain
-            await plugin.handle(request("r1", [{"node_id": "a"}]), ctx)
+            await handle(plugin, session, request("r1", [{"node_id": "a"}]), outbox, registry)
+            await wait_ended(registry)
     assert busy == [], busy[:3]
     assert [r.req_id for r in outbox.responses()] == [f"r{i}" for i in range(1, total + 1)]
 
@@ -330,13 +368,13 @@ async def test_a_skill_fan_out_over_max_total_nodes_is_refused_before_anything_r
     assert [m.TYPE for m in outbox.sent] == ["chain/resp"]
     error = error_of(outbox.responses()[0])
     expected = 1 + sum(4**k for k in range(1, 8)) + 4**7
-    assert error["code"] == "chain_limit", error
-    assert {k: error["details"][k] for k in ("ceiling", "scope", "limit", "requested")} == {
+    assert error.code == "chain_limit", error
+    assert {k: error.details[k] for k in ("ceiling", "scope", "limit", "requested")} == {
         "ceiling": "max_total_nodes", "scope": "session", "limit": 10_000,
         "requested": expected,
     }
-    assert error["details"]["errors"][0]["field"] == "nodes"
-    assert f"up to {expected} nodes" in error["message"]
+    assert error.details["errors"][0]["field"] == "nodes"
+    assert f"up to {expected} nodes" in error.message
 
 
 @pytest.mark.asyncio
@@ -352,10 +390,10 @@ async def test_under_the_default_limit_a_six_way_fan_out_eight_deep_is_refused_u
     )
     assert time.perf_counter() - t < 5.0
     error = error_of(outbox.responses()[0])
-    assert (error["details"]["ceiling"], error["details"]["scope"]) == (
+    assert (error.details["ceiling"], error.details["scope"]) == (
         "max_total_nodes", "host"
     )
-    assert error["details"]["requested"] == 1 + sum(6**k for k in range(1, 8)) + 6**7
+    assert error.details["requested"] == 1 + sum(6**k for k in range(1, 8)) + 6**7
 
 
 @pytest.mark.asyncio
@@ -385,8 +423,8 @@ async def test_under_the_default_limits_s0_to_s8_fails_at_once_not_after_87000_n
     )
     assert time.perf_counter() - t < 5.0
     error = error_of(outbox.responses()[0])
-    assert (error["code"], error["node_id"]) == ("chain_limit", "go"), error
-    assert error["details"] == {"ceiling": "max_depth", "scope": "host", "limit": 8,
+    assert (error.code, error.node_id) == ("chain_limit", "go"), error
+    assert error.details == {"ceiling": "max_depth", "scope": "host", "limit": 8,
                                 "requested": 9}
     assert [(m.node_id, m.phase) for m in outbox.sent if m.TYPE == "chain/event"] == [
         ("go", "start"), ("go", "error")
@@ -410,7 +448,7 @@ async def test_a_skill_whose_deep_calls_are_not_certain_still_runs_until_max_dep
         "d", [{"node_id": "go", "kind": "skill", "name": "down", "input": {"go": True}}]
     ))
     error = error_of(outbox.responses()[0])
-    assert error["details"]["ceiling"] == "max_depth" and error["details"]["requested"] == 4
+    assert error.details["ceiling"] == "max_depth" and error.details["requested"] == 4
     started = [m.node_id for m in outbox.sent if m.TYPE == "chain/event"
                and getattr(m, "phase", "") == "start"]
     assert started == ["go", "go/b", "go/again", "go/again/b", "go/again/again",

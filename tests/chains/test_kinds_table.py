@@ -127,7 +127,7 @@ def test_every_required_field_of_a_kind_is_required(kind: str) -> None:
 
 
 def test_gates_are_the_table_gates_and_agree_with_the_host() -> None:
-    from a2e_host.host import NODE_KIND_GATES
+    from a2e_chains import NODE_KIND_GATES
 
     assert kinds.gates() == ("skill", "proc")
     assert set(kinds.gates()) == set(NODE_KIND_GATES)

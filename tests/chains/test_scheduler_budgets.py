@@ -42,8 +42,8 @@ def fan_out(count: int, size: int, **extra: Any) -> list[dict[str, Any]]:
 
 def limit_details(run: Run) -> dict[str, Any]:
     error = run.response.error
-    assert error is not None and error["code"] == "chain_limit", run.response
-    return {k: error["details"][k] for k in ("ceiling", "scope", "limit", "requested")}
+    assert error is not None and error.code == "chain_limit", run.response
+    return {k: error.details[k] for k in ("ceiling", "scope", "limit", "requested")}
 
 
 # ── max_output_bytes without encoding ───────────────────────────────────────────
@@ -62,7 +62,7 @@ async def test_an_output_sharing_one_string_a_million_times_is_refused_without_e
     assert details["ceiling"] == "max_output_bytes" and details["limit"] == 8 * 2**20
     assert 8 * 2**20 < details["requested"] < 16 * 2**20, details
     assert run.response.error is not None
-    assert "at least" in run.response.error["message"], run.response.error
+    assert "at least" in run.response.error.message, run.response.error
     assert run.pairs == [("a", "start"), ("a", "error")]
     assert elapsed < 3.0, f"refusing took {elapsed:.1f} s"
 
@@ -97,7 +97,7 @@ async def test_outputs_a_request_keeps_past_max_chain_output_bytes_fail_the_node
     details = limit_details(run)
     assert details == {"ceiling": "max_chain_output_bytes", "scope": "host",
                        "limit": 64 * KIB, "requested": 3 + 7 * 10 * KIB}, details
-    assert run.response.error is not None and run.response.error["node_id"] == "n6"
+    assert run.response.error is not None and run.response.error.node_id == "n6"
     done = [e.node_id for e in run.events if e.phase == "done"]
     assert done == ["root", *(f"n{i}" for i in range(6))], done
 
@@ -126,9 +126,9 @@ async def test_map_items_over_the_chain_output_budget_fail_the_map_even_under_sk
     run = await run_plan(plan_of(nodes, initial_input={"xs": [10 * KIB] * 30}), sized_tool,
                          limits=limits)
     error = run.response.error
-    assert error is not None and (error["code"], error["node_id"]) == ("chain_limit", "m")
-    assert error["details"]["ceiling"] == "max_chain_output_bytes"
-    assert error["details"]["index"] == 4, error
+    assert error is not None and (error.code, error.node_id) == ("chain_limit", "m")
+    assert error.details["ceiling"] == "max_chain_output_bytes"
+    assert error.details["index"] == 4, error
     started = [e for e in run.events if e.phase == "start" and e.node_id.startswith("t[")]
     assert len(started) == 5, "no item starts after the one that overflowed"
 
@@ -147,9 +147,9 @@ async def test_a_map_whose_items_already_exceed_its_output_cap_fails_before_runn
     run = await run_plan(plan_of(nodes, initial_input={"xs": [50 * KIB - 10] * 250}),
                          sized_tool, limits=limits)
     error = run.response.error
-    assert error is not None and (error["code"], error["node_id"]) == ("chain_limit", "m")
-    assert error["details"]["ceiling"] == "max_output_bytes", error
-    assert error["details"]["index"] == 1 and error["details"]["requested"] > 100 * KIB
+    assert error is not None and (error.code, error.node_id) == ("chain_limit", "m")
+    assert error.details["ceiling"] == "max_output_bytes", error
+    assert error.details["index"] == 1 and error.details["requested"] > 100 * KIB
     items = {e.node_id for e in run.events if e.node_id.startswith("t[")}
     assert items == {"t[0]", "t[1]"}, items
 
@@ -186,7 +186,7 @@ async def test_node_executions_past_max_total_nodes_fail_the_node_that_crosses()
     run = await run_plan(plan_of(fan_out(8, 4)), sized_tool, limits=limits)
     assert limit_details(run) == {"ceiling": "max_total_nodes", "scope": "host",
                                   "limit": 5, "requested": 6}
-    assert run.response.error is not None and run.response.error["node_id"] == "n4"
+    assert run.response.error is not None and run.response.error.node_id == "n4"
     assert run.of("n4") == ["start", "error"] and run.response.nodes_run == 6
 
 
@@ -220,7 +220,7 @@ async def test_a_run_cancelled_before_it_starts_answers_cancelled_with_no_event(
     with anyio.fail_after(WAIT):
         response = await runner.run_to_response(time.monotonic())
     assert sent == [response]
-    assert response.error is not None and response.error["code"] == "cancelled"
+    assert response.error is not None and response.error.code == "cancelled"
     assert response.nodes_run == 0 and response.outputs == {}
 
 

@@ -215,7 +215,7 @@ async def test_slice_with_step_zero_is_refused_cleanly() -> None:
     assert "items_path" in run.event("m", "error").error
     assert not run.response.success
     assert run.response.error is not None
-    assert (run.response.error["code"], run.response.error["node_id"]) == ("chain_node_error", "m")
+    assert (run.response.error.code, run.response.error.node_id) == ("chain_node_error", "m")
 
 
 @pytest.mark.asyncio
@@ -262,7 +262,7 @@ async def test_items_path_to_a_string_fails_the_map_as_not_a_list() -> None:
     message = run.event("m", "error").error
     assert "not a list" in message and "'m'" in message
     assert run.response.error is not None
-    assert (run.response.error["code"], run.response.error["node_id"]) == ("chain_node_error", "m")
+    assert (run.response.error.code, run.response.error.node_id) == ("chain_node_error", "m")
 
 
 # ── expression failures are node errors ─────────────────────────────────────
@@ -303,8 +303,8 @@ async def test_failing_expression_is_a_clean_node_error(
     resp = run.response
     assert not resp.success and resp.nodes_run == 1 and resp.outputs == {}
     assert resp.error is not None
-    assert (resp.error["code"], resp.error["node_id"]) == ("chain_node_error", "b")
-    assert mentions in resp.error["message"] and "'b'" in resp.error["message"]
+    assert (resp.error.code, resp.error.node_id) == ("chain_node_error", "b")
+    assert mentions in resp.error.message and "'b'" in resp.error.message
 
 
 # ── timeout, abort, cancel ──────────────────────────────────────────────────
@@ -383,7 +383,7 @@ async def test_timeout_answers_within_the_deadline_despite_a_stubborn_tool(how: 
     assert run.pairs == [("s", "start"), ("s", "error")]
     assert "timed out" in run.event("s", "error").error
     resp = run.response
-    assert resp.error is not None and resp.error["code"] == "timeout"
+    assert resp.error is not None and resp.error.code == "timeout"
     assert not resp.success and resp.outputs == {} and resp.nodes_run == 1
 
 
@@ -425,8 +425,8 @@ async def test_abort_cancels_running_siblings_and_starts_nothing_else() -> None:
     resp = run.response
     assert not resp.success and resp.nodes_run == 3 and resp.outputs == {}
     assert resp.error is not None
-    assert (resp.error["code"], resp.error["node_id"]) == ("chain_node_error", "bad")
-    assert "bad broke" in resp.error["message"]
+    assert (resp.error.code, resp.error.node_id) == ("chain_node_error", "bad")
+    assert "bad broke" in resp.error.message
 
 
 @pytest.mark.asyncio
@@ -467,7 +467,7 @@ async def test_abort_starts_no_map_item_and_applies_no_late_result() -> None:
     )
     resp = run.response
     assert resp.outputs == {} and resp.final_output is None, "no result applied after the abort"
-    assert resp.error is not None and resp.error["node_id"] == "bad"
+    assert resp.error is not None and resp.error.node_id == "bad"
     assert resp.nodes_run == 2
 
 
@@ -527,7 +527,7 @@ async def test_cancel_ends_the_chain_as_cancelled() -> None:
     assert run.of("y") == ["start", "error"]
     assert run.of("z") == []
     resp = run.response
-    assert resp.error is not None and resp.error["code"] == "cancelled"
+    assert resp.error is not None and resp.error.code == "cancelled"
     assert not resp.success and resp.nodes_run == 3
     assert resp.outputs == {"d": {}}
 
@@ -590,7 +590,7 @@ async def test_handler_sees_the_error_and_decides_success(handler_fails: bool) -
         assert not resp.success, "the failure of x was not handled: its handler failed"
         assert resp.outputs == {}
         assert resp.error is not None
-        assert (resp.error["code"], resp.error["node_id"]) == ("chain_node_error", "x")
+        assert (resp.error.code, resp.error.node_id) == ("chain_node_error", "x")
         return
     error = run.event("h", "done").output["e"]
     assert set(error) == {"node_id", "code", "message"}

@@ -49,13 +49,13 @@ async def test_a_value_bomb_fails_its_node_as_chain_limit_naming_the_ceiling() -
     run = await run_with(plan, SessionLimits(Limits()))
     assert run.pairs == [("x", "start"), ("x", "error")]
     error = run.response.error
-    assert error is not None and (error["code"], error["node_id"]) == ("chain_limit", "x")
-    details = error["details"]
+    assert error is not None and (error.code, error.node_id) == ("chain_limit", "x")
+    details = error.details
     assert {k: details[k] for k in ("ceiling", "scope", "limit", "field")} == {
         "ceiling": "max_expression_bytes", "scope": "host", "limit": 8 * 1024 * 1024,
         "field": "input_map.v"}
     assert details["requested"] > 8 * 1024 * 1024
-    message = error["message"]
+    message = error.message
     assert "node 'x' field 'input_map.v'" in message and "max_expression_bytes" in message
     assert "8388608 bytes at host scope" in message and "A2E_MAX_EXPRESSION_BYTES" in message
 
@@ -68,10 +68,10 @@ async def test_a_session_lowered_step_ceiling_is_named_with_its_scope() -> None:
     )
     run = await run_with(plan, SessionLimits(Limits(), {"max_expression_steps": 100}))
     error = run.response.error
-    assert error is not None and error["code"] == "chain_limit"
-    assert {k: error["details"][k] for k in ("ceiling", "scope", "limit", "requested")} == {
+    assert error is not None and error.code == "chain_limit"
+    assert {k: error.details[k] for k in ("ceiling", "scope", "limit", "requested")} == {
         "ceiling": "max_expression_steps", "scope": "session", "limit": 100, "requested": 101}
-    assert "handshake" in error["message"]
+    assert "handshake" in error.message
 
 
 @pytest.mark.asyncio
@@ -94,11 +94,11 @@ async def test_a_map_item_over_budget_fails_the_map_naming_the_ceiling() -> None
     )
     run = await run_with(plan, Limits(max_expression_bytes=500))
     error = run.response.error
-    assert error is not None and error["node_id"] == "m"
-    assert "max_expression_bytes" in error["message"] and "item 1" in error["message"]
-    assert error["code"] == "chain_limit"
-    assert error["details"]["ceiling"] == "max_expression_bytes"
-    assert error["details"]["index"] == 1 and error["details"]["limit"] == 500
+    assert error is not None and error.node_id == "m"
+    assert "max_expression_bytes" in error.message and "item 1" in error.message
+    assert error.code == "chain_limit"
+    assert error.details["ceiling"] == "max_expression_bytes"
+    assert error.details["index"] == 1 and error.details["limit"] == 500
 
 
 class CancelOnStart:
@@ -145,7 +145,7 @@ async def test_a_long_evaluation_leaves_the_loop_and_stops_when_its_chain_ends(
                    initial_input={"items": list(range(2_000_000))})
     run = await run_with(plan, Limits(max_expression_steps=10**9), during=CancelOnStart("x"))
     assert run.response.error is not None
-    assert run.response.error["code"] == "cancelled", run.response.error
+    assert run.response.error.code == "cancelled", run.response.error
     # the abandoned evaluation notices its cancel flag and stops soon after
     assert await anyio.to_thread.run_sync(finished.wait, 10.0)
     assert len(outcomes) == 1 and isinstance(outcomes[0], EvaluationCancelled), outcomes
@@ -239,6 +239,6 @@ async def test_an_arithmetic_overflow_in_an_expression_is_the_expressions_clean_
                     {"node_id": "b", "input_map": {"x": "avg(a.output.v)"}}])
     run = await run_with(plan, Limits())
     error = run.response.error
-    assert error is not None and error["code"] == "chain_node_error"
-    assert "field 'input_map.x'" in error["message"] and "avg(a.output.v)" in error["message"]
-    assert error["details"] == {"field": "input_map.x", "expression": "avg(a.output.v)"}
+    assert error is not None and error.code == "chain_node_error"
+    assert "field 'input_map.x'" in error.message and "avg(a.output.v)" in error.message
+    assert error.details == {"field": "input_map.x", "expression": "avg(a.output.v)"}

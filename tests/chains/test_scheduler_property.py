@@ -195,13 +195,13 @@ def test_scheduler_matches_the_reference_interpreter(
     if variant.abort_failures:
         # an abort ends the run: compare what cannot depend on which node went first
         assert not resp.success
-        assert resp.error is not None and resp.error["code"] == "chain_node_error"
-        assert resp.error["node_id"] in variant.abort_failures
+        assert resp.error is not None and resp.error.code == "chain_node_error"
+        assert resp.error.node_id in variant.abort_failures
         assert started <= set(variant.started)
         for nid, output in resp.outputs.items():
             assert variant.outputs.get(nid) == output, f"{nid} output differs"
         assert declared(got["skip"], template_ids) <= variant.phases["skip"]
-        aborting = [e for e in events if e.node_id == resp.error["node_id"] and e.phase == "error"]
+        aborting = [e for e in events if e.node_id == resp.error.node_id and e.phase == "error"]
         assert len(aborting) == 1
         later_starts = [e.node_id for e in events if e.seq > aborting[0].seq and e.phase == "start"]
         assert later_starts == [], f"§5 abort: nothing starts after the aborting failure: {trace}"
@@ -216,8 +216,8 @@ def test_scheduler_matches_the_reference_interpreter(
     if ref.success:
         assert resp.error is None
     else:
-        assert resp.error is not None and resp.error["code"] == "chain_node_error"
-        assert resp.error["node_id"] in ref.error_nodes
+        assert resp.error is not None and resp.error.code == "chain_node_error"
+        assert resp.error.node_id in ref.error_nodes
     for phase in ("start", "done", "error", "skip"):
         assert declared(got[phase], template_ids) == declared(ref.phases[phase], template_ids), (
             f"{phase} nodes differ; events: {trace}"

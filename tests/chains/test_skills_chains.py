@@ -77,9 +77,9 @@ async def test_a_skill_that_calls_itself_is_stopped_by_max_depth(tmp_path: Path)
     assert isinstance(response, ChainResponse)
     assert response.success is False
     assert response.error is not None
-    assert response.error["code"] == "chain_limit"
-    assert response.error["node_id"] == "top"
-    assert response.error["details"] == {
+    assert response.error.code == "chain_limit"
+    assert response.error.node_id == "top"
+    assert response.error.details == {
         "ceiling": "max_depth", "scope": "session", "limit": 3, "requested": 4,
     }
     started = [m.node_id for m in messages if isinstance(m, ChainEvent) and m.phase == "start"]
@@ -95,8 +95,8 @@ async def test_skill_nodes_need_the_skill_capability(tmp_path: Path) -> None:
     assert len(messages) == 1
     response = messages[0]
     assert isinstance(response, ChainResponse)
-    assert response.error is not None and response.error["code"] == "chain_invalid"
-    assert "skill" in response.error["message"]
+    assert response.error is not None and response.error.code == "chain_invalid"
+    assert "skill" in response.error.message
 
 
 NAP = """\
@@ -136,7 +136,7 @@ async def test_the_outer_deadline_bounds_a_skill_and_its_inner_nodes_say_so(
             took = anyio.current_time() - started
     response = messages[-1]
     assert isinstance(response, ChainResponse)
-    assert response.error is not None and response.error["code"] == "timeout"
+    assert response.error is not None and response.error.code == "timeout"
     assert took < 3.0
     errors = {m.node_id: m.error for m in messages
               if isinstance(m, ChainEvent) and m.phase == "error"}
@@ -152,7 +152,7 @@ async def test_indirect_skill_recursion_is_stopped_by_max_depth(tmp_path: Path) 
     messages = await run(tmp_path, nodes, "top", limits={"max_depth": 4})
     response = messages[-1]
     assert isinstance(response, ChainResponse)
-    assert response.error is not None and response.error["code"] == "chain_limit"
-    assert response.error["details"]["ceiling"] == "max_depth"
+    assert response.error is not None and response.error.code == "chain_limit"
+    assert response.error.details["ceiling"] == "max_depth"
     started = [m.node_id for m in messages if isinstance(m, ChainEvent) and m.phase == "start"]
     assert started == ["top"]  # ping's root always starts pong, whose root starts ping

@@ -122,4 +122,4 @@ async def test_a_sub_chain_gets_back_the_slots_of_workers_idle_elsewhere_in_the_
         response = await runner.run_to_response(0.0)
     assert response.success, response.error
     assert peak == 4, peak  # before: the top run's idle workers kept two of the slots
-    assert runner._budget.spare_workers == 3 and not runner._budget.idle_borrowed
+    assert runner.budget.request.spare_workers == 3 and not runner.budget.request.idle_borrowed

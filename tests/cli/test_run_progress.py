@@ -6,6 +6,7 @@ import pytest
 from rich.console import Console
 
 from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
+from a2e_host.errors import ChainFailure
 from a2e_host.progress import ChainProgress, format_duration
 
 REQUEST = ChainRequest(
@@ -81,9 +82,9 @@ def test_rendered_table_shows_statuses_and_the_items_bar() -> None:
 
 def test_failure_summary_names_code_and_node() -> None:
     progress = ChainProgress(REQUEST, now=0.0)
-    progress.finish(ChainResponse(req_id="r", chain_id="demo", success=False, error={
-        "code": "chain_node_error", "message": "upper: 'text' is required", "node_id": "each",
-    }), 1.0)
+    progress.finish(ChainResponse(req_id="r", chain_id="demo", success=False, error=ChainFailure(
+        code="chain_node_error", message="upper: 'text' is required", node_id="each",
+    )), 1.0)
     assert progress.summary() == (
         "chain demo failed (chain_node_error) at node 'each': upper: 'text' is required"
     )

@@ -8,7 +8,7 @@ import pytest
 from a2e_host.chains.messages import ChainEvent, ChainRequest, ChainResponse
 from a2e_host.client import ChainRun, HandshakeFailed, HostError, connect_memory
 from a2e_host.config import HostConfig
-from a2e_host.host import Host
+from a2e_host.runtime.host import Host
 
 pytestmark = pytest.mark.asyncio
 
@@ -95,7 +95,7 @@ async def test_concurrent_chains_on_one_client_are_routed_by_request() -> None:
     assert started.req_id == long.req_id
     assert [(e.node_id, e.phase) for e in rest] == [("nap", "error")]
     assert cancelled.success is False
-    assert cancelled.error is not None and cancelled.error["code"] == "cancelled"
+    assert cancelled.error is not None and cancelled.error.code == "cancelled"
 
 
 async def test_ping_returns_the_host_uptime_in_seconds() -> None:
@@ -131,4 +131,4 @@ async def test_invalid_chain_gets_a_response_without_events() -> None:
         events, response = await collect(client.run_chain(cyclic, "a"))
     assert events == []
     assert response.success is False
-    assert response.error is not None and response.error["code"] == "chain_cycle"
+    assert response.error is not None and response.error.code == "chain_cycle"

@@ -16,6 +16,7 @@ from a2e_host.chains.messages import (
     chain_codec,
 )
 from a2e_host.codec import encode_message
+from a2e_host.errors import ChainFailure
 from a2e_host.exceptions import RemoteProtocolError
 from a2e_host.messages import (
     Capability,
@@ -84,8 +85,8 @@ MESSAGES: list[Message] = [
     ChainEvent(req_id="r", seq=8, node_id="n", phase="error", error="boom"),
     ChainResponse(req_id="r", chain_id="c", success=True, outputs={"a": 1, "b": None},
                   final_output=[1], duration_ms=12, nodes_run=2),
-    ChainResponse(error={"code": "chain_cycle", "message": "a → b → a", "node_id": "a",
-                         "retryable": False, "details": {}}),
+    ChainResponse(error=ChainFailure(code="chain_cycle", message="a → b → a", node_id="a",
+                                     details={"errors": [{"code": "chain_cycle"}]})),
     ChainCancel(session_id="s", req_id="r"),
 ]
 
@@ -204,10 +205,10 @@ def test_the_largest_integer_the_decoder_takes_round_trips() -> None:
 
 
 def test_req_id_is_the_message_id_when_readable() -> None:
-    assert _error(_req(version="2.0")).req_id == "r1"  # type: ignore[attr-defined]
-    assert _error(_req(nodes="x")).req_id == "r1"  # type: ignore[attr-defined]
-    assert _error(b'{"type":"nope","id":"u1"}').req_id == "u1"  # type: ignore[attr-defined]
-    assert _error(b'{"id":"t1"}').req_id == "t1"  # type: ignore[attr-defined]
+    assert _error(_req(version="2.0")).req_id == "r1"
+    assert _error(_req(nodes="x")).req_id == "r1"
+    assert _error(b'{"type":"nope","id":"u1"}').req_id == "u1"
+    assert _error(b'{"id":"t1"}').req_id == "t1"
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from a2e_host.chains.messages import (
     ChainResponse,
     chain_codec,
 )
+from a2e_host.errors import ChainFailure
 from a2e_host.messages import (
     Capability,
     ErrorMessage,
@@ -75,7 +76,14 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("final_output", Any, None),
         ("duration_ms", int, 0),
         ("nodes_run", int, 0),
-        ("error", dict[str, Any] | None, None),
+        ("error", ChainFailure | None, None),
+    ],
+    ChainFailure: [  # chain/resp.error (PROTOCOL.md §5)
+        ("code", str, REQUIRED),
+        ("message", str, ""),
+        ("node_id", str, ""),
+        ("retryable", bool, False),
+        ("details", dict[str, Any], {}),
     ],
     ChainNode: [
         ("node_id", str, REQUIRED),

@@ -132,7 +132,7 @@ def test_work_checks_session_id_and_capability() -> None:
         m.check_work(ChainRequest(session_id="someone-else"), "tools")
     with pytest.raises(CapabilityMissing) as info:
         m.check_work(ChainRequest(session_id=session.session_id), "chains")
-    assert info.value.capability_name == "chains"  # type: ignore[attr-defined]
+    assert info.value.capability_name == "chains"
 
 
 def test_stop_then_close_moves_through_closing_to_closed() -> None:

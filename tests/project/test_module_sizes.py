@@ -8,7 +8,7 @@ from tests.support import REPO
 LIMIT = 500
 """Lines a module may have."""
 
-NOT_YET_SPLIT = {"a2e_host/chains/scheduler.py"}
+NOT_YET_SPLIT: set[str] = set()
 """Modules still over the limit, each to be split by job; remove an entry when it is."""
 
 

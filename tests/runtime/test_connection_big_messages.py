@@ -15,24 +15,24 @@ from websockets.asyncio.client import connect
 from a2e_host.chains.messages import chain_codec
 from a2e_host.codec import core_codec
 from a2e_host.messages import Ping
-from a2e_host.runtime import connection
+from a2e_host.runtime import decode
 from tests.support.ws import hello, receive, reply, serving
 
 
 def test_decoding_without_gc_restores_the_collector_as_it_found_it() -> None:
     assert gc.isenabled()
-    message = connection._decode_without_gc(core_codec, b'{"type":"ping","id":"p1"}')
+    message = decode._decode_without_gc(core_codec, b'{"type":"ping","id":"p1"}')
     assert isinstance(message, Ping) and message.id == "p1"
-    assert gc.isenabled() and connection._gc_pausers == 0
+    assert gc.isenabled() and decode._gc_pausers == 0
     gc.disable()
     try:
-        connection._decode_without_gc(core_codec, b'{"type":"ping","id":"p2"}')
+        decode._decode_without_gc(core_codec, b'{"type":"ping","id":"p2"}')
         assert not gc.isenabled()  # it was off: it stays off
     finally:
         gc.enable()
     with pytest.raises(Exception):  # noqa: B017 — any decode error; the state is the point
-        connection._decode_without_gc(core_codec, b"{not json")
-    assert gc.isenabled() and connection._gc_pausers == 0
+        decode._decode_without_gc(core_codec, b"{not json")
+    assert gc.isenabled() and decode._gc_pausers == 0
 
 
 @pytest.mark.asyncio

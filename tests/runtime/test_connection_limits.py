@@ -17,9 +17,9 @@ from websockets.datastructures import Headers
 from websockets.exceptions import InvalidStatus
 
 from a2e_host.config import HostConfig
-from a2e_host.host import Host
 from a2e_host.messages import ErrorMessage, HandshakeRequest, HandshakeResponse, Ping, Pong
-from a2e_host.transports.memory import MemoryClient, open_memory_connection
+from a2e_host.runtime.host import Host
+from a2e_host.runtime.memory import MessageClient, open_memory_client
 from tests.support.fakes import FakeChainPlugin
 from tests.support.process import CLI, WAIT, HostProcess, open_host
 from tests.support.ws import serving_argv as serving
@@ -33,12 +33,12 @@ def make_host(**config: Any) -> Host:
     return Host(cfg, plugins=[FakeChainPlugin(cfg)])
 
 
-async def next_message(client: MemoryClient) -> Any:
+async def next_message(client: MessageClient) -> Any:
     with anyio.fail_after(WAIT):
         return await client.receive()
 
 
-async def host_closes(client: MemoryClient) -> int | None:
+async def host_closes(client: MessageClient) -> int | None:
     """Wait until the host closes ``client``'s connection; its close code."""
     with anyio.fail_after(WAIT):
         try:
@@ -55,7 +55,7 @@ async def host_closes(client: MemoryClient) -> int | None:
 @pytest.mark.asyncio
 async def test_a_connection_without_a_handshake_is_told_and_closed_at_the_deadline() -> None:
     host = make_host(handshake_timeout=0.3)
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         started = anyio.current_time()
         err = await next_message(client)
         waited = anyio.current_time() - started
@@ -71,7 +71,7 @@ async def test_a_connection_without_a_handshake_is_told_and_closed_at_the_deadli
 @pytest.mark.asyncio
 async def test_a_refused_no_caps_handshake_does_not_stop_the_deadline() -> None:
     host = make_host(handshake_timeout=0.3)
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         client.send(HandshakeRequest(id="h", agent_caps=["video"]))
         refused = await next_message(client)
         err = await next_message(client)
@@ -83,7 +83,7 @@ async def test_a_refused_no_caps_handshake_does_not_stop_the_deadline() -> None:
 @pytest.mark.asyncio
 async def test_a_session_opened_in_time_outlives_the_deadline() -> None:
     host = make_host(handshake_timeout=0.2)
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         client.send(HandshakeRequest(id="h", agent_caps=["chains"]))
         assert (await next_message(client)).ok
         await anyio.sleep(0.6)  # three deadlines: the host's timer would have fired by now
@@ -95,7 +95,7 @@ async def test_a_session_opened_in_time_outlives_the_deadline() -> None:
 @pytest.mark.asyncio
 async def test_ping_before_auth_is_handshake_required_and_answered_after_it() -> None:
     host = make_host(auth_token=TOKEN)
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         client.send(Ping(id="early"))
         early = await next_message(client)
         client.send(HandshakeRequest(id="h", agent_caps=["chains"], auth_token=TOKEN))
@@ -115,7 +115,7 @@ async def test_failed_auth_from_one_peer_is_answered_one_per_delay_and_others_ar
     answered: dict[str, float] = {}
 
     async def attempt(name: str, peer: str, token: str) -> None:
-        async with open_memory_connection(host, peer=peer) as client:
+        async with open_memory_client(host, peer=peer) as client:
             client.send(HandshakeRequest(id=name, agent_caps=["chains"], auth_token=token))
             resp = await next_message(client)
             answered[name] = anyio.current_time() - started
@@ -309,7 +309,6 @@ async def test_a_client_closing_normally_is_logged_with_its_close_code_not_as_dr
 def test_an_upgrade_refused_after_it_was_counted_is_released_at_once() -> None:
     """A browser Origin (403) or a bad request is refused after process_request counted
     it; its handler never runs, so the count is released when the response goes out."""
-    from types import SimpleNamespace
 
     from websockets.http11 import Request, Response
 
@@ -319,8 +318,7 @@ def test_an_upgrade_refused_after_it_was_counted_is_released_at_once() -> None:
         def __init__(self, port: int) -> None:
             self.remote_address = ("127.0.0.1", port)
 
-    host = SimpleNamespace(config=HostConfig(max_connections=2), log=None)
-    admission = _Admission(host)  # type: ignore[arg-type]
+    admission = _Admission(HostConfig(max_connections=2), log=None)
     request = Request("/", Headers())
     refused, upgraded = Peer(1), Peer(2)
     assert admission(refused, request) is None  # type: ignore[arg-type]

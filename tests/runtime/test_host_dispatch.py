@@ -10,7 +10,6 @@ import pytest
 
 from a2e_host.chains.messages import ChainRequest, ChainResponse
 from a2e_host.config import HostConfig
-from a2e_host.host import Host
 from a2e_host.limits import Limits
 from a2e_host.messages import (
     ErrorMessage,
@@ -22,7 +21,8 @@ from a2e_host.messages import (
     Shutdown,
 )
 from a2e_host.plugin import Plugin
-from a2e_host.transports.memory import MemoryClient, open_memory_connection
+from a2e_host.runtime.host import Host
+from a2e_host.runtime.memory import MessageClient, open_memory_client
 from tests.support.fakes import FakeChainPlugin
 
 WAIT = 10  # seconds: the bound on every wait
@@ -34,12 +34,12 @@ def make_host(**config: Any) -> tuple[Host, FakeChainPlugin]:
     return Host(cfg, plugins=[plugin]), plugin
 
 
-async def receive(client: MemoryClient) -> Message:
+async def receive(client: MessageClient) -> Message:
     with anyio.fail_after(WAIT):
         return await client.receive()
 
 
-async def handshake(client: MemoryClient, **fields: Any) -> HandshakeResponse:
+async def handshake(client: MessageClient, **fields: Any) -> HandshakeResponse:
     fields.setdefault("agent_caps", ["chains"])
     client.send(HandshakeRequest(**fields))
     resp = await receive(client)
@@ -54,7 +54,7 @@ def chain(op: str, **args: Any) -> ChainRequest:
 @pytest.mark.asyncio
 async def test_bad_messages_get_one_error_each_in_order_and_the_connection_goes_on() -> None:
     host, _ = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         client.send(b"{not json")
         client.send(b"[1, 2]")
         client.send(b'{"type": "chain/frobnicate", "id": "u1"}')
@@ -76,7 +76,7 @@ async def test_bad_messages_get_one_error_each_in_order_and_the_connection_goes_
 @pytest.mark.asyncio
 async def test_handshake_grants_asked_and_served_caps_with_plugin_metadata() -> None:
     host, _ = make_host(allow_proc=("echo",), limits=Limits(max_parallel=8))
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         resp = await handshake(
             client, agent_caps=["chains", "proc", "chains", "video"], limits={"max_parallel": 3}
         )
@@ -95,7 +95,7 @@ async def test_handshake_grants_asked_and_served_caps_with_plugin_metadata() -> 
 async def test_gates_are_published_in_chains_metadata_and_proc_needs_an_allowed_executable(
 ) -> None:
     host, _ = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         resp = await handshake(client, agent_caps=["chains", "proc", "skill", "tools"])
     assert [c.capability for c in resp.accepted_caps] == ["chains"]
     assert resp.accepted_caps[0].metadata["gates"] == ["skill"]
@@ -107,7 +107,7 @@ async def test_node_kind_names_alone_are_no_caps_since_nothing_serves_them(
     asked: list[str],
 ) -> None:
     host, _ = make_host(allow_proc=("echo",))
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         resp = await handshake(client, agent_caps=asked)
     assert (resp.ok, resp.reason, resp.accepted_caps) == (False, "no_caps", [])
 
@@ -115,7 +115,7 @@ async def test_node_kind_names_alone_are_no_caps_since_nothing_serves_them(
 @pytest.mark.asyncio
 async def test_bad_session_limits_are_a_schema_violation_naming_the_ceiling() -> None:
     host, _ = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         client.send(HandshakeRequest(id="h1", agent_caps=["chains"], limits={"max_nodez": 5}))
         err = await receive(client)
         assert isinstance(err, ErrorMessage)
@@ -132,7 +132,7 @@ async def test_bad_session_limits_are_a_schema_violation_naming_the_ceiling() ->
 @pytest.mark.asyncio
 async def test_second_handshake_is_refused_and_the_first_session_stays() -> None:
     host, _ = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         first = await handshake(client)
         client.send(HandshakeRequest(id="again", agent_caps=["chains"]))
         err = await receive(client)
@@ -147,7 +147,7 @@ async def test_second_handshake_is_refused_and_the_first_session_stays() -> None
 @pytest.mark.asyncio
 async def test_no_caps_refusal_allows_a_new_handshake() -> None:
     host, _ = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         refused = await handshake(client, agent_caps=["video"])
         accepted = await handshake(client, agent_caps=["chains"])
     assert (refused.ok, refused.reason, refused.session_id) == (False, "no_caps", "")
@@ -157,7 +157,7 @@ async def test_no_caps_refusal_allows_a_new_handshake() -> None:
 @pytest.mark.asyncio
 async def test_wrong_session_id_is_unknown_session_and_empty_means_this_one() -> None:
     host, _ = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         await handshake(client)
         client.send(ChainRequest(id="x", session_id="not-mine", initial_input={"op": "echo"}))
         err = await receive(client)
@@ -178,7 +178,7 @@ class VideoPlugin(Plugin):
 async def test_work_on_a_session_without_the_capability_is_capability_missing() -> None:
     cfg = HostConfig()
     host = Host(cfg, plugins=[FakeChainPlugin(cfg), VideoPlugin(cfg)])
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         resp = await handshake(client, agent_caps=["video"])
         assert [c.capability for c in resp.accepted_caps] == ["video"]
         client.send(chain("echo", id="c"))
@@ -190,7 +190,7 @@ async def test_work_on_a_session_without_the_capability_is_capability_missing() 
 @pytest.mark.asyncio
 async def test_plugin_protocol_errors_keep_their_code_and_bugs_become_runtime_error() -> None:
     host, _ = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         await handshake(client)
         client.send(ChainRequest(id="r", initial_input={"op": "refuse"}))
         busy = await receive(client)
@@ -211,7 +211,7 @@ async def test_plugin_protocol_errors_keep_their_code_and_bugs_become_runtime_er
 @pytest.mark.asyncio
 async def test_host_types_sent_by_an_agent_are_invalid_messages() -> None:
     host, _ = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         client.send(Pong(id="po"))
         err = await receive(client)
     assert isinstance(err, ErrorMessage) and (err.code, err.req_id) == ("invalid_message", "po")
@@ -220,7 +220,7 @@ async def test_host_types_sent_by_an_agent_are_invalid_messages() -> None:
 @pytest.mark.asyncio
 async def test_chains_run_concurrently_and_max_parallel_is_busy() -> None:
     host, plugin = make_host(limits=Limits(max_parallel=2))
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         await handshake(client)
         client.send(ChainRequest(id="a", initial_input={"op": "hold"}))
         client.send(ChainRequest(id="b", initial_input={"op": "hold"}))
@@ -244,7 +244,7 @@ async def test_chains_run_concurrently_and_max_parallel_is_busy() -> None:
 @pytest.mark.asyncio
 async def test_client_gone_cancels_its_work_and_the_host_keeps_serving() -> None:
     host, plugin = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         hs = await handshake(client)
         client.send(ChainRequest(id="long", initial_input={"op": "hold"}))
         with anyio.fail_after(WAIT):
@@ -253,7 +253,7 @@ async def test_client_gone_cancels_its_work_and_the_host_keeps_serving() -> None
     assert plugin.cancelled == ["long"]
     assert plugin.closed_sessions == [hs.session_id]
     assert host.connections == set()
-    async with open_memory_connection(host) as other:
+    async with open_memory_client(host) as other:
         await handshake(other)
         other.send(ChainRequest(id="next", initial_input={"op": "echo"}))
         resp = await receive(other)
@@ -263,7 +263,7 @@ async def test_client_gone_cancels_its_work_and_the_host_keeps_serving() -> None
 @pytest.mark.asyncio
 async def test_shutdown_lets_work_finish_sends_its_response_then_closes() -> None:
     host, plugin = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         await handshake(client)
         client.send(ChainRequest(id="w", initial_input={"op": "hold"}))
         with anyio.fail_after(WAIT):
@@ -284,7 +284,7 @@ async def test_shutdown_lets_work_finish_sends_its_response_then_closes() -> Non
 @pytest.mark.asyncio
 async def test_shutdown_cancels_work_past_its_timeout_and_still_sends_the_response() -> None:
     host, plugin = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         await handshake(client)
         client.send(ChainRequest(id="w", initial_input={"op": "hold"}))
         with anyio.fail_after(WAIT):
@@ -294,14 +294,14 @@ async def test_shutdown_cancels_work_past_its_timeout_and_still_sends_the_respon
         with anyio.fail_after(WAIT), pytest.raises(anyio.EndOfStream):
             await client.receive()
     assert isinstance(resp, ChainResponse)
-    assert (resp.req_id, resp.success, resp.error["code"]) == ("w", False, "cancelled")
+    assert (resp.req_id, resp.success, resp.error.code) == ("w", False, "cancelled")
     assert plugin.cancelled == ["w"]
 
 
 @pytest.mark.asyncio
 async def test_end_of_input_lets_work_finish_and_flushes_before_closing() -> None:
     host, plugin = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         await handshake(client)
         client.send(ChainRequest(id="w", initial_input={"op": "hold"}))
         client.send_eof()
@@ -317,7 +317,7 @@ async def test_end_of_input_lets_work_finish_and_flushes_before_closing() -> Non
 @pytest.mark.asyncio
 async def test_host_shutdown_closes_connections_with_going_away() -> None:
     host, plugin = make_host(shutdown_grace=30)
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         await handshake(client)
         client.send(ChainRequest(id="w", initial_input={"op": "hold"}))
         with anyio.fail_after(WAIT):
@@ -328,28 +328,28 @@ async def test_host_shutdown_closes_connections_with_going_away() -> None:
         with anyio.fail_after(WAIT), pytest.raises(anyio.EndOfStream):
             await client.receive()
         assert client.close_code == 1001
-    assert isinstance(resp, ChainResponse) and resp.error["code"] == "cancelled"
+    assert isinstance(resp, ChainResponse) and resp.error.code == "cancelled"
 
 
 @pytest.mark.asyncio
 async def test_wrong_token_is_auth_failed_then_closed_and_bearer_token_is_accepted() -> None:
     host, _ = make_host(auth_token="s3cret")
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         resp = await handshake(client, auth_token="wrong")
         with anyio.fail_after(WAIT), pytest.raises(anyio.EndOfStream):
             await client.receive()
         assert client.close_code == 1008
     assert (resp.ok, resp.reason, resp.accepted_caps) == (False, "auth_failed", [])
-    async with open_memory_connection(host, bearer_token="s3cret") as client:
+    async with open_memory_client(host, bearer_token="s3cret") as client:
         assert (await handshake(client)).ok
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         assert (await handshake(client, auth_token="s3cret")).ok
 
 
 @pytest.mark.asyncio
 async def test_message_over_the_session_ceiling_is_message_too_large() -> None:
     host, _ = make_host()
-    async with open_memory_connection(host) as client:
+    async with open_memory_client(host) as client:
         await handshake(client, limits={"max_message_bytes": 1000})
         client.send(ChainRequest(id="big", initial_input={"op": "echo", "pad": "x" * 2000}))
         err = await receive(client)
@@ -363,7 +363,7 @@ async def test_message_over_the_session_ceiling_is_message_too_large() -> None:
 @pytest.mark.asyncio
 async def test_a_slow_reader_holds_producers_at_the_outbox_high_water_mark() -> None:
     host, plugin = make_host(outbox_high_water=4, limits=Limits(max_parallel=100))
-    async with open_memory_connection(host, buffer_frames=1) as client:
+    async with open_memory_client(host, buffer_frames=1) as client:
         await handshake(client)
         for i in range(20):
             client.send(ChainRequest(id=f"e{i}", initial_input={"op": "echo"}))

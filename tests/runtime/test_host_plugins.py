@@ -7,8 +7,8 @@ from importlib.metadata import entry_points
 from typing import ClassVar
 
 from a2e_host.config import HostConfig
-from a2e_host.host import PLUGIN_GROUP, Host, load_plugins
 from a2e_host.plugin import Plugin
+from a2e_host.runtime.host import PLUGIN_GROUP, Host, load_plugins
 
 
 def test_the_chains_plugin_is_found_through_the_public_entry_point_group() -> None:

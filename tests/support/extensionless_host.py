@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from a2e_host.host import Host
+from a2e_host.runtime.host import Host
 from a2e_host.session import MetadataFn, Session
 
 HIDDEN_FEATURES = ("chain/cancel", "handshake/limits", "chain/req.include_outputs",

@@ -53,6 +53,10 @@ class FakeChainPlugin(Plugin):
         self.cancelled: list[str] = []
         self.closed_sessions: list[str] = []
 
+    def gates(self) -> tuple[str, ...]:
+        """The chains plugin's gates: ``skill``, and ``proc`` with an allowed executable."""
+        return tuple(g for g in ("proc", "skill") if g != "proc" or self.config.allow_proc)
+
     def metadata(self, session: SessionInfo) -> dict[str, Any]:
         meta = super().metadata(session)
         meta["limits"] = session.limits.effective.to_dict()

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from a2e_host.chains import scheduler
+from a2e_host.chains import events, scheduler
 from a2e_host.chains.messages import ChainEvent
 from a2e_host.chains.typecheck import TypeChecks
 from a2e_host.chains.validation import _Validator
@@ -26,18 +26,18 @@ def seq_not_incremented() -> None:
         self.emit(ChainEvent(req_id=self.req_id, seq=1, node_id=node_id, phase=phase,
                              output=output, error=error))
 
-    scheduler._Events.send = send  # type: ignore[method-assign]
+    events.EventStream.send = send  # type: ignore[method-assign]
 
 
 def skip_never_sent() -> None:
     """Nodes a branch leaves behind get no ``skip`` event."""
-    original = scheduler._Events.send
+    original = events.EventStream.send
 
     def send(self: Any, node_id: str, phase: str, output: Any = None, error: str = "") -> None:
         if phase != "skip":
             original(self, node_id, phase, output, error)
 
-    scheduler._Events.send = send  # type: ignore[method-assign]
+    events.EventStream.send = send  # type: ignore[method-assign]
 
 
 def event_after_response() -> None:
@@ -46,8 +46,8 @@ def event_after_response() -> None:
 
     def send_response(self: Any, result: Any, started: float) -> Any:
         response = original(self, result, started)
-        self._emit(ChainEvent(req_id=self.plan.request.id, seq=self._events.seq + 1,
-                              node_id="late", phase="done"))
+        self.config.emit(ChainEvent(req_id=self.plan.request.id, seq=self.events.seq + 1,
+                                    node_id="late", phase="done"))
         return response
 
     scheduler.ChainRunner._send_response = send_response  # type: ignore[method-assign]
@@ -61,8 +61,8 @@ def final_output_first_terminal() -> None:
         res = original(self)
         for t in self.plan.terminals:
             node_id = self.plan.nodes[t].node_id
-            if node_id in self._outputs:
-                res.final_output = self._outputs[node_id]
+            if node_id in self.outputs:
+                res.final_output = self.outputs[node_id]
                 break
         return res
 

@@ -1,49 +1,54 @@
-"""The host: plugins, configuration, connections, and the one place exceptions become
-wire ``error`` messages.
+"""The host: plugins, configuration, and the connections it serves.
 
 Layer: runtime. A :class:`Host` loads its plugins from the entry-point group
 ``a2e_host.plugins`` (first-party ``chains`` included, exactly as a third party
-registers), orders them by ``priority``, and serves any number of connections, each
-through :class:`~a2e_host.runtime.connection.HostConnection` whatever the transport.
+registers), orders them by ``priority``, builds the one
+:class:`~a2e_host.runtime.router.Router` its connections get, and serves any number of
+connections through :meth:`Host.serve_connection`, the handler every transport serves
+(``serve_websocket``, ``serve_stdio``, ``open_memory_connection``), until
+:meth:`Host.shutdown` sets :attr:`Host.shutdown_event`, the transports' stop signal.
+Every entry point serves inside ``async with host.running()``: the host's
+:class:`~a2e_host.runtime.runs.RunRegistry` owns the runs (chains) its connections
+start, in a task group of the host's, not of the connection's.
 
 Served capabilities (``handshake/resp.accepted_caps``, PROTOCOL.md §2): each loaded
 plugin's ``capability``, and nothing else: a capability is granted only when a plugin
-handles its messages. The node kinds ``skill`` and ``proc`` are *gates* of ``chains``
-(PROTOCOL.md §8): an agent lists them in ``agent_caps`` to use those kinds, they are
-granted with ``chains`` (``proc`` only when ``config.allow_proc`` is non-empty) and
-published in the ``chains`` entry's metadata as ``"gates"``, never as capabilities.
+handles its messages. A plugin's *gates* (:meth:`Plugin.gates
+<a2e_host.plugin.Plugin.gates>`, PROTOCOL.md §8) are granted with its capability and
+published in its metadata as ``"gates"`` with the feature :data:`GATES_FEATURE`, never as
+capabilities. The host itself names no capability.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
 from importlib.metadata import entry_points
+from types import MappingProxyType
 from typing import Any
 
 import anyio
 
-from .admission import AuthThrottle
-from .codec import MessageCodec
-from .config import HostConfig
-from .errors import error_message_of
-from .logs import get_logger
-from .messages import CORE_MESSAGE_TYPES, ErrorMessage
-from .plugin import Plugin, SessionInfo
-from .runtime.connection import HostConnection
-from .session import MetadataFn, Session
-from .transports import CloseCode, Transport
+from ..admission import AuthThrottle
+from ..codec import MessageCodec
+from ..config import HostConfig
+from ..errors import error_message_of
+from ..logs import get_logger
+from ..messages import CORE_MESSAGE_TYPES
+from ..plugin import Plugin
+from ..session import MetadataFn, Session
+from ..transports import CloseCode, Transport
+from .connection import HostConnection
+from .router import Router
+from .runs import RunRegistry
 
-__all__ = ["Host", "load_plugins", "PLUGIN_GROUP", "NODE_KIND_GATES", "GATES_FEATURE"]
+__all__ = ["Host", "load_plugins", "PLUGIN_GROUP", "GATES_FEATURE"]
 
 PLUGIN_GROUP = "a2e_host.plugins"
 """The entry-point group plugins register in (``name = "module:PluginClass"``)."""
 
-NODE_KIND_GATES = ("proc", "skill")
-"""Gates of ``chains``: names in ``agent_caps`` that unlock node kinds (PROTOCOL.md §8)."""
-
 GATES_FEATURE = "handshake/gates"
-"""The ``features`` entry saying the ``chains`` metadata carries ``"gates"``."""
+"""The ``features`` entry saying a capability's metadata carries ``"gates"``."""
 
 
 def load_plugins(config: HostConfig, *, log: Any = None) -> list[Plugin]:
@@ -85,6 +90,14 @@ class Host:
         config: the configuration (see :func:`~a2e_host.config.load_config`).
         plugins: plugin instances or classes (instantiated with ``config``) to use
             instead of the entry points, e.g. in tests; None loads the entry points.
+
+    Raises:
+        ValueError: a plugin refused the configuration (see :func:`load_plugins`).
+
+    Attributes:
+        shutdown_event: set by :meth:`shutdown`; the stop signal transports serve until.
+        connections: the connections being served.
+        runs: every run of the host (:mod:`a2e_host.runtime.runs`).
     """
 
     def __init__(
@@ -100,69 +113,87 @@ class Host:
         self.codec = MessageCodec(
             CORE_MESSAGE_TYPES + tuple(t for p in self.plugins for t in p.message_types)
         )
-        self.started = time.monotonic()
+        self.runs = RunRegistry(self.log, error_message_of)
+        self.router = Router(
+            config=config,
+            codec=self.codec,
+            plugins=tuple(self.plugins),
+            served=MappingProxyType(dict(self.served_capabilities())),
+            gates=MappingProxyType(dict(self.gates())),
+            auth_throttle=AuthThrottle(config.auth_failure_delay),
+            runs=self.runs,
+            log=self.log,
+            error_message=error_message_of,
+        )
         self.connections: set[HostConnection] = set()
-        self._shutdown = anyio.Event()
+        self.shutdown_event = anyio.Event()
         self._grace: float | None = None
-        self.auth_throttle = AuthThrottle(config.auth_failure_delay)
 
     @property
     def uptime_seconds(self) -> float:
         """Float seconds since the host was created (``pong.uptime_seconds``)."""
-        return time.monotonic() - self.started
+        return self.router.uptime_seconds
 
     def plugin_for(self, message_type: str) -> Plugin | None:
         """The first plugin, by priority, whose namespace holds ``message_type``."""
-        for plugin in self.plugins:
-            if plugin.handles(message_type):
-                return plugin
-        return None
+        return self.router.plugin_for(message_type)
 
     def served_capabilities(self) -> Mapping[str, MetadataFn | None]:
         """Capability name → metadata function (None: empty metadata): one per plugin
-        capability, in priority order. The ``chains`` metadata gains ``"gates"`` (the
-        session's granted gates, sorted) and :data:`GATES_FEATURE` in ``features``."""
+        capability, in priority order. A plugin with gates gets its metadata's
+        ``"gates"`` (the session's granted gates, sorted) and :data:`GATES_FEATURE` in
+        its ``features``."""
         served: dict[str, MetadataFn | None] = {}
         for plugin in self.plugins:
             if plugin.capability and plugin.capability not in served:
-                served[plugin.capability] = plugin.metadata
-        chains = served.get("chains")
-        if chains is not None:
-            served["chains"] = _with_gates(chains)
+                served[plugin.capability] = (
+                    _with_gates(plugin.metadata) if plugin.gates() else plugin.metadata
+                )
         return served
 
     def gates(self) -> Mapping[str, str]:
-        """Gate name → the capability that owns it, as this host offers them: ``skill``
-        always and ``proc`` when an executable is allowed, both owned by ``chains``."""
-        if not any(p.capability == "chains" for p in self.plugins):
-            return {}
-        return {
-            gate: "chains"
-            for gate in NODE_KIND_GATES
-            if gate != "proc" or self.config.allow_proc
-        }
-
-    def error_message(
-        self,
-        exc: BaseException,
-        *,
-        req_id: str,
-        message_type: str = "",
-        capability_name: str = "",
-        log: Any = None,
-    ) -> ErrorMessage:
-        """:func:`~a2e_host.errors.error_message_of` with the host's logger by default."""
-        return error_message_of(
-            exc, req_id=req_id, log=log or self.log, message_type=message_type,
-            capability_name=capability_name,
-        )
+        """Gate name → the capability that owns it, as this host offers them: each
+        serving plugin's :meth:`~a2e_host.plugin.Plugin.gates` (the first plugin by
+        priority wins a name two of them claim)."""
+        owners: dict[str, str] = {}
+        for plugin in self.plugins:
+            if plugin.capability:
+                for gate in plugin.gates():
+                    owners.setdefault(gate, plugin.capability)
+        return owners
 
     # ── connections ───────────────────────────────────────────────────────
 
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Host]:
+        """Run the host inside the block: its run registry's task group is open.
+
+        Every entry point enters it before serving (the ``serve`` and ``stdio`` commands,
+        :func:`~a2e_host.runtime.memory.open_memory_client`). Re-entrant: an entry while
+        the host runs joins it, and the block that started it waits for those that
+        joined to leave; on leaving, runs still alive are cancelled and awaited.
+        """
+        async with self.runs.open():
+            yield self
+
     async def serve_connection(self, transport: Transport, *, conn_id: str = "") -> None:
-        """Serve one connection until it ends. Never raises for a connection's own
-        failure (it is logged); other connections are unaffected."""
-        conn = HostConnection(self, transport, conn_id)
+        """Serve one connection until it ends: the handler transports serve
+        (:data:`~a2e_host.transports.ConnectionHandler`). Never raises for a
+        connection's own failure (it is logged); other connections are unaffected.
+
+        Args:
+            transport: the connection's frames.
+            conn_id: a name for logs; ``c<n>`` when empty.
+
+        Raises:
+            RuntimeError: the host is not running (see :meth:`running`).
+        """
+        if not self.runs.is_open:
+            raise RuntimeError(
+                "the host is not running: serve connections inside "
+                "'async with host.running()'"
+            )
+        conn = HostConnection(self.router, transport, conn_id)
         self.connections.add(conn)
         try:
             if self._grace is not None:
@@ -173,32 +204,19 @@ class Host:
         finally:
             self.connections.discard(conn)
 
-    async def session_closed(self, session: SessionInfo, log: Any = None) -> None:
-        """Tell every plugin a session's connection is gone (errors are logged)."""
-        for plugin in self.plugins:
-            try:
-                await plugin.session_closed(session)
-            except Exception as exc:
-                (log or self.log).error("plugin failed in session_closed",
-                                        plugin=plugin.capability, exc_info=exc)
-
     def shutdown(self, grace: float) -> None:
         """Stop: every connection stops taking work, finishes within ``grace`` seconds,
-        cancels the rest and closes with 1001. Call again with a smaller grace (e.g. 0 on a
-        second signal) to hurry it."""
+        cancels the rest and closes with 1001; servers stop accepting. Call again with a
+        smaller grace (e.g. 0 on a second signal) to hurry it."""
         self._grace = grace if self._grace is None else min(self._grace, grace)
         self.log.info("host shutting down", grace=grace, connections=len(self.connections))
         for conn in list(self.connections):
             conn.request_stop(grace, code=CloseCode.GOING_AWAY, reason="host shutting down")
-        self._shutdown.set()
+        self.shutdown_event.set()
 
     @property
     def shutting_down(self) -> bool:
-        return self._shutdown.is_set()
-
-    async def wait_shutdown(self) -> None:
-        """Return once :meth:`shutdown` has been called."""
-        await self._shutdown.wait()
+        return self.shutdown_event.is_set()
 
     async def aclose(self) -> None:
         """Release every plugin's resources (errors are logged)."""

@@ -1,0 +1,161 @@
+"""One attempt at a node or a map item: the node lifecycle, written once.
+
+Layer: runtime (anyio). Source: PROTOCOL.md §5 (events, errors), §6 (ceilings).
+
+:func:`run_attempt` is the whole life of one execution, the same for a declared node and
+for one item of a map:
+
+1. **admit** — nothing starts once the run has ended; a slow reader holds it back
+   (``wait_writable``) before it starts;
+2. **start** — its ``start`` event (and, for a declared node, the plan marks it running
+   and ``nodes_run`` counts it); it counts against ``max_total_nodes``;
+3. **run its kind** — looked up in the runner's kind table (``branch``, ``map``), else
+   :func:`execute`: resolve ``input_map``, call the kind's executor;
+4. **check the output** — held to ``max_output_bytes`` and counted as kept by the request;
+5. **end** — exactly one terminal event: ``done`` with the output, or ``error`` with the
+   failure's message; if the run ended meanwhile, the result is discarded and the
+   ``error`` says why the run ended. Cancellation sends that ``error`` and propagates.
+
+It returns an :class:`~a2e_host.chains.outcome.Outcome`; the caller applies it (a node to
+the plan, an item to its map). A future retry wraps this call; a durable resume replays
+its terminal event.
+
+It sees the run through :class:`~a2e_host.chains.run_state.RunState` and must not import
+the scheduler (which imports it). :data:`~a2e_host.chains.run_state.KindRunner` is
+re-exported here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from ..errors import chain_failure_of
+from ..exceptions import ChainError, NodeError
+from .evaluation import evaluate, resolve_input
+from .expressions import is_truthy
+from .interpreter import ContextView
+from .nodes import NodeContext
+from .outcome import LATE, NOT_STARTED, Outcome, OutcomeKind
+from .run_state import KindRunner, RunState
+from .subchains import subchain_runner
+from .validation import PlanNode
+
+__all__ = ["KindRunner", "execute", "run_attempt", "run_branch"]
+
+_DONE, _FAILED = OutcomeKind.DONE, OutcomeKind.FAILED  # enum lookups cost ~0.1 µs each
+
+async def run_attempt(
+    run: RunState, shown: str, pnode: PlanNode, context: ContextView, *, item: bool = False
+) -> Outcome:
+    """Run one node (or, with ``item``, one map item of template ``pnode``) once.
+
+    Args:
+        run: the run it belongs to.
+        shown: its display id (``t[3]`` for a map item, ``outer/inner`` in a skill).
+        pnode: the node, or the map's template for an item.
+        context: its view of the chain context (PROTOCOL.md §3).
+        item: a map item rather than a declared node: the plan does not track it and a
+            stop not caused by the run ending means another item failed.
+
+    Returns:
+        The :class:`~a2e_host.chains.outcome.Outcome`; its terminal event, if it started,
+        has been sent.
+
+    Raises:
+        anyio's cancellation exception: re-raised after the ``error`` event; no other
+        exception escapes (a failure is an Outcome).
+    """
+    if run.end is not None:
+        return NOT_STARTED
+    wait_writable = run.config.wait_writable
+    if wait_writable is not None:
+        await wait_writable()
+        if run.end is not None:
+            return NOT_STARTED
+    if not item:
+        run.node_started(pnode.index)
+    run.running[shown] = False
+    run.events.send(shown, "start")
+    if run.debug:
+        run.log.debug("node started", node_id=shown, kind=pnode.kind)
+    budget = run.budget
+    node_id = pnode.node_id
+    kind = pnode.kind
+    size = 0
+    try:
+        budget.count_nodes(1, shown, node_id)
+        output, taken = await run.kind_runners.get(kind, execute)(run, shown, pnode, context)
+        if kind != "map":  # a map checks and counts its items' outputs as they arrive
+            size = budget.keep_output(output, shown, node_id)
+            if size < 0:
+                size = await budget.keep_large_output(output, shown, node_id)
+    except anyio.get_cancelled_exc_class():
+        run.terminal_error(shown, run.cancel_message(item=item))
+        run.log.debug("node cancelled", node_id=shown)
+        raise
+    except Exception as exc:  # noqa: BLE001 — every node failure becomes data
+        failure = chain_failure_of(exc, node_id=node_id)
+        if not isinstance(exc, ChainError):
+            run.log.warning("node raised", node_id=shown, exc_info=exc)
+        run.terminal_error(shown, failure.message)
+        run.log.debug("node failed", node_id=shown, code=failure.code,
+                      on_error=pnode.on_error, error=failure.message)
+        return Outcome(_FAILED, error=exc, failure=failure)
+    if run.end is not None and run.interrupted:
+        # the run ended while this ran: its result is never applied
+        budget.release(size)
+        run.terminal_error(shown, run.cancel_message(item=item))
+        return LATE
+    run.running[shown] = True
+    run.events.send(shown, "done", output=output)
+    if run.debug:
+        run.log.debug("node done", node_id=shown)
+    return Outcome(_DONE, output, size, taken)
+
+
+async def execute(
+    run: RunState, shown: str, pnode: PlanNode, context: ContextView
+) -> tuple[Any, None]:
+    """Run a node of an executable kind (``tool``, ``skill``, ``proc``): resolve its
+    input, then call the kind's executor.
+
+    Raises:
+        NodeError: no executor for the kind on this host; or whatever the executor or
+            the input's expressions raise.
+    """
+    config = run.config
+    args = await resolve_input(pnode, context, shown, config.limits)
+    executor = config.executors.get(pnode.kind)
+    if executor is None:
+        raise NodeError(f"node {shown!r}: no executor for kind {pnode.kind!r} on this host")
+    ctx = NodeContext(
+        node_id=shown,
+        chain_id=run.plan.request.chain_id,
+        req_id=run.plan.request.id,
+        depth=run.depth,
+        granted=config.granted,
+        max_output_bytes=run.limits.max_output_bytes,
+        limits=config.limits,
+        run_subchain=subchain_runner(run, shown) if pnode.kind == "skill" else None,
+        log=run.log,
+    )
+    return await executor(pnode.node, args, ctx), None
+
+
+async def run_branch(
+    run: RunState, shown: str, pnode: PlanNode, context: ContextView
+) -> tuple[dict[str, Any], int | None]:
+    """Run a ``branch`` node: evaluate its condition; its output is ``{"condition": bool,
+    "taken": node_id or ""}`` and it takes the matching side (PROTOCOL.md §4).
+
+    Raises:
+        ChainLimitExceeded, NodeError: the condition exceeded a ceiling or failed.
+    """
+    assert pnode.condition is not None
+    value = await evaluate(pnode, "condition", pnode.condition, context, shown, run.config.limits)
+    cond = is_truthy(value)
+    taken = pnode.true_index if cond else pnode.false_index
+    taken_id = run.plan.nodes[taken].node_id if taken is not None else ""
+    return {"condition": cond, "taken": taken_id}, taken

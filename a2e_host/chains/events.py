@@ -1,0 +1,68 @@
+"""The per-request ``chain/event`` stream: the one place ``seq`` is stamped.
+
+Layer: runtime (no anyio of its own; the scheduler calls it from the event loop).
+Source: PROTOCOL.md §5 (``seq`` 1, 2, 3 … per request, gapless, in wire order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..messages import Message
+from .messages import ChainEvent
+
+__all__ = ["Emit", "EventStream"]
+
+Emit = Callable[[Message], None]
+"""Hands one message to the connection's outbox; never blocks, never drops."""
+
+
+class EventStream:
+    """Stamps ``seq`` and hands each event to ``emit``, the moment it is sent, so the wire
+    order is the ``seq`` order.
+
+    Shared by a chain and the sub-chains its skills run, so ``seq`` stays one gapless
+    sequence per request.
+
+    Attributes:
+        emit: where every event goes (the one callable the runner was given).
+        req_id: the ``chain/req`` id the events carry.
+        seq: the last ``seq`` sent (0 before the first event).
+        streaming: ``chain/req.streaming``; false sends no event at all.
+        outputs: ``chain/req.event_outputs``; false sends ``done`` events' output null.
+        closed: set once the ``chain/resp`` is sent: nothing follows it.
+    """
+
+    __slots__ = ("emit", "req_id", "seq", "streaming", "outputs", "closed")
+
+    def __init__(self, emit: Emit, req_id: str, streaming: bool, outputs: bool = True) -> None:
+        self.emit = emit
+        self.req_id = req_id
+        self.seq = 0
+        self.streaming = streaming
+        self.outputs = outputs
+        self.closed = False
+
+    def send(self, node_id: str, phase: str, output: Any = None, error: str = "") -> None:
+        """Send one ``chain/event`` (nothing once closed, or when not streaming).
+
+        Args:
+            node_id: the display id (``t[3]`` for a map item, ``outer/inner`` in a skill).
+            phase: ``start``, ``done``, ``skip`` or ``error``.
+            output: the output, for ``done``.
+            error: the message, for ``error``.
+        """
+        if self.closed or not self.streaming:
+            return
+        self.seq += 1
+        self.emit(
+            ChainEvent(
+                req_id=self.req_id,
+                seq=self.seq,
+                node_id=node_id,
+                phase=phase,
+                output=output if self.outputs else None,
+                error=error,
+            )
+        )

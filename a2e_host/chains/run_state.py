@@ -1,0 +1,147 @@
+"""A run as its parts see it: :class:`RunConfig` and the :class:`RunState` protocol.
+
+Layer: runtime interface (plain code: no anyio, no I/O). Source: PROTOCOL.md §3–§6.
+
+The run's parts — :mod:`~a2e_host.chains.attempt` (one attempt at a node or map item),
+:mod:`~a2e_host.chains.mapping` (a map's items) and :mod:`~a2e_host.chains.subchains` (a
+skill's sub-chain) — depend on :class:`RunState`, never on the runner class: the
+scheduler imports them, so they must not import it (:mod:`a2e_host.chains.scheduler`),
+not even for typing. :class:`~a2e_host.chains.scheduler.ChainRunner` satisfies
+:class:`RunState` structurally; the protocol exists for the type checker only and costs
+nothing when the chain runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .context_view import ContextView
+from .messages import ChainNode
+from .validation import ChainPlan, PlanNode
+
+if TYPE_CHECKING:
+    from ..limits import Limits, SessionLimits
+    from .budget import RunBudget
+    from .events import Emit, EventStream
+    from .nodes import Executor
+    from .outcome import EndReason, RunResult
+
+__all__ = ["KindRunner", "RunConfig", "RunState", "SubchainPlanner"]
+
+SubchainPlanner = Callable[[str, list[ChainNode], str, int], ChainPlan]
+"""``(skill_name, nodes, entry_node, depth) -> plan`` for a skill's sub-chain at that
+nesting depth; raises (a ``ChainError`` fails the skill node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """What every run of one request (the chain and its sub-chains) is configured with.
+
+    Attributes:
+        executors: executors by node kind (``tool``, ``skill``, ``proc``).
+        limits: the session's scoped ceilings.
+        emit: where events (and, at top level, the response) go.
+        wait_writable: awaited before a node or item starts, so a slow reader applies
+            backpressure; None when the sink is unbounded.
+        granted: capabilities of the session (passed to executors).
+        subchain_planner: see :data:`SubchainPlanner`; None disables sub-chains.
+        log: a structlog logger bound with the request's ids.
+    """
+
+    executors: Mapping[str, Executor]
+    limits: SessionLimits
+    emit: Emit
+    wait_writable: Callable[[], Any] | None
+    granted: frozenset[str]
+    subchain_planner: SubchainPlanner | None
+    log: Any
+
+
+class RunState(Protocol):
+    """One run of a plan, as the run's parts use it (and nothing more).
+
+    The parts read these attributes and never rebind them; the only state they change is
+    the contents of :attr:`running`, and the rest through the methods below.
+    """
+
+    @property
+    def plan(self) -> ChainPlan:
+        """The validated plan this run runs."""
+
+    @property
+    def config(self) -> RunConfig:
+        """The request's configuration, shared with every sub-chain."""
+
+    @property
+    def limits(self) -> Limits:
+        """The effective ceilings (PROTOCOL.md §6)."""
+
+    @property
+    def log(self) -> Any:
+        """A structlog logger bound with the request's ids."""
+
+    @property
+    def debug(self) -> bool:
+        """Whether per-node debug lines are written (asked once per run)."""
+
+    @property
+    def events(self) -> EventStream:
+        """The request's event stream (shared with sub-chains)."""
+
+    @property
+    def budget(self) -> RunBudget:
+        """This run's view of the request's budgets."""
+
+    @property
+    def kind_runners(self) -> Mapping[str, KindRunner]:
+        """How a started node of a control kind runs (``branch``, ``map``)."""
+
+    @property
+    def prefix(self) -> str:
+        """Display prefix of node ids: ``""`` at top level, ``"outer/"`` inside a skill."""
+
+    @property
+    def depth(self) -> int:
+        """Skill nesting depth: 0 at top level."""
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """The chain context (PROTOCOL.md §3): ``input`` and each finished node."""
+
+    @property
+    def running(self) -> dict[str, bool]:
+        """Display id → whether its terminal event was sent, for every started node and
+        item; a part adds its node or item here when it starts it."""
+
+    @property
+    def end(self) -> EndReason | None:
+        """Why the run ended; None while it runs."""
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the run ended before finishing: a result arriving now is discarded."""
+
+    def node_started(self, index: int) -> None:
+        """A declared node starts: the plan marks it running and ``nodes_run`` counts it."""
+
+    def terminal_error(self, shown: str, message: str) -> None:
+        """Send a started node's (or item's) ``error`` event, unless its terminal event was
+        sent already or the run is closed."""
+
+    def cancel_message(self, *, item: bool = False) -> str:
+        """The ``error`` text of a node or item stopped before it finished."""
+
+    def nested(self, plan: ChainPlan, initial_input: dict[str, Any], *, prefix: str) -> RunState:
+        """A run of a skill's sub-chain inside this one, one level deeper, sharing this
+        run's configuration, event stream and request budget."""
+
+    async def run(self, chain_timeout: float | None) -> RunResult:
+        """Run to the end (or ``chain_timeout`` seconds; None: under the parent's deadline)
+        and return the result."""
+
+
+KindRunner = Callable[[RunState, str, PlanNode, ContextView], Awaitable[tuple[Any, int | None]]]
+"""Runs one started node of a kind: ``(run, shown, pnode, context) -> (output, taken)``,
+``taken`` a branch's side (node index) or None. Raises what the node failed with."""

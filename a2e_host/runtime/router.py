@@ -1,0 +1,84 @@
+"""What a connection needs of its host, and nothing more: the :class:`Router`.
+
+Layer: runtime. A connection (:mod:`a2e_host.runtime.connection`) is given a Router, not
+the host: the plugins to route to, the capabilities and gates it may grant with their
+metadata functions, the one codec, the one exception-to-wire mapping
+(:func:`~a2e_host.errors.error_message_of`), the configuration, the uptime clock, the
+auth throttle shared by every connection, the host's run registry, and the
+``session_closed`` fan-out to plugins.
+The host (:mod:`a2e_host.runtime.host`) builds it once; nothing in it changes after
+that, so a connection cannot reach back up into the host.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..admission import AuthThrottle
+from ..codec import MessageCodec
+from ..config import HostConfig
+from ..errors import error_message_of
+from ..messages import ErrorMessage
+from ..plugin import Plugin, SessionInfo
+from ..session import MetadataFn
+from .runs import RunRegistry
+
+__all__ = ["Router", "ErrorMapping"]
+
+ErrorMapping = Callable[..., ErrorMessage]
+"""``(exc, *, req_id, log, message_type="", capability_name="") -> ErrorMessage``: the
+signature of :func:`~a2e_host.errors.error_message_of`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Router:
+    """A connection's immutable view of its host.
+
+    Attributes:
+        config: the host configuration.
+        codec: decodes the core messages and every plugin's (PROTOCOL.md §1).
+        plugins: the plugins, by ``priority`` (lower first).
+        served: capability name → its ``handshake/resp`` metadata function (None: empty
+            metadata), in priority order (PROTOCOL.md §2).
+        gates: gate name → the capability that owns it (PROTOCOL.md §8).
+        auth_throttle: spaces out answers to failed authentications, host-wide.
+        runs: the host's runs (a connection starts, attaches and detaches them).
+        log: the host's structlog logger.
+        started: ``time.monotonic()`` when the host started.
+        error_message: the exception → wire ``error`` mapping.
+    """
+
+    config: HostConfig
+    codec: MessageCodec
+    plugins: tuple[Plugin, ...]
+    served: Mapping[str, MetadataFn | None]
+    gates: Mapping[str, str]
+    auth_throttle: AuthThrottle
+    runs: RunRegistry
+    log: Any
+    started: float = field(default_factory=time.monotonic)
+    error_message: ErrorMapping = error_message_of
+
+    @property
+    def uptime_seconds(self) -> float:
+        """Float seconds since the host started (``pong.uptime_seconds``)."""
+        return time.monotonic() - self.started
+
+    def plugin_for(self, message_type: str) -> Plugin | None:
+        """The first plugin, by priority, whose namespace holds ``message_type``."""
+        for plugin in self.plugins:
+            if plugin.handles(message_type):
+                return plugin
+        return None
+
+    async def session_closed(self, session: SessionInfo, log: Any = None) -> None:
+        """Tell every plugin a session's connection is gone (their errors are logged)."""
+        for plugin in self.plugins:
+            try:
+                await plugin.session_closed(session)
+            except Exception as exc:
+                (log or self.log).error("plugin failed in session_closed",
+                                        plugin=plugin.capability, exc_info=exc)

@@ -1,0 +1,464 @@
+"""Runs owned by the host, not by a connection: the :class:`RunRegistry`.
+
+Layer: runtime (anyio). A *run* is work a plugin started for one request (a chain), or
+any background work (``ctx.start_soon``). Its task lives in the registry's task group,
+which the host keeps open for as long as it serves (:meth:`RunRegistry.open`), and
+its frames leave through its :class:`RunSink`. A connection *attaches* the sink to its
+outbox when it starts the run, and *detaches* it when it closes or drops; what detaching
+does to the run is its :class:`DetachPolicy`: today always :attr:`DetachPolicy.CANCEL`,
+as PROTOCOL.md §4 says a chain ends with its connection.
+
+Listed runs are keyed by ``(session_id, req_id)``: a plugin finds one to cancel it and
+counts its session's against ``max_parallel`` (:meth:`RunRegistry.view`). A run leaves
+that table when it :meth:`~Run.release`\\ s (a chain does so just before its
+``chain/resp``, so the next request is never told ``busy``), or at the latest when its
+task ends; the registry forgets it then.
+
+The seams for runs that outlive their connection (not built here):
+
+- re-attaching: :meth:`Run.attach` takes another connection's outbox, with ``after``
+  the position its frames resume from;
+- a store: :class:`RunSink` calls ``append(position, frame)`` for every frame *before*
+  it is emitted, so a store can keep what a later ``attach(after=…)`` replays.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+
+from ..codec import encode_message
+from ..errors import error_message_of
+from ..messages import ErrorMessage, Message
+
+__all__ = [
+    "DetachPolicy",
+    "FrameOutbox",
+    "Run",
+    "RunKey",
+    "RunRegistry",
+    "RunSink",
+    "SessionRuns",
+]
+
+RunKey = tuple[str, str]
+"""``(session_id, req_id)``: how a listed run is found."""
+
+Append = Callable[[int, bytes], None]
+"""``append(position, frame)``: called with every frame a run emits, before it leaves."""
+
+
+class DetachPolicy(enum.Enum):
+    """What detaching a run's last connection does to it."""
+
+    CANCEL = "cancel"
+    """Cancel its task (PROTOCOL.md §4: a chain ends with its connection). The default."""
+
+    KEEP = "keep"
+    """Let it run on detached: its frames are counted (and given to ``append``) but go
+    nowhere until a connection attaches again."""
+
+
+class FrameOutbox(Protocol):
+    """Where an attached run's frames go: a connection's
+    :class:`~a2e_host.runtime.outbox.Outbox`.
+
+    Attributes:
+        full: above its high-water mark (:meth:`wait_writable` would wait).
+    """
+
+    full: bool
+
+    def send_frame_nowait(self, frame: bytes) -> None: ...
+
+    async def wait_writable(self) -> None: ...
+
+
+class RunSink:
+    """A run's event sink (implements :class:`~a2e_host.plugin.Outbox`): encodes each
+    message once, counts it, hands it to ``append``, then to the attached outbox.
+
+    Args:
+        append: called with ``(position, frame)`` for every frame before it is emitted
+            (a store's hook); None keeps nothing.
+
+    Attributes:
+        position: frames this run has emitted so far (attached or not). For a chain the
+            n-th frame is the event with ``seq`` n, its ``chain/resp`` the last one.
+    """
+
+    __slots__ = ("position", "append", "_outbox")
+
+    def __init__(self, append: Append | None = None) -> None:
+        self.position = 0
+        self.append = append
+        self._outbox: FrameOutbox | None = None
+
+    @property
+    def attached(self) -> bool:
+        """Whether an outbox receives the frames now."""
+        return self._outbox is not None
+
+    def attach(self, outbox: FrameOutbox, *, after: int | None = None) -> None:
+        """Send the frames from now on to ``outbox``.
+
+        Args:
+            outbox: the attaching connection's outbox.
+            after: the last position the attaching side has seen; None (or the current
+                position) resumes with the next frame. Nothing earlier is kept without a
+                store, so any other value is refused.
+
+        Raises:
+            RuntimeError: another outbox is attached.
+            ValueError: ``after`` asks for frames this sink does not keep.
+        """
+        if self._outbox is not None:
+            raise RuntimeError("the run is attached to another connection; detach it first")
+        if after is not None and after != self.position:
+            raise ValueError(
+                f"frames after position {after} are not kept (the run is at "
+                f"{self.position} and has no store); attach with after={self.position}"
+            )
+        self._outbox = outbox
+
+    def detach(self) -> None:
+        """Stop sending frames anywhere (they are still counted and appended)."""
+        self._outbox = None
+
+    def send_nowait(self, message: Message) -> None:
+        """Emit one message: encoded, counted, appended, then queued on the attached
+        outbox (dropped when none is attached). Never blocks."""
+        frame = encode_message(message)
+        self.position += 1
+        if self.append is not None:
+            self.append(self.position, frame)
+        outbox = self._outbox
+        if outbox is not None:
+            outbox.send_frame_nowait(frame)
+
+    async def wait_writable(self) -> None:
+        """Wait while the attached outbox is over its high-water mark (at once when
+        detached: nobody is slowed by a reader that is not there)."""
+        outbox = self._outbox
+        if outbox is not None and outbox.full:
+            await outbox.wait_writable()
+
+
+class Run:
+    """One run: its task, sink and state. Made by :meth:`RunRegistry.start`.
+
+    Attributes:
+        key: ``(session_id, req_id)`` when listed, else None.
+        req_id: the request it serves (the ``req_id`` of its errors).
+        capability: the plugin capability that started it (named in its errors).
+        sink: where its frames go (:class:`RunSink`).
+        policy: what detaching does to it.
+        log: its structlog logger.
+        done: set once its task has ended.
+    """
+
+    __slots__ = ("key", "req_id", "capability", "name", "sink", "policy", "log", "done",
+                 "cancel_requested", "_scope", "_on_cancel", "_on_end", "_registry")
+
+    def __init__(
+        self,
+        registry: RunRegistry,
+        key: RunKey | None,
+        *,
+        req_id: str,
+        capability: str,
+        name: str,
+        policy: DetachPolicy,
+        log: Any,
+        append: Append | None,
+    ) -> None:
+        self._registry = registry
+        self.key = key
+        self.req_id = req_id
+        self.capability = capability
+        self.name = name
+        self.sink = RunSink(append)
+        self.policy = policy
+        self.log = log
+        self.done = anyio.Event()
+        self.cancel_requested = False
+        self._scope = anyio.CancelScope()
+        self._on_cancel: Callable[[], None] | None = None
+        self._on_end: Callable[[Run], None] | None = None
+
+    # ── asked by the plugin or the agent ────────────────────────────────────
+
+    def cancel(self) -> None:
+        """Ask the run to end early (``chain/cancel``): calls the function given to
+        :meth:`on_cancel`, now or as soon as one is given. Idempotent."""
+        if self.cancel_requested:
+            return
+        self.cancel_requested = True
+        if self._on_cancel is not None:
+            self._on_cancel()
+
+    def on_cancel(self, fn: Callable[[], None]) -> None:
+        """What :meth:`cancel` does for this run (e.g. ``runner.cancel``); called at
+        once when a cancel was asked already."""
+        self._on_cancel = fn
+        if self.cancel_requested:
+            fn()
+
+    def release(self) -> None:
+        """Leave the registry's table now (the run no longer counts and can no longer be
+        found), before the run's last frame; its task is still tracked. Idempotent."""
+        self._registry._unlist(self)
+
+    def abort(self) -> None:
+        """Cancel the run's task (its shielded cleanup still runs)."""
+        self._scope.cancel()
+
+    # ── connections ─────────────────────────────────────────────────────────
+
+    def attach(
+        self,
+        outbox: FrameOutbox,
+        *,
+        after: int | None = None,
+        on_end: Callable[[Run], None] | None = None,
+    ) -> None:
+        """Send the run's frames to ``outbox`` (see :meth:`RunSink.attach`); ``on_end``
+        is called with the run when its task ends while attached.
+
+        Raises:
+            RuntimeError: another connection is attached.
+            ValueError: ``after`` asks for frames that are not kept.
+        """
+        self.sink.attach(outbox, after=after)
+        self._on_end = on_end
+
+    def detach(self) -> bool:
+        """The attached connection is gone. Under :attr:`DetachPolicy.CANCEL` the run is
+        cancelled; under :attr:`DetachPolicy.KEEP` it runs on, detached.
+
+        Returns:
+            True when the run was cancelled.
+        """
+        self.sink.detach()
+        self._on_end = None
+        if self.policy is DetachPolicy.CANCEL and not self.done.is_set():
+            self.abort()
+            return True
+        return False
+
+    def _ended(self) -> None:
+        self.done.set()
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end(self)
+
+
+class SessionRuns:
+    """One session's listed runs of one capability: what a plugin sees as ``ctx.runs``
+    (implements :class:`~a2e_host.plugin.RunsView`)."""
+
+    __slots__ = ("_registry", "_session_id", "_capability")
+
+    def __init__(self, registry: RunRegistry, session_id: str, capability: str) -> None:
+        self._registry = registry
+        self._session_id = session_id
+        self._capability = capability
+
+    def get(self, req_id: str) -> Run | None:
+        """The listed run for ``req_id`` in this session and capability, else None."""
+        run = self._registry.get((self._session_id, req_id))
+        return run if run is not None and run.capability == self._capability else None
+
+    def __len__(self) -> int:
+        """Listed runs of this session and capability (e.g. chains in flight)."""
+        return self._registry.count(self._session_id, self._capability)
+
+
+class RunRegistry:
+    """Every run of a host: their tasks, in one task group the host keeps open while it
+    serves, and the table of listed runs.
+
+    Args:
+        log: the host's structlog logger.
+        error_message: the exception → wire ``error`` mapping a failed run's exception
+            goes through (:func:`~a2e_host.errors.error_message_of`).
+    """
+
+    def __init__(
+        self, log: Any, error_message: Callable[..., ErrorMessage] = error_message_of
+    ) -> None:
+        self.log = log
+        self._error_message = error_message
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._guests = 0
+        self._guests_left: anyio.Event | None = None
+        self._listed: dict[RunKey, Run] = {}
+        self._per_session: dict[tuple[str, str], int] = {}  # (session, capability) → listed
+        self._alive: set[Run] = set()
+
+    # ── lifetime ────────────────────────────────────────────────────────────
+
+    @property
+    def is_open(self) -> bool:
+        """Whether runs can be started (inside :meth:`open`)."""
+        return self._tg is not None
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[RunRegistry]:
+        """Keep the registry's task group open inside the block.
+
+        Re-entrant: while it is open, another ``open()`` (nested, or from another task
+        such as a second in-memory connection) joins it; the block that opened it waits
+        for those that joined to leave before it closes. On close, runs still alive
+        (detached :attr:`DetachPolicy.KEEP` runs, or work ignoring a cancel) are
+        cancelled and awaited. An exception from the block leaves it unchanged (not
+        wrapped in an exception group: the runs themselves never raise).
+        """
+        if self._tg is not None:
+            self._guests += 1
+            try:
+                yield self
+            finally:
+                self._guests -= 1
+                if self._guests == 0 and self._guests_left is not None:
+                    self._guests_left.set()
+            return
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                try:
+                    yield self
+                    while self._guests:
+                        self._guests_left = anyio.Event()
+                        await self._guests_left.wait()
+                finally:
+                    self._tg = None
+                    tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # runs never raise (their exceptions become wire errors): what is here came
+            # from the block, and leaves it as the block raised it
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from group.exceptions[0].__cause__
+            raise
+
+    # ── runs ────────────────────────────────────────────────────────────────
+
+    def start(
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        key: RunKey | None = None,
+        req_id: str = "",
+        capability: str = "",
+        name: str = "",
+        log: Any = None,
+        policy: DetachPolicy = DetachPolicy.CANCEL,
+        outbox: FrameOutbox | None = None,
+        on_end: Callable[[Run], None] | None = None,
+        append: Append | None = None,
+    ) -> Run:
+        """Start ``fn(run, *args)`` as a run of the host.
+
+        An exception it raises becomes one wire ``error`` (``req_id``, ``capability``)
+        through its sink; cancellation is its own business (a cancelled run sends what
+        its shielded cleanup sends).
+
+        Args:
+            fn: the run's body; gets the :class:`Run` first.
+            args: more arguments for ``fn``.
+            key: ``(session_id, req_id)`` to list it under, None to leave it unlisted.
+            req_id: the request it serves; ``key[1]`` when empty.
+            capability: the capability that starts it.
+            name: its task's name (logs, debugging).
+            log: its logger; the registry's when None.
+            policy: what detaching does to it.
+            outbox: attach its sink to this outbox before it starts.
+            on_end: with ``outbox``: called with the run when it ends attached.
+            append: the sink's store hook (see :class:`RunSink`).
+
+        Returns:
+            The run (its task starts at the next checkpoint).
+
+        Raises:
+            RuntimeError: the registry is not open (the host is not running).
+            ValueError: ``key`` is listed already.
+        """
+        tg = self._tg
+        if tg is None:
+            raise RuntimeError(
+                "the host is not running: enter 'async with host.running()' before "
+                "serving connections"
+            )
+        if key is not None and key in self._listed:
+            raise ValueError(f"a run is already listed for request {key[1]!r}")
+        run = Run(self, key, req_id=req_id or (key[1] if key else ""), capability=capability,
+                  name=name, policy=policy, log=log if log is not None else self.log,
+                  append=append)
+        if outbox is not None:
+            run.attach(outbox, on_end=on_end)
+        if key is not None:
+            self._listed[key] = run
+            count_key = (key[0], capability)
+            self._per_session[count_key] = self._per_session.get(count_key, 0) + 1
+        self._alive.add(run)
+        tg.start_soon(self._run, run, fn, args, name=name or None)
+        return run
+
+    async def _run(self, run: Run, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]
+                   ) -> None:
+        try:
+            try:
+                with run._scope:
+                    await fn(run, *args)
+            except Exception as exc:
+                run.sink.send_nowait(self._error_message(
+                    exc, req_id=run.req_id, log=run.log, capability_name=run.capability,
+                ))
+        finally:
+            self._unlist(run)
+            self._alive.discard(run)
+            run._ended()
+
+    def _unlist(self, run: Run) -> None:
+        key = run.key
+        if key is None or self._listed.get(key) is not run:
+            return
+        del self._listed[key]
+        count_key = (key[0], run.capability)
+        left = self._per_session[count_key] - 1
+        if left:
+            self._per_session[count_key] = left
+        else:
+            del self._per_session[count_key]
+
+    # ── lookups ─────────────────────────────────────────────────────────────
+
+    def get(self, key: RunKey) -> Run | None:
+        """The listed run for ``(session_id, req_id)``, else None."""
+        return self._listed.get(key)
+
+    def count(self, session_id: str, capability: str) -> int:
+        """Listed runs of one session and capability."""
+        return self._per_session.get((session_id, capability), 0)
+
+    def view(self, session_id: str, capability: str) -> SessionRuns:
+        """One session's listed runs of one capability (a plugin's ``ctx.runs``)."""
+        return SessionRuns(self, session_id, capability)
+
+    def __len__(self) -> int:
+        """Runs whose task has not ended, listed or not."""
+        return len(self._alive)
+
+    def __iter__(self) -> Iterator[Run]:
+        """The runs whose task has not ended."""
+        return iter(list(self._alive))
+
+    @property
+    def listed(self) -> int:
+        """Runs in the table (keyed by ``(session_id, req_id)``)."""
+        return len(self._listed)
