@@ -171,6 +171,9 @@ class KindSpec:
         expressions: its own fields holding a JMESPath expression (besides ``input_map``),
             compiled by validation.
         checks: further pure checks, run after the ones above.
+        subchains: its executor runs declared sub-chains inside the current run (it gets
+            ``NodeContext.run_subchain``, and its declared skills count towards
+            ``max_total_nodes`` before the chain runs).
         shape: how ``a2e-host graph`` draws the node: ``box``, ``rounded``,
             ``parallelogram``, ``diamond`` or ``subroutine``.
     """
@@ -185,6 +188,7 @@ class KindSpec:
     proc_policy: bool = False
     expressions: tuple[str, ...] = ()
     checks: tuple[KindCheck, ...] = ()
+    subchains: bool = False
     shape: str = "box"
 
 
@@ -195,7 +199,7 @@ def _named(what: str) -> Required:
 
 TOOL = KindSpec("tool", required=(_named("tool"),), registry="tool")
 SKILL = KindSpec("skill", required=(_named("skill"),), gate="skill", registry="skill",
-                 shape="rounded")
+                 subchains=True, shape="rounded")
 PROC = KindSpec("proc", gate="proc", proc_policy=True, shape="parallelogram")
 BRANCH = KindSpec(
     "branch",
@@ -281,6 +285,7 @@ class KindTable:
         edge_fields: every field any kind reads as a control edge, in first-seen order.
         common_plan_edges: ``(field, bit)`` of :data:`COMMON_EDGES` (an unknown kind's).
         template_kinds: the executed kinds (those a map may run per item).
+        subchain_kinds: the kinds whose executor runs sub-chains (``skill``).
         finished_bits / taken_bits / handled_bits: the plan edge bits that fire when a node
             finishes (done or skipped after a failure), takes a side, or is handled.
         activating_bits: the edge bits that activate a node (everything but a handler);
@@ -292,8 +297,8 @@ class KindTable:
     """
 
     __slots__ = ("specs", "rows", "names", "gates", "gated", "edge_fields",
-                 "common_plan_edges", "template_kinds", "finished_bits", "taken_bits",
-                 "handled_bits", "activating_bits", "control_bits")
+                 "common_plan_edges", "template_kinds", "subchain_kinds", "finished_bits",
+                 "taken_bits", "handled_bits", "activating_bits", "control_bits")
 
     def __init__(self, specs: Iterable[KindSpec]) -> None:
         by_name: dict[str, KindSpec] = {}
@@ -316,6 +321,7 @@ class KindTable:
         self.edge_fields = tuple(fields)
         self.common_plan_edges = _plan_edges(COMMON_EDGES)
         self.template_kinds = tuple(spec.name for spec in values if spec.executed)
+        self.subchain_kinds = frozenset(spec.name for spec in values if spec.subchains)
         self.finished_bits = _bits(values, (Fires.FINISHED,))
         self.taken_bits = _bits(values, (Fires.TAKEN,))
         self.handled_bits = _bits(values, (Fires.HANDLED,))

@@ -41,6 +41,7 @@ from ..config import HostConfig
 from ..exceptions import ChainInvalid, NodeError
 from ..limits import SessionLimits
 from ..tools import Tool, ToolPack, ToolRegistry
+from . import kinds
 from .catalog import Catalog
 from .messages import ChainNode, ChainRequest
 from .nodes import NodeContext
@@ -59,7 +60,6 @@ SKILLS_GROUP = "a2e_host.skills"
 """The entry-point group Python skills register in."""
 
 SKILL_SUFFIXES = (".json", ".yaml", ".yml")
-_ALL_CAPS = frozenset({"chains", "tools", "skill", "proc"})
 
 
 class SkillLoadError(ValueError):
@@ -315,7 +315,9 @@ def _validate_all(
     for skill in registry.declared.values():
         request = ChainRequest(nodes=skill.nodes, entry_node=skill.entry_node, chain_id="skill")
         try:
-            validate_chain(request, checker, limits, granted=_ALL_CAPS)
+            # every gate granted: a skill file is checked for what it is, not for a session
+            validate_chain(request, checker, limits,
+                           granted=frozenset(kinds.NODE_KINDS.gates))
         except ChainInvalid as exc:
             where = str(skill.source) if skill.source else skill.name
             errors = exc.details.get("errors") or []

@@ -35,8 +35,6 @@ def test_a_skill_may_use_a_gated_kind_of_the_table(tmp_path: Path) -> None:
     assert load_skills(config, FakeCatalog(), python_skills=[]).names() == ["pause"]
 
 
-@pytest.mark.xfail(strict=True, reason="skills.py grants its own _ALL_CAPS, not the table's "
-                   "gates: a gated kind added to the table is refused in skills")
 def test_a_skill_may_use_a_gated_kind_added_to_the_table_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

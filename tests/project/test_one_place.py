@@ -1,5 +1,5 @@
 """One place for each of: wire errors, chain failures, node-kind facts; and a host framework
-that names no capability (issue 14, "Done when" and items 1, 5, 6), read from the source.
+that names no capability, read from the source.
 
 Each check walks the package and its first-party plugins with :mod:`ast`. Where the code
 still has copies, they are listed here by file and source text (a ratchet, like
@@ -21,7 +21,7 @@ HOST_FRAMEWORK = (
     "a2e_host/session.py", "a2e_host/plugin.py",
 )
 """What must know capabilities only through plugins (``errors.py`` is left out: it is
-where issue 14 puts ``ChainFailure``, next to the wire ``error``)."""
+where ``ChainFailure`` is made, next to the wire ``error``)."""
 
 
 def modules(*roots: str) -> Iterator[tuple[str, str, ast.Module]]:
@@ -57,10 +57,6 @@ def test_wire_error_messages_are_built_only_in_errors() -> None:
 
 
 CHAIN_FAILURES_BUILT_ELSEWHERE = {
-    # a2e_chains builds the response error of a chain refused for recursion and of a bug
-    # while planning, with its own text for runtime_error (errors.chain_failure_of has one)
-    ("plugins/a2e_chains/__init__.py",
-     "ChainFailure(code=code, message=message, node_id=node_id, details=details or {})"),
     # placeholders of the run display for a failed response without an error (not wire)
     ("a2e_host/progress.py", 'ChainFailure(code="error")'),
     ("a2e_host/commands/run_display.py", 'ChainFailure(code="error")'),
@@ -90,18 +86,9 @@ def test_no_exception_attribute_is_read_with_getattr() -> None:
 KIND_FACTS_ELSEWHERE = {
     # the scheduler's runners of the control kinds, keyed by name beside the table
     ("a2e_host/chains/scheduler.py", '{"branch": run_branch, "map": run_map}'),
-    # a map counts its items' outputs itself; only a skill node gets run_subchain
-    ("a2e_host/chains/attempt.py", 'kind != "map"'),
-    ("a2e_host/chains/attempt.py", 'pnode.kind == "skill"'),
     # the executors of the executed kinds
     ("a2e_host/chains/toolbox.py",
      '{ "tool": self.run_tool, "skill": self.skills.run_skill, "proc": self.run_proc, }'),
-    # the gates skills are validated with: a copy of the table's (plus "tools")
-    ("a2e_host/chains/skills.py", '{"chains", "tools", "skill", "proc"}'),
-    # the chains plugin: which nodes start sub-chains, which are map templates
-    ("plugins/a2e_chains/__init__.py", 'plan.nodes[r].kind == "skill"'),
-    ("plugins/a2e_chains/__init__.py", 'n.kind == "map"'),
-    ("plugins/a2e_chains/__init__.py", 'node.kind == "skill"'),
     # front ends: the client's default caps, run's progress model and its hints
     ("a2e_host/client/session.py", '("chains", "tools", "proc", "skill")'),
     ("a2e_host/commands/common.py", 'kind == "proc"'),
@@ -149,13 +136,7 @@ def test_node_kind_facts_live_in_the_kind_table() -> None:
 
 # ── the host framework names no capability ───────────────────────────────────
 
-CHAIN_WORDS_IN_THE_FRAMEWORK = {
-    # hints in refusals, written for the one capability every host ships
-    ("a2e_host/codec.py", "message has no 'type' field; add one, e.g. \"type\": \"chain/req\""),
-    ("a2e_host/codec.py", 'message \'type\' must be a string such as "chain/req", got '),
-    ("a2e_host/runtime/dispatch.py",
-     " is sent by the host, not by an agent; send a request type such as 'chain/req'"),
-}
+CHAIN_WORDS_IN_THE_FRAMEWORK: set[tuple[str, str]] = set()
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
