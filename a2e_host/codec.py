@@ -262,9 +262,9 @@ def _classify(codec: MessageCodec, obj: Any, exc: BaseException) -> Message | Re
             req_id=req_id,
         )
     if mtype not in codec.types:
-        known = sorted(codec.types)
+        known = sorted(tag for tag in codec.types if tag not in codec.host_sent)
         return UnknownType(
-            f"unknown message type {mtype!r}; this host knows {', '.join(known)}",
+            f"unknown message type {mtype!r}; an agent may send {', '.join(known)}",
             detail={"type": mtype, "known": known},
             req_id=req_id,
         )
