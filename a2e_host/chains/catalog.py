@@ -47,10 +47,11 @@ class Catalog(Protocol):
     tool pack, not enabled, that provides a tool; the problem of an unknown tool then
     names that pack and how to enable it. It is asked only for unknown tools.
 
-    A catalog may also have ``signature_of(kind, name) -> Signature | None``: the schemas of
-    a registered tool (``kind`` ``"tool"``) or skill (``"skill"``), None when it declares
-    none. Validation then checks node inputs against them (PROTOCOL.md §4 static checks);
-    without it those checks are not made.
+    A catalog may also have ``signature_of(registry, name) -> Signature | None``: the
+    schemas of a registered tool (``registry`` ``"tool"``) or skill (``"skill"``), as a
+    kind's ``registry`` column names them, None when it declares none. Validation then
+    checks node inputs against them (PROTOCOL.md §4 static checks); without it those
+    checks are not made.
     """
 
     def tool_names(self) -> Collection[str]:

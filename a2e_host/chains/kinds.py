@@ -36,7 +36,7 @@ import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .messages import ChainNode
 
@@ -171,6 +171,13 @@ class KindSpec:
         expressions: its own fields holding a JMESPath expression (besides ``input_map``),
             compiled by validation.
         checks: further pure checks, run after the ones above.
+        subchains: its executor runs declared sub-chains inside the current run (it gets
+            ``NodeContext.run_subchain``, and its declared skills count towards
+            ``max_total_nodes`` before the chain runs).
+        output: the JSON Schema of the output the host itself builds for this kind (a
+            branch's ``{condition, taken}``, a proc's result), read by the static checks
+            (:mod:`~a2e_host.chains.typecheck`); None when the tool or skill named declares
+            it, or a map's list of its template's outputs.
         shape: how ``a2e-host graph`` draws the node: ``box``, ``rounded``,
             ``parallelogram``, ``diamond`` or ``subroutine``.
     """
@@ -185,6 +192,8 @@ class KindSpec:
     proc_policy: bool = False
     expressions: tuple[str, ...] = ()
     checks: tuple[KindCheck, ...] = ()
+    subchains: bool = False
+    output: Mapping[str, Any] | None = None
     shape: str = "box"
 
 
@@ -195,8 +204,17 @@ def _named(what: str) -> Required:
 
 TOOL = KindSpec("tool", required=(_named("tool"),), registry="tool")
 SKILL = KindSpec("skill", required=(_named("skill"),), gate="skill", registry="skill",
-                 shape="rounded")
-PROC = KindSpec("proc", gate="proc", proc_policy=True, shape="parallelogram")
+                 subchains=True, shape="rounded")
+def _closed_object(**fields: str) -> Mapping[str, Any]:
+    """The JSON Schema of an object with exactly these fields, each of this type."""
+    return MappingProxyType({"type": "object", "additionalProperties": False,
+                             "properties": {k: {"type": t} for k, t in fields.items()},
+                             "required": list(fields)})
+
+
+PROC = KindSpec("proc", gate="proc", proc_policy=True, shape="parallelogram",
+                output=_closed_object(exit_code="integer", stdout="string", stderr="string",
+                                      duration_ms="integer", truncated="boolean"))
 BRANCH = KindSpec(
     "branch",
     own_fields=("condition", "true_node", "false_node"),
@@ -210,6 +228,7 @@ BRANCH = KindSpec(
     edges=(NEXT_NODE, TRUE_NODE, FALSE_NODE, ON_ERROR),
     executed=False,
     expressions=("condition",),
+    output=_closed_object(condition="boolean", taken="string"),
     shape="diamond",
 )
 MAP = KindSpec(
@@ -281,6 +300,7 @@ class KindTable:
         edge_fields: every field any kind reads as a control edge, in first-seen order.
         common_plan_edges: ``(field, bit)`` of :data:`COMMON_EDGES` (an unknown kind's).
         template_kinds: the executed kinds (those a map may run per item).
+        subchain_kinds: the kinds whose executor runs sub-chains (``skill``).
         finished_bits / taken_bits / handled_bits: the plan edge bits that fire when a node
             finishes (done or skipped after a failure), takes a side, or is handled.
         activating_bits: the edge bits that activate a node (everything but a handler);
@@ -292,8 +312,8 @@ class KindTable:
     """
 
     __slots__ = ("specs", "rows", "names", "gates", "gated", "edge_fields",
-                 "common_plan_edges", "template_kinds", "finished_bits", "taken_bits",
-                 "handled_bits", "activating_bits", "control_bits")
+                 "common_plan_edges", "template_kinds", "subchain_kinds", "finished_bits",
+                 "taken_bits", "handled_bits", "activating_bits", "control_bits")
 
     def __init__(self, specs: Iterable[KindSpec]) -> None:
         by_name: dict[str, KindSpec] = {}
@@ -316,6 +336,7 @@ class KindTable:
         self.edge_fields = tuple(fields)
         self.common_plan_edges = _plan_edges(COMMON_EDGES)
         self.template_kinds = tuple(spec.name for spec in values if spec.executed)
+        self.subchain_kinds = frozenset(spec.name for spec in values if spec.subchains)
         self.finished_bits = _bits(values, (Fires.FINISHED,))
         self.taken_bits = _bits(values, (Fires.TAKEN,))
         self.handled_bits = _bits(values, (Fires.HANDLED,))

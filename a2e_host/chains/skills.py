@@ -41,6 +41,7 @@ from ..config import HostConfig
 from ..exceptions import ChainInvalid, NodeError
 from ..limits import SessionLimits
 from ..tools import Tool, ToolPack, ToolRegistry
+from . import kinds
 from .catalog import Catalog, Signature
 from .messages import ChainNode, ChainRequest
 from .nodes import NodeContext
@@ -60,7 +61,6 @@ SKILLS_GROUP = "a2e_host.skills"
 """The entry-point group Python skills register in."""
 
 SKILL_SUFFIXES = (".json", ".yaml", ".yml")
-_ALL_CAPS = frozenset({"chains", "tools", "skill", "proc"})
 
 
 class SkillLoadError(ValueError):
@@ -303,11 +303,11 @@ class _SkillCatalog:
     def check_proc(self, node: ChainNode) -> str | None:
         return self.inner.check_proc(node) if self.inner is not None else None
 
-    def signature_of(self, kind: str, name: str) -> Signature | None:
-        if kind == "skill":
+    def signature_of(self, registry: str, name: str) -> Signature | None:
+        if registry == "skill":
             return self.registry.signature_of(name)
         lookup = getattr(self.inner, "signature_of", None)
-        return lookup(kind, name) if lookup is not None else None
+        return lookup(registry, name) if lookup is not None else None
 
 
 class _Everything(Collection[str]):
@@ -334,7 +334,9 @@ def _validate_all(
     for skill in registry.declared.values():
         request = ChainRequest(nodes=skill.nodes, entry_node=skill.entry_node, chain_id="skill")
         try:
-            validate_chain(request, checker, limits, granted=_ALL_CAPS)
+            # every gate granted: a skill file is checked for what it is, not for a session
+            validate_chain(request, checker, limits,
+                           granted=frozenset(kinds.NODE_KINDS.gates))
         except ChainInvalid as exc:
             where = str(skill.source) if skill.source else skill.name
             errors = exc.details.get("errors") or []

@@ -92,13 +92,14 @@ class Toolbox:
         """A static refusal for a proc node (see :meth:`ProcPolicy.static_check`), or None."""
         return self.proc.static_check(node)
 
-    def signature_of(self, kind: str, name: str) -> Signature | None:
-        """The schemas of tool or skill ``name`` (``kind`` ``"tool"`` / ``"skill"``), None
-        when it is not registered; for validation's static checks (PROTOCOL.md §4)."""
-        if kind == "tool":
+    def signature_of(self, registry: str, name: str) -> Signature | None:
+        """The schemas of ``name`` in ``registry`` (a kind's ``registry`` in the kind table:
+        ``"tool"`` or ``"skill"``), None when it is not registered; for validation's static
+        checks (PROTOCOL.md §4)."""
+        if registry == "tool":
             tool = self.tools.get(name)
             return tool_signature(tool) if tool is not None else None
-        return self.skills.signature_of(name) if kind == "skill" else None
+        return self.skills.signature_of(name) if registry == "skill" else None
 
     def pack_providing(self, tool_name: str) -> str | None:
         """The installed pack, not enabled, that provides ``tool_name``, or None (always

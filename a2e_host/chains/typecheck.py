@@ -40,6 +40,7 @@ from typing import Any
 from .catalog import Signature
 from .expressions import Expression, clip
 from .hints import MAX_SUGGESTIONS
+from .kinds import MAP_NODE
 from .messages import ChainNode
 from .node_checks import NodeChecks
 from .problems import CHAIN_INVALID, CHAIN_WARNING, problem
@@ -48,7 +49,6 @@ from .schema_types import (
     ALL,
     ANY,
     ARRAY,
-    BOOLEAN,
     INTEGER,
     NEVER,
     NULL,
@@ -89,12 +89,9 @@ MAX_WARNINGS = 100
 
 _VALUE_STEPS = 5_000  # per static input value (elements looked at) or fit
 _UNREAD: Any = object()
+_ITEMS_PATH = "items_path"  # a map's list: it must be able to give one
 _STATUS = SchemaType(STRING, values=frozenset(
     (STRING, status) for status in ("done", "skip", "error")))
-_BRANCH_OUTPUT = object_of({"condition": scalar(BOOLEAN), "taken": scalar(STRING)})
-_PROC_OUTPUT = object_of({"exit_code": scalar(INTEGER), "stdout": scalar(STRING),
-                          "stderr": scalar(STRING), "duration_ms": scalar(INTEGER),
-                          "truncated": scalar(BOOLEAN)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,22 +150,24 @@ class TypeChecks:
         by_id = self.v.by_id
         input_maps = self.v.input_map
         known = self._facts
+        specs = self.v.kinds.specs
         try:
             for i, node in enumerate(self.v.nodes):
                 if by_id.get(node.node_id) != i:
                     continue  # a duplicate declaration (reported already)
-                kind = node.kind
-                if kind == "tool" or kind == "skill":
-                    facts = known.get((kind, node.name), _UNREAD)
+                spec = specs.get(node.kind)
+                if spec is None:
+                    continue  # an unknown kind (reported already)
+                registry = spec.registry
+                if registry is not None:
+                    facts = known.get((registry, node.name), _UNREAD)
                     if facts is _UNREAD:
-                        facts = self.facts_of(kind, node.name)
+                        facts = self.facts_of(registry, node.name)
                     if facts is not None and facts.checks_fields:
                         self.check_input(i, node, facts, input_maps[i])
                         continue
-                elif kind == "map":
-                    self.check_items_path(i, node)
-                elif kind == "branch":
-                    self.check_condition(i, node)
+                for field in spec.expressions:
+                    self.check_own_expression(i, node, field)
                 for key, expr in input_maps[i]:
                     self.check_null_read(i, node, key, expr)
         except OutOfFuel:
@@ -217,24 +216,27 @@ class TypeChecks:
         return facts
 
     def output_of(self, j: int) -> SchemaType:
-        """The type of node ``j``'s output when it is done."""
+        """The type of node ``j``'s output when it is done: what its tool or skill declares,
+        what the host builds for its kind (the kind table's ``output``), or a map's list of
+        its template's outputs."""
         found = self._outputs.get(j)
         if found is not None:
             return found
         node = self.v.nodes[j]
-        kind = node.kind
+        spec = self.v.kinds.specs.get(node.kind)
         out = ANY
-        if kind in ("tool", "skill"):
-            facts = self.facts_of(kind, node.name)
+        if spec is None:
+            pass
+        elif spec.registry is not None:
+            facts = self.facts_of(spec.registry, node.name)
             out = facts.output if facts is not None else ANY
-        elif kind == "proc":
-            out = _PROC_OUTPUT
-        elif kind == "branch":
-            out = _BRANCH_OUTPUT
-        elif kind == "map":
-            t = self.v.targets["map_node"][j]
+        elif spec.output is not None:
+            out = schema_type(spec.output, closed=True)
+        elif MAP_NODE in spec.edges:
+            t = self.v.targets[MAP_NODE.field][j]
+            template = self.v.kinds.specs.get(self.v.nodes[t].kind) if t is not None else None
             out = array_of(ANY)
-            if t is not None and self.v.nodes[t].kind != "map":
+            if t is not None and template is not None and template.executed:
                 item = self.output_of(t)
                 if self.v.on_error[t] == "skip":  # a failed item is a null in the list
                     item = join(item, NULL_TYPE, self.fuel)
@@ -255,7 +257,7 @@ class TypeChecks:
         found = self._items.get(m)
         if found is not None:
             return found
-        expr = self.v.exprs["items_path"][m]
+        expr = self.v.exprs[_ITEMS_PATH][m]
         item = ANY
         if expr is not None:
             t = self.infer(expr, m).type
@@ -441,17 +443,29 @@ class TypeChecks:
                     expected=found.expected, inferred=found.got)
 
     def check_null_read(self, i: int, node: ChainNode, key: str, expr: Expression,
-                        got: Inferred | None = None) -> None:
+                        got: Inferred | None = None, *, field: str = "") -> None:
+        """A warning when ``expr`` (at ``input_map.<key>``, or the node's own ``field``) is
+        always null because it reads where there is nothing."""
         got = got or self.infer(expr, i)
         if got.note and got.type is NULL_TYPE:
-            self.report(False, node.node_id, f"input_map.{key}",
-                        f"{clip(expr.text)} is always null: {got.note}",
-                        FIX_THE_PATH,
-                        expected="any", inferred="null")
+            where = field or f"input_map.{key}"
+            self.report(False, node.node_id, where,
+                        f"{where} {clip(expr.text)} is always null: {got.note}",
+                        FIX_THE_PATH, expected="any", inferred="null")
 
-    def check_items_path(self, i: int, node: ChainNode) -> None:
-        expr = self.v.exprs["items_path"][i]
-        if expr is None or expr.is_literal:  # a literal is checked with the node's fields
+    def check_own_expression(self, i: int, node: ChainNode, field: str) -> None:
+        """A kind's own expression field: ``items_path`` must be able to give a list, a
+        ``condition`` that is always null is a warning."""
+        expr = self.v.exprs[field][i]
+        if expr is None:
+            return
+        if field == _ITEMS_PATH:
+            self.check_items_path(i, node, expr)
+        else:
+            self.check_null_read(i, node, field, expr, field=field)
+
+    def check_items_path(self, i: int, node: ChainNode, expr: Expression) -> None:
+        if expr.is_literal:  # a literal list is checked with the node's fields
             return
         got = self.infer(expr, i)
         t = got.type
@@ -470,14 +484,3 @@ class TypeChecks:
                         f"may be {a_(describe(t))}; a map needs a list", hint,
                         expected="array", inferred=describe(t))
 
-    def check_condition(self, i: int, node: ChainNode) -> None:
-        expr = self.v.exprs["condition"][i]
-        if expr is None:
-            return
-        got = self.infer(expr, i)
-        if got.note and got.type is NULL_TYPE:
-            self.report(False, node.node_id, "condition",
-                        f"condition {clip(expr.text)} is always null, so the branch always "
-                        f"takes false_node: {got.note}",
-                        FIX_THE_PATH,
-                        expected="any", inferred="null")
