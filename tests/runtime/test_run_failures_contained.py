@@ -5,6 +5,9 @@ connection's runs, not one connection's)."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import anyio
@@ -31,6 +34,17 @@ from a2e_host.runtime.runs import Run, RunRegistry
 WAIT = 15  # seconds: the bound on every wait
 
 NAP = [{"node_id": "nap", "kind": "tool", "name": "sleep", "input": {"seconds": 1}}]
+
+
+@pytest.fixture(autouse=True)
+def _collect_what_a_failure_leaves() -> Iterator[None]:
+    """These tests fail until the defect is fixed, and a failing run leaves unclosed
+    streams behind; collect them here, so their ResourceWarnings are not charged to
+    whichever test of the worker runs when the collector next passes."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 async def handshaken(client: Any, caps: list[str]) -> None:

@@ -5,8 +5,11 @@ shared between capabilities."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import warnings
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import anyio
@@ -24,6 +27,17 @@ from a2e_host.runtime.memory import open_memory_client
 WAIT = 20  # seconds: the bound on every wait
 
 ECHO = [{"node_id": "a", "kind": "tool", "name": "echo", "input": {"k": 1}}]
+
+
+@pytest.fixture(autouse=True)
+def _collect_what_a_failure_leaves() -> Iterator[None]:
+    """These tests fail until the defect is fixed, and a failing run leaves unclosed
+    streams behind; collect them here, so their ResourceWarnings are not charged to
+    whichever test of the worker runs when the collector next passes."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 async def handshaken(client: Any, caps: list[str]) -> str:
