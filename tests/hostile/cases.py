@@ -235,6 +235,24 @@ def _expect_unknown_successors(outcome: dict[str, Any]) -> None:
     assert outcome["elapsed"] <= 8, f"validation took {outcome['elapsed']:.1f} s (bound 8 s)"
 
 
+PER_NODE = 33  # "a[" expressions per node: 10,000 x 33 x 2 chars, under 1 MiB of text
+
+
+def _unparsable_expressions() -> list[dict[str, Any]]:
+    """10,000 nodes, each with 33 ``input_map`` values ``"a["`` (4.5 MB of request,
+    660,000 expression characters, under ``max_chain_expression_chars``)."""
+    return [tool(f"n{i}", "echo", input_map={str(j): "a[" for j in range(PER_NODE)})
+            for i in range(WIDE)]
+
+
+def _expect_bounded_refusal(outcome: dict[str, Any]) -> None:
+    resp = _resp(outcome)
+    error = _error(resp)
+    assert error.get("code") == "chain_invalid" and resp.get("nodes_run") == 0, (
+        f"expected chain_invalid, got {error.get('code')}: {str(error.get('message'))[:200]}"
+    )
+
+
 # ── 12.4 ReDoS ───────────────────────────────────────────────────────────────
 
 REDOS_TIMEOUT = 1
@@ -875,6 +893,19 @@ CASES: list[Case] = [
         budget_mb=50,
         budget_note="the 10,000-node request and its 10,000 problems",
         deadline=12,
+    ),
+    Case(
+        id="12.3-problem-amplification",
+        item="12.3",
+        title=(f"{WIDE:,} nodes x {PER_NODE} unparsable input_map expressions: a 4.5 MB "
+               "request whose refusal lists 330,000 problems"),
+        host=SERVE,
+        action=one_chain(_unparsable_expressions),
+        expect=_expect_bounded_refusal,
+        budget_mb=50,
+        budget_note="the 4.5 MB request and its refusal (observed: a 91 MB chain/resp, "
+                    "+540 MiB peak RSS)",
+        deadline=60,
     ),
     Case(
         id="12.4-redos",
