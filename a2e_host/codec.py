@@ -80,7 +80,9 @@ class MessageCodec:
             else ``handshake/req``.
 
     Raises:
-        ValueError: two types share a tag, or a type has none.
+        ValueError: two types share a tag, a type has none, or a type's ``TYPE`` (what
+            the host routes and lists) is not its msgspec ``tag`` (what the decoder
+            matches on the wire).
     """
 
     __slots__ = ("types", "host_sent", "example", "decoder")
@@ -90,6 +92,13 @@ class MessageCodec:
         for cls in types:
             if not cls.TYPE:
                 raise ValueError(f"message type {cls.__name__} has no TYPE tag")
+            tag = cls.__struct_config__.tag
+            if tag != cls.TYPE:
+                raise ValueError(
+                    f"message type {cls.__name__} is tagged {tag!r} on the wire but its "
+                    f"TYPE is {cls.TYPE!r}; declare it with tag={cls.TYPE!r} or set TYPE "
+                    f"to {tag!r}, so it is decoded and routed under one name"
+                )
             if by_tag.get(cls.TYPE, cls) is not cls:
                 raise ValueError(
                     f"message type {cls.TYPE!r} is declared twice ({by_tag[cls.TYPE].__name__}"
