@@ -160,9 +160,11 @@ class Plugin:
         features: *extensions* spoken, published in the handshake metadata.
         message_types: the Structs of the messages this capability speaks, both
             directions (subclasses of :class:`~a2e_host.messages.Message` with a
-            ``tag``; ``FROM_HOST`` set on those only the host sends). The host decodes
-            them with the core types in one decoder; a type outside every enabled
-            plugin's list is ``unknown_type``.
+            ``tag`` equal to their ``TYPE``, inside ``namespace``; ``FROM_HOST`` set on
+            those only the host sends). The host decodes them with the core types in one
+            decoder, and refuses to start (``ValueError``) when a declared type lies
+            outside its plugin's namespace; a type outside every enabled plugin's list
+            is ``unknown_type``.
     """
 
     capability: ClassVar[str] = ""

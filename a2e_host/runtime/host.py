@@ -34,7 +34,7 @@ from ..codec import MessageCodec
 from ..config import HostConfig
 from ..errors import error_message_of
 from ..logs import get_logger
-from ..messages import CORE_MESSAGE_TYPES
+from ..messages import CORE_MESSAGE_TYPES, Message
 from ..plugin import Plugin
 from ..session import MetadataFn, Session
 from ..transports import CloseCode, Transport
@@ -92,7 +92,9 @@ class Host:
             instead of the entry points, e.g. in tests; None loads the entry points.
 
     Raises:
-        ValueError: a plugin refused the configuration (see :func:`load_plugins`).
+        ValueError: a plugin refused the configuration (see :func:`load_plugins`), or
+            declares a message type outside its namespace, or one the codec refuses
+            (see :class:`~a2e_host.codec.MessageCodec`).
 
     Attributes:
         shutdown_event: set by :meth:`shutdown`; the stop signal transports serve until.
@@ -110,9 +112,7 @@ class Host:
         else:
             loaded = [p(config) if isinstance(p, type) else p for p in plugins]
         self.plugins: list[Plugin] = sorted(loaded, key=lambda p: p.priority)
-        self.codec = MessageCodec(
-            CORE_MESSAGE_TYPES + tuple(t for p in self.plugins for t in p.message_types)
-        )
+        self.codec = MessageCodec(CORE_MESSAGE_TYPES + _declared_types(self.plugins))
         self.runs = RunRegistry(self.log, error_message_of)
         self.router = Router(
             config=config,
@@ -225,6 +225,28 @@ class Host:
                 await plugin.aclose()
             except Exception as exc:
                 self.log.error("plugin failed to close", plugin=plugin.capability, exc_info=exc)
+
+
+def _declared_types(plugins: Iterable[Plugin]) -> tuple[type[Message], ...]:
+    """Every plugin's ``message_types``, in priority order.
+
+    Raises:
+        ValueError: a plugin declares a type outside its own ``namespace``: the host
+            would decode it, list it as known, and then route it to no plugin (or to
+            another one); the message names the plugin and the type.
+    """
+    declared: list[type[Message]] = []
+    for plugin in plugins:
+        for cls in plugin.message_types:
+            if not plugin.handles(cls.TYPE):
+                raise ValueError(
+                    f"plugin {plugin.capability!r} ({type(plugin).__name__}) declares the "
+                    f"message type {cls.TYPE!r} ({cls.__name__}), outside its namespace "
+                    f"{plugin.namespace!r}; rename the type into the namespace or widen "
+                    "the namespace"
+                )
+            declared.append(cls)
+    return tuple(declared)
 
 
 def _with_gates(metadata: MetadataFn) -> MetadataFn:
