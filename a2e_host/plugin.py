@@ -93,10 +93,11 @@ class RunHandle(Protocol):
 
 
 class RunsView(Protocol):
-    """The listed runs of one session and capability (``ctx.runs``)."""
+    """The listed runs of one session and capability (``ctx.runs``): request ids are
+    per capability, so another capability's run with the same id is not seen here."""
 
     def get(self, req_id: str) -> RunHandle | None:
-        """The run in flight for ``req_id``, None when there is none."""
+        """The run in flight for ``req_id`` of this capability, None when there is none."""
         ...
 
     def __len__(self) -> int:
@@ -140,7 +141,8 @@ class PluginContext(Protocol):
         exception it raises is sent as an ``error`` with this message's id.
 
         Raises:
-            ValueError: a run is already in flight for this message's id.
+            ValueError: a run of this capability is already in flight for this
+                message's id (``runs.get`` finds it).
         """
         ...
 

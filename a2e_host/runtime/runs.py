@@ -8,8 +8,10 @@ outbox when it starts the run, and *detaches* it when it closes or drops; what d
 does to the run is its :class:`DetachPolicy`: today always :attr:`DetachPolicy.CANCEL`,
 as PROTOCOL.md §4 says a chain ends with its connection.
 
-Listed runs are keyed by ``(session_id, req_id)``: a plugin finds one to cancel it and
-counts its session's against ``max_parallel`` (:meth:`RunRegistry.view`). A run leaves
+Listed runs are keyed by ``(session_id, req_id)`` within their capability: a plugin
+finds one to cancel it and counts its session's against ``max_parallel``
+(:meth:`RunRegistry.view`), and sees only its own capability's, so two capabilities of
+one session may each have a request ``x`` in flight. A run leaves
 that table when it :meth:`~Run.release`\\ s (a chain does so just before its
 ``chain/resp``, so the next request is never told ``busy``), or at the latest when its
 task ends; the registry forgets it then.
@@ -47,7 +49,7 @@ __all__ = [
 ]
 
 RunKey = tuple[str, str]
-"""``(session_id, req_id)``: how a listed run is found."""
+"""``(session_id, req_id)``: how a listed run is found, with its capability."""
 
 Append = Callable[[int, bytes], None]
 """``append(position, frame)``: called with every frame a run emits, before it leaves."""
@@ -271,8 +273,7 @@ class SessionRuns:
 
     def get(self, req_id: str) -> Run | None:
         """The listed run for ``req_id`` in this session and capability, else None."""
-        run = self._registry.get((self._session_id, req_id))
-        return run if run is not None and run.capability == self._capability else None
+        return self._registry.get((self._session_id, req_id), self._capability)
 
     def __len__(self) -> int:
         """Listed runs of this session and capability (e.g. chains in flight)."""
@@ -297,7 +298,7 @@ class RunRegistry:
         self._tg: anyio.abc.TaskGroup | None = None
         self._guests = 0
         self._guests_left: anyio.Event | None = None
-        self._listed: dict[RunKey, Run] = {}
+        self._listed: dict[tuple[str, str, str], Run] = {}  # (session, capability, req_id)
         self._per_session: dict[tuple[str, str], int] = {}  # (session, capability) → listed
         self._alive: set[Run] = set()
 
@@ -371,7 +372,8 @@ class RunRegistry:
         Args:
             fn: the run's body; gets the :class:`Run` first.
             args: more arguments for ``fn``.
-            key: ``(session_id, req_id)`` to list it under, None to leave it unlisted.
+            key: ``(session_id, req_id)`` to list it under (within ``capability``), None
+                to leave it unlisted.
             req_id: the request it serves; ``key[1]`` when empty.
             capability: the capability that starts it.
             name: its task's name (logs, debugging).
@@ -386,7 +388,7 @@ class RunRegistry:
 
         Raises:
             RuntimeError: the registry is not open (the host is not running).
-            ValueError: ``key`` is listed already.
+            ValueError: ``key`` is listed already for ``capability``.
         """
         tg = self._tg
         if tg is None:
@@ -394,7 +396,7 @@ class RunRegistry:
                 "the host is not running: enter 'async with host.running()' before "
                 "serving connections"
             )
-        if key is not None and key in self._listed:
+        if key is not None and _listed_key(key, capability) in self._listed:
             raise ValueError(f"a run is already listed for request {key[1]!r}")
         run = Run(self, key, req_id=req_id or (key[1] if key else ""), capability=capability,
                   name=name, policy=policy, log=log if log is not None else self.log,
@@ -402,7 +404,7 @@ class RunRegistry:
         if outbox is not None:
             run.attach(outbox, on_end=on_end)
         if key is not None:
-            self._listed[key] = run
+            self._listed[_listed_key(key, capability)] = run
             count_key = (key[0], capability)
             self._per_session[count_key] = self._per_session.get(count_key, 0) + 1
         self._alive.add(run)
@@ -426,9 +428,12 @@ class RunRegistry:
 
     def _unlist(self, run: Run) -> None:
         key = run.key
-        if key is None or self._listed.get(key) is not run:
+        if key is None:
             return
-        del self._listed[key]
+        listed = _listed_key(key, run.capability)
+        if self._listed.get(listed) is not run:
+            return
+        del self._listed[listed]
         count_key = (key[0], run.capability)
         left = self._per_session[count_key] - 1
         if left:
@@ -438,9 +443,9 @@ class RunRegistry:
 
     # ── lookups ─────────────────────────────────────────────────────────────
 
-    def get(self, key: RunKey) -> Run | None:
-        """The listed run for ``(session_id, req_id)``, else None."""
-        return self._listed.get(key)
+    def get(self, key: RunKey, capability: str = "") -> Run | None:
+        """The listed run of ``capability`` for ``(session_id, req_id)``, else None."""
+        return self._listed.get(_listed_key(key, capability))
 
     def count(self, session_id: str, capability: str) -> int:
         """Listed runs of one session and capability."""
@@ -460,5 +465,10 @@ class RunRegistry:
 
     @property
     def listed(self) -> int:
-        """Runs in the table (keyed by ``(session_id, req_id)``)."""
+        """Runs in the table (keyed by ``(session_id, req_id)`` and capability)."""
         return len(self._listed)
+
+
+def _listed_key(key: RunKey, capability: str) -> tuple[str, str, str]:
+    """Where a run listed under ``key`` for ``capability`` is in the table."""
+    return (key[0], capability, key[1])

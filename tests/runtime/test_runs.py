@@ -151,9 +151,9 @@ async def test_a_listed_run_counts_until_released_and_its_key_is_taken_until_the
             assert runs.view("s1", "other").get("r1") is None
             assert (len(runs.view("s1", "chains")), runs.count("s2", "chains")) == (1, 1)
             with pytest.raises(ValueError, match="already listed for request 'r1'"):
-                runs.start(Steps(1), key=("s1", "r1"))
+                runs.start(Steps(1), key=("s1", "r1"), capability="chains")
             run.release()  # before its last frame: no longer counted nor found
-            assert (runs.count("s1", "chains"), runs.get(("s1", "r1"))) == (0, None)
+            assert (runs.count("s1", "chains"), runs.get(("s1", "r1"), "chains")) == (0, None)
             assert len(runs) == 2  # its task is still tracked
             await body.step(1)
             await run.done.wait()
