@@ -14,10 +14,16 @@ Anything that is not an :class:`~a2e_host.exceptions.A2EError` raised on purpose
 bug: logged with its traceback, sent as ``runtime_error`` with no detail. Inside a chain,
 a node's exception (a tool raising ``ValueError``) is the node's failure, not the host's:
 it becomes ``chain_node_error`` with the text :func:`failure_message_of` gives.
+
+A failure's facts (``error.detail``, ``chain/resp.error.details``) come from whoever
+raised it, a third-party tool or plugin included, so they are made sendable here
+(:func:`sendable_details`): a value the encoder cannot write is left out and named, and
+the failure is still sent.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -26,13 +32,21 @@ from .exceptions import ChainError, RemoteProtocolError
 from .messages import ErrorMessage
 
 __all__ = [
+    "UNENCODABLE",
     "ChainFailure",
     "cancelled_failure",
     "chain_failure_of",
     "error_message_of",
     "failure_message_of",
+    "sendable_details",
     "timeout_failure",
 ]
+
+UNENCODABLE = "unencodable"
+"""The key under which :func:`sendable_details` lists the keys it left out."""
+
+_MAX_KEY_NAME = 100  # characters of a left-out key's name that are kept
+_check_encoder = msgspec.json.Encoder()
 
 NODE_FAILURE_CODES = frozenset({"chain_node_error", "chain_limit"})
 """The codes a failed node reports (PROTOCOL.md §5): a ceiling refusing is
@@ -64,6 +78,50 @@ class ChainFailure(msgspec.Struct, frozen=True, kw_only=True):
     details: dict[str, Any] = {}
 
 
+def sendable_details(details: Mapping[str, Any]) -> dict[str, Any]:
+    """``details`` as a dict the message encoder can write (PROTOCOL.md §2, §5).
+
+    Failure facts are meant to be JSON-like, but a tool or plugin may put anything there
+    (an ``object()``, an integer of more than 4,300 digits, a structure nested past the
+    encoder's depth). Such a failure must still be answered, so the facts are encoded
+    once here: when that works they are sent as they are; otherwise each top-level entry
+    the encoder cannot write is left out, and the keys left out are listed (as strings,
+    each cut to 100 characters) under :data:`UNENCODABLE`.
+
+    Args:
+        details: the failure's facts (``exc.details`` / ``exc.detail``).
+
+    Returns:
+        A new dict: a copy of ``details``, or its encodable entries plus
+        ``{"unencodable": [key, ...]}``.
+    """
+    if not isinstance(details, Mapping):  # a plugin's slip: facts are a JSON object
+        return {UNENCODABLE: [f"<{type(details).__name__} details>"]}
+    copy = dict(details)
+    if not copy or _encodes(copy):
+        return copy
+    kept: dict[str, Any] = {}
+    left_out: list[str] = []
+    for key, value in copy.items():
+        if isinstance(key, str) and _encodes({key: value}):
+            kept[key] = value
+        else:
+            name = key if isinstance(key, str) else f"<{type(key).__name__} key>"
+            left_out.append(name[:_MAX_KEY_NAME])
+    kept[UNENCODABLE] = left_out
+    return kept
+
+
+def _encodes(value: Any) -> bool:
+    """Whether the message encoder can write ``value`` (TypeError: not JSON-like;
+    ValueError: an over-long integer; RecursionError: nested too deep)."""
+    try:
+        _check_encoder.encode(value)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return False
+    return True
+
+
 def failure_message_of(exc: BaseException) -> str:
     """The sentence a failure shows: a :class:`~a2e_host.exceptions.ChainError`'s own
     message, else ``"<Type>: <text>"`` (a tool that raised ``ValueError("bad")`` reads
@@ -91,7 +149,8 @@ def chain_failure_of(
 
     Returns:
         The frozen :class:`ChainFailure`; its ``message`` is :func:`failure_message_of`
-        and ``details`` a copy of the exception's (``{}`` for a non-chain exception).
+        and ``details`` a copy of the exception's (``{}`` for a non-chain exception),
+        made sendable (:func:`sendable_details`).
         Nothing is logged here: the caller logs a bug with its traceback.
     """
     if isinstance(exc, ChainError):
@@ -105,7 +164,7 @@ def chain_failure_of(
             message=exc.message,
             node_id=node_id,
             retryable=exc.retryable,
-            details=dict(exc.details),
+            details=sendable_details(exc.details),
         )
     if node_id is None:
         return ChainFailure(
@@ -152,7 +211,8 @@ def error_message_of(
     """The wire ``error`` for an exception raised while handling a message.
 
     A :class:`~a2e_host.exceptions.RemoteProtocolError` keeps its code, message, detail
-    and retryable flag (its own ``req_id`` / ``capability_name`` win when set). Anything
+    (made sendable: :func:`sendable_details`) and retryable flag (its own ``req_id`` /
+    ``capability_name`` win when set). Anything
     else is a bug: logged with its traceback and sent as ``runtime_error`` with no detail
     (PROTOCOL.md §2).
 
@@ -173,7 +233,7 @@ def error_message_of(
             req_id=own_id,
             code=exc.code,
             message=exc.message,
-            detail=exc.detail,
+            detail=sendable_details(exc.detail),
             retryable=exc.retryable,
             capability_name=exc.capability_name or capability_name,
         )

@@ -15,11 +15,13 @@ import structlog
 from a2e_host.chains.messages import ChainResponse, chain_codec
 from a2e_host.codec import encode_message
 from a2e_host.errors import (
+    UNENCODABLE,
     ChainFailure,
     cancelled_failure,
     chain_failure_of,
     error_message_of,
     failure_message_of,
+    sendable_details,
     timeout_failure,
 )
 from a2e_host.exceptions import (
@@ -173,3 +175,41 @@ def test_the_wire_error_prefers_the_exception_s_own_id_and_capability() -> None:
     fallback = error_message_of(SchemaViolation("bad"), req_id="handled", log=log,
                                 capability_name="chains")
     assert (fallback.req_id, fallback.capability_name) == ("handled", "chains")
+
+
+# ── facts the encoder cannot write ──────────────────────────────────────────
+
+
+class Opaque:
+    """Something a tool or plugin put in its error's facts by mistake."""
+
+
+def test_facts_the_encoder_cannot_write_are_left_out_and_named() -> None:
+    facts = {"path": "a.txt", "when": Opaque(), "n": 10**5000, 3: "x", "deep": [1, (2,)]}
+    assert sendable_details(facts) == {
+        "path": "a.txt", "deep": [1, (2,)], UNENCODABLE: ["when", "n", "<int key>"]}
+    assert sendable_details({"a": 1, "b": [None, 1.5]}) == {"a": 1, "b": [None, 1.5]}
+    assert sendable_details({}) == {}
+    nested = current = []  # type: ignore[var-annotated]
+    for _ in range(5000):  # past the encoder's nesting limit
+        current.append([])
+        current = current[0]
+    assert sendable_details({"ok": True, "nested": nested}) == {
+        "ok": True, UNENCODABLE: ["nested"]}
+
+
+def test_a_node_failure_with_facts_the_encoder_cannot_write_still_encodes() -> None:
+    failure = chain_failure_of(NodeError("odd", details={"when": Opaque(), "k": 1}),
+                               node_id="a")
+    assert (failure.code, failure.node_id, failure.details) == (
+        "chain_node_error", "a", {"k": 1, UNENCODABLE: ["when"]})
+    response = ChainResponse(req_id="r", success=False, error=failure)
+    decoded = chain_codec.decode(encode_message(response))
+    assert isinstance(decoded, ChainResponse) and decoded.error == failure
+
+
+def test_a_wire_error_with_facts_the_encoder_cannot_write_still_encodes() -> None:
+    error = error_message_of(SchemaViolation("bad", detail={"path": "$.x", "v": Opaque()}),
+                             req_id="r", log=structlog.get_logger("test"))
+    assert error.detail == {"path": "$.x", UNENCODABLE: ["v"]}
+    assert b'"unencodable":["v"]' in encode_message(error)
