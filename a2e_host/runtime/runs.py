@@ -16,6 +16,10 @@ that table when it :meth:`~Run.release`\\ s (a chain does so just before its
 ``chain/resp``, so the next request is never told ``busy``), or at the latest when its
 task ends; the registry forgets it then.
 
+A run's failure stays the run's: what its body raises becomes one wire ``error``
+through its sink, and when even that cannot be sent (the ``append`` hook failing) it is
+logged; nothing but cancellation leaves a run's task, since the task group is the host's.
+
 The seams for runs that outlive their connection (not built here):
 
 - re-attaching: :meth:`Run.attach` takes another connection's outbox, with ``after``
@@ -413,18 +417,44 @@ class RunRegistry:
 
     async def _run(self, run: Run, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]
                    ) -> None:
+        """One run's task: nothing but cancellation leaves it, since its task group is
+        the host's (an escaping exception would end every run of every connection)."""
         try:
             try:
                 with run._scope:
                     await fn(run, *args)
             except Exception as exc:
-                run.sink.send_nowait(self._error_message(
-                    exc, req_id=run.req_id, log=run.log, capability_name=run.capability,
-                ))
+                self._send_failure(run, exc)
         finally:
             self._unlist(run)
             self._alive.discard(run)
-            run._ended()
+            try:
+                run._ended()
+            except Exception as exc:  # an on_end callback's bug
+                run.log.error("a run's end callback failed", exc_info=exc)
+
+    def _send_failure(self, run: Run, exc: Exception) -> None:
+        """Send the wire ``error`` for what ``run`` raised, through its sink; when that
+        fails too (a store whose ``append`` keeps failing, a mapping bug), send a bare
+        ``runtime_error`` instead, and when even that fails, log it: the run's failure
+        stays the run's."""
+        try:
+            run.sink.send_nowait(self._error_message(
+                exc, req_id=run.req_id, log=run.log, capability_name=run.capability,
+            ))
+            return
+        except Exception as failure:  # its context is the run's own exception
+            run.log.error("the run's error could not be sent; sending runtime_error",
+                          exc_info=failure)
+        try:
+            run.sink.send_nowait(ErrorMessage(
+                req_id=run.req_id, code="runtime_error",
+                message="internal error while handling the request; see the host log",
+                capability_name=run.capability,
+            ))
+        except Exception as failure:
+            run.log.error("the run ended without an answer: not even runtime_error could "
+                          "be sent", exc_info=failure)
 
     def _unlist(self, run: Run) -> None:
         key = run.key

@@ -201,6 +201,27 @@ async def test_an_exception_in_a_run_becomes_one_wire_error_with_its_request_id(
 
 
 @pytest.mark.asyncio
+async def test_a_run_whose_error_cannot_be_made_still_answers_runtime_error() -> None:
+    def broken_mapping(exc: BaseException, **kwargs: Any) -> ErrorMessage:
+        raise KeyError("a bug in the mapping")
+
+    runs, outbox = RunRegistry(structlog.get_logger("test"), broken_mapping), Frames()
+
+    async def broken(run: Run) -> None:
+        raise Busy("too busy right now")
+
+    with anyio.fail_after(WAIT):
+        async with runs.open():
+            run = runs.start(broken, key=("s1", "r9"), capability="chains", outbox=outbox)
+            await run.done.wait()
+    [error] = [chain_codec.decode(f) for f in outbox.frames]
+    assert isinstance(error, ErrorMessage)
+    assert (error.req_id, error.code, error.capability_name, error.detail) == (
+        "r9", "runtime_error", "chains", {})
+    assert (len(runs), run.sink.position) == (0, 1)
+
+
+@pytest.mark.asyncio
 async def test_runs_start_only_while_the_host_runs() -> None:
     runs = registry()
     with pytest.raises(RuntimeError, match="the host is not running"):
