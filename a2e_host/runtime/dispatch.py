@@ -6,7 +6,9 @@ the session state machine (:class:`~a2e_host.session.ConnectionSession`), ``ping
 holds it, after the session checks (:meth:`ConnectionSession.check_work
 <a2e_host.session.ConnectionSession.check_work>`); a plugin's ``handle`` gets a
 :class:`~a2e_host.runtime.context.ConnectionContext`. Anything raised becomes exactly
-one wire ``error`` through the router's single mapping.
+one wire ``error`` through the router's single mapping, a stray cancellation out of a
+plugin included (:func:`~a2e_host.runtime.cancels.being_cancelled`); only the
+connection's own cancellation goes through.
 
 It reads the connection only through :class:`DispatchTarget`, and the host only
 through its :class:`~a2e_host.runtime.router.Router`.
@@ -23,6 +25,7 @@ from ..messages import HandshakeRequest, HandshakeResponse, Message, Ping, Pong,
 from ..plugin import Plugin
 from ..session import ConnectionSession, Session
 from ..transports import CloseCode
+from .cancels import being_cancelled
 from .outbox import Outbox
 from .router import Router
 
@@ -59,7 +62,8 @@ class DispatchTarget(Protocol):
 
 
 async def dispatch(conn: DispatchTarget, message: Message) -> None:
-    """Answer or route one decoded message; never raises (errors go on the wire)."""
+    """Answer or route one decoded message; never raises (errors go on the wire), but
+    lets the task's own cancellation through."""
     mtype = message.TYPE
     plugin: Plugin | None = None
     try:
@@ -92,7 +96,9 @@ async def dispatch(conn: DispatchTarget, message: Message) -> None:
                 )
             session = conn.sessions.check_work(message, plugin.capability)
             await conn.handle(plugin, message, session)
-    except Exception as exc:
+    except (Exception, anyio.get_cancelled_exc_class()) as exc:
+        if not isinstance(exc, Exception) and being_cancelled():
+            raise
         capability = plugin.capability if plugin is not None else ""
         conn.send_error(exc, req_id=message.id, message_type=mtype, capability=capability)
 

@@ -41,6 +41,7 @@ import anyio.abc
 from ..codec import encode_message
 from ..errors import error_message_of
 from ..messages import ErrorMessage, Message
+from .cancels import being_cancelled
 
 __all__ = [
     "DetachPolicy",
@@ -423,8 +424,10 @@ class RunRegistry:
             try:
                 with run._scope:
                     await fn(run, *args)
-            except Exception as exc:
-                self._send_failure(run, exc)
+            except (Exception, anyio.get_cancelled_exc_class()) as exc:
+                if not isinstance(exc, Exception) and being_cancelled():
+                    raise
+                self._send_failure(run, exc)  # a stray cancellation is a failure too
         finally:
             self._unlist(run)
             self._alive.discard(run)
@@ -433,7 +436,7 @@ class RunRegistry:
             except Exception as exc:  # an on_end callback's bug
                 run.log.error("a run's end callback failed", exc_info=exc)
 
-    def _send_failure(self, run: Run, exc: Exception) -> None:
+    def _send_failure(self, run: Run, exc: BaseException) -> None:
         """Send the wire ``error`` for what ``run`` raised, through its sink; when that
         fails too (a store whose ``append`` keeps failing, a mapping bug), send a bare
         ``runtime_error`` instead, and when even that fails, log it: the run's failure

@@ -4,6 +4,7 @@ outbox is attached, and detaching cancels it only where the policy says so."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import anyio
@@ -346,3 +347,27 @@ async def test_a_run_waits_while_its_outbox_is_over_the_mark_and_never_when_deta
             await kept.sink.wait_writable()  # detached: nobody to wait for
             await again.step(3)
             await kept.done.wait()
+
+
+@pytest.mark.asyncio
+async def test_a_stray_cancel_out_of_a_run_is_its_error_and_other_runs_go_on() -> None:
+    runs, outbox = registry(), Frames()
+    other = Steps(1)
+
+    async def awaits_a_cancelled_future(run: Run) -> None:
+        future = asyncio.get_running_loop().create_future()
+        future.cancel()  # something else cancelled what the run awaited
+        await future
+
+    with anyio.fail_after(WAIT):
+        async with runs.open():
+            running = runs.start(other, key=("s2", "r1"), outbox=Frames())
+            run = runs.start(awaits_a_cancelled_future, key=("s1", "r1"),
+                             capability="chains", outbox=outbox)
+            await run.done.wait()
+            other.go[0].set()
+            await running.done.wait()
+    [error] = [chain_codec.decode(f) for f in outbox.frames]
+    assert isinstance(error, ErrorMessage)
+    assert (error.req_id, error.code, error.capability_name) == ("r1", "runtime_error", "chains")
+    assert other.sent[0].is_set() and not other.cancelled.is_set()
