@@ -209,8 +209,11 @@ class Plugin:
         raise UnknownType(f"plugin {self.capability!r} does not handle {message.TYPE!r}")
 
     async def session_closed(self, session: SessionInfo) -> None:
-        """The session's connection is gone (its runs were detached, so cancelled, and
-        awaited): forget what the plugin keeps per session (default: nothing)."""
+        """The session's connection is gone: forget what the plugin keeps per session
+        (default: nothing). Its runs were detached, so cancelled, and awaited for at most
+        the connection's cancel grace (5 s): a run ignoring its cancel longer (a worker
+        thread) may still be ending, so it must not need that state. Called once per
+        session, given at most that grace too."""
         return None
 
     async def aclose(self) -> None:

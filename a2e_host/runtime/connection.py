@@ -25,7 +25,8 @@ cause                  what happens
 =====================  =============================================================
 peer gone              (WS closed, memory client closed, stdout closed) every run is
                        detached (so cancelled) and every task cancelled at once, then
-                       plugins are told (``session_closed``)
+                       plugins are told (``session_closed``) once the runs ended or
+                       :data:`CANCEL_GRACE` passed, whichever is first
 end of input           (stdin EOF) stop reading, let work finish, flush, close
 ``shutdown``           stop taking work, let work finish within its ``timeout``,
                        cancel the rest (their responses are still sent), flush, close
@@ -125,8 +126,11 @@ class HostConnection:
     # ── life cycle ─────────────────────────────────────────────────────────
 
     async def run(self) -> None:
-        """Serve until the connection ends. On return its tasks have ended and so have
-        the runs it started (bounded by :data:`CANCEL_GRACE` for runs ignoring a cancel)."""
+        """Serve until the connection ends. On return its tasks have ended, so have the
+        runs it started (waited for at most :data:`CANCEL_GRACE`: a run ignoring its
+        cancel, e.g. in a worker thread, may outlive it), the plugins were told the
+        session closed, and the transport is closed; each of these steps has its own
+        bound, so none is skipped because another took long."""
         self.log.info("connection opened", peer=self.peer)
         try:
             async with anyio.create_task_group() as tg:
@@ -143,12 +147,16 @@ class HostConnection:
         finally:
             self.sessions.close()
             self.outbox.close()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_GRACE):
-                await self._detach_runs()
+            with anyio.CancelScope(shield=True):
+                await self._end_runs()
                 session = self.session
                 if session is not None:
-                    await self.router.session_closed(session, self.log)
-                await self.transport.aclose(self._close_code, self._close_reason)
+                    await self.router.session_closed(session, self.log, timeout=CANCEL_GRACE)
+                with anyio.move_on_after(FLUSH_TIMEOUT) as closing:
+                    await self.transport.aclose(self._close_code, self._close_reason)
+                if closing.cancelled_caught:
+                    self.log.warning("the transport did not close in time; left to the "
+                                     "peer", timeout=FLUSH_TIMEOUT)
             self._log_closed()
 
     def _log_closed(self) -> None:
@@ -285,14 +293,22 @@ class HostConnection:
         while self._runs:
             await self._idle.wait()
 
-    async def _detach_runs(self) -> None:
-        """The connection is over: detach every run still attached, and wait for those
-        that detaching cancelled (the caller bounds the wait)."""
+    async def _end_runs(self) -> None:
+        """The connection is over: detach every run still attached, and wait at most
+        :data:`CANCEL_GRACE` for those that detaching cancelled. A run still going then
+        (its body ignores the cancel: a worker thread, a shielded wait) is logged and
+        left to end on its own, in the host's task group."""
         cancelled = [run for run in list(self._runs) if run.detach()]
         self._runs.clear()
         self._idle.set()
-        for run in cancelled:
-            await run.done.wait()
+        with anyio.move_on_after(CANCEL_GRACE):
+            for run in cancelled:
+                await run.done.wait()
+        alive = [run.name or run.req_id for run in cancelled if not run.done.is_set()]
+        if alive:
+            self.log.warning("runs outlive their connection: they ignored the cancel for "
+                             "the grace period and end on their own", runs=alive[:10],
+                             count=len(alive), grace=CANCEL_GRACE)
 
     def runs_of(self, session: SessionInfo, capability: str) -> SessionRuns:
         """``ctx.runs``: one session's runs in flight of one capability."""

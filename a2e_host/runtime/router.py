@@ -12,10 +12,13 @@ that, so a connection cannot reach back up into the host.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import anyio
 
 from ..admission import AuthThrottle
 from ..codec import MessageCodec
@@ -74,11 +77,21 @@ class Router:
                 return plugin
         return None
 
-    async def session_closed(self, session: SessionInfo, log: Any = None) -> None:
-        """Tell every plugin a session's connection is gone (their errors are logged)."""
+    async def session_closed(
+        self, session: SessionInfo, log: Any = None, *, timeout: float = math.inf
+    ) -> None:
+        """Tell every plugin a session's connection is gone: each is given at most
+        ``timeout`` seconds, so one slow or failing plugin (logged) never keeps the
+        others from being told."""
+        log = log or self.log
         for plugin in self.plugins:
             try:
-                await plugin.session_closed(session)
+                with anyio.move_on_after(timeout) as scope:
+                    await plugin.session_closed(session)
             except Exception as exc:
-                (log or self.log).error("plugin failed in session_closed",
-                                        plugin=plugin.capability, exc_info=exc)
+                log.error("plugin failed in session_closed", plugin=plugin.capability,
+                          exc_info=exc)
+                continue
+            if scope.cancelled_caught:
+                log.warning("plugin did not finish session_closed in time",
+                            plugin=plugin.capability, timeout=timeout)
