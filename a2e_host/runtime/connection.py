@@ -151,7 +151,7 @@ class HostConnection:
                 await self._end_runs()
                 session = self.session
                 if session is not None:
-                    await self.router.session_closed(session, self.log, timeout=CANCEL_GRACE)
+                    await self.router.session_closed(session, self.log, grace=CANCEL_GRACE)
                 with anyio.move_on_after(FLUSH_TIMEOUT) as closing:
                     await self.transport.aclose(self._close_code, self._close_reason)
                 if closing.cancelled_caught:

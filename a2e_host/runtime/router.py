@@ -78,15 +78,15 @@ class Router:
         return None
 
     async def session_closed(
-        self, session: SessionInfo, log: Any = None, *, timeout: float = math.inf
+        self, session: SessionInfo, log: Any = None, *, grace: float = math.inf
     ) -> None:
         """Tell every plugin a session's connection is gone: each is given at most
-        ``timeout`` seconds, so one slow or failing plugin (logged) never keeps the
+        ``grace`` seconds, so one slow or failing plugin (logged) never keeps the
         others from being told."""
         log = log or self.log
         for plugin in self.plugins:
             try:
-                with anyio.move_on_after(timeout) as scope:
+                with anyio.move_on_after(grace) as scope:
                     await plugin.session_closed(session)
             except Exception as exc:
                 log.error("plugin failed in session_closed", plugin=plugin.capability,
@@ -94,4 +94,4 @@ class Router:
                 continue
             if scope.cancelled_caught:
                 log.warning("plugin did not finish session_closed in time",
-                            plugin=plugin.capability, timeout=timeout)
+                            plugin=plugin.capability, grace=grace)
