@@ -165,7 +165,8 @@ class ChainError(A2EError):
 
 
 class ChainInvalid(ChainError):
-    """Validation refused the chain; ``details["errors"]`` lists every problem (PROTOCOL.md §4)."""
+    """Validation refused the chain; ``details["errors"]`` lists its problems, the first 100
+    (``details["problems_total"]`` counts them when there were more; PROTOCOL.md §4)."""
 
     code = "chain_invalid"
 

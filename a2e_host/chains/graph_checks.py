@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from ..limits import SessionLimits
 from .catalog import Catalog
@@ -178,7 +177,6 @@ class GraphChecks(NodeChecks):
 
     def check_cycles(self) -> None:
         succ = [sorted(out) for out in self.out]
-        cycles: list[dict[str, Any]] = []
         for comp in strongly_connected(succ):
             if len(comp) == 1 and comp[0] not in self.out[comp[0]]:
                 continue
@@ -187,13 +185,12 @@ class GraphChecks(NodeChecks):
             ids = [self.nodes[k].node_id for k in path]
             decl_node, decl_field = self.declared_by[(path[0], path[1])]
             arrow = " → ".join(ids)
-            cycles.append(problem(
+            self.problems.add(problem(  # listed first whatever came before: code order
                 CHAIN_CYCLE, decl_node, decl_field,
                 f"the chain has a cycle {arrow}; chains must be acyclic",
                 f"remove one edge of the cycle, e.g. {decl_field} of node {decl_node!r}",
                 path=ids,
             ))
-        self.problems[:0] = cycles
 
     # ── 7. predecessors and the entry node ──
 

@@ -39,7 +39,7 @@ from .expressions import (
 from .hints import MAX_SUGGESTIONS, Suggester
 from .kinds import COMMON_EDGES, MAP_NODE, ON_ERROR, KindRow, KindSpec, one_of
 from .messages import ChainNode, ChainRequest
-from .problems import CHAIN_INVALID, limit_problem, problem
+from .problems import CHAIN_INVALID, Problems, limit_problem, problem
 
 __all__ = ["CONTEXT_KEYS", "RESERVED_IDS", "NodeChecks"]
 
@@ -74,7 +74,7 @@ class NodeChecks:
         self.kinds = kind_table.NODE_KINDS
         self.rows = self.kinds.rows
         self.nodes = request.nodes
-        self.problems: list[dict[str, Any]] = []
+        self.problems = Problems()  # counted, the first of each code kept
         self.compile_expressions = True  # False once their total text is refused
         self.by_id: dict[str, int] = {}
         n = len(self.nodes)
@@ -96,7 +96,7 @@ class NodeChecks:
     # ── problems ──
 
     def add(self, found: dict[str, Any]) -> None:
-        self.problems.append(found)
+        self.problems.add(found)
 
     def invalid(self, node_id: str, field: str, message: str, hint: str, **extra: Any) -> None:
         self.add(problem(CHAIN_INVALID, node_id, field, message, hint, **extra))

@@ -24,7 +24,7 @@ Validation is near-linear in the size of the request, also when it is hostile:
 expressions are bounded in length and nesting before they are parsed
 (:data:`~a2e_host.chains.expressions.MAX_EXPRESSION_NESTING`), every walk is iterative, and
 "did you mean" suggestions are bounded (:mod:`~a2e_host.chains.hints`; every problem is
-still reported).
+still counted), and so are the problems kept (:class:`~a2e_host.chains.problems.Problems`).
 
 Problems and their one exception are described in :mod:`~a2e_host.chains.problems`: all of
 them are raised together in one :class:`~a2e_host.exceptions.ChainInvalid` whose code
@@ -150,8 +150,10 @@ def validate_chain(
         The immutable :class:`ChainPlan` (its ``warnings`` list what could fail).
 
     Raises:
-        ChainInvalid: one or more problems; ``details["errors"]`` lists every one
-            (``details["warnings"]`` the warnings, when there are any), and
+        ChainInvalid: one or more problems; ``details["errors"]`` lists them (the first
+            :data:`~a2e_host.chains.problems.MAX_PROBLEMS`; past that
+            ``details["problems_total"]`` counts them all; ``details["warnings"]`` the
+            warnings, when there are any), and
             ``code`` is ``chain_cycle``, else ``chain_limit``, else ``chain_invalid``.
             When the code is ``chain_limit``, the first problem's ``ceiling``, ``scope``,
             ``limit`` and ``requested`` are also at the top of ``details``.

@@ -75,7 +75,8 @@ def validate_main(
         hints = [problem_hint(p, node_kinds=kinds, allow_proc=config.allow_proc)
                  for p in exc.details["errors"]]
         return _report_invalid(exc.code, exc.message, exc.details["errors"], json_out, hints,
-                               exc.details.get("warnings", []))
+                               exc.details.get("warnings", []),
+                               total=exc.details.get("problems_total"))
     _report_valid(chain, plan, json_out)
     return EXIT_VALID
 
@@ -139,6 +140,7 @@ def _fail(code: str, message: str, json_out: bool) -> int:
 def _report_invalid(
     code: str, message: str, errors: list[dict[str, Any]], json_out: bool,
     hints: list[str] | None = None, warnings: list[dict[str, Any]] | None = None,
+    total: int | None = None,
 ) -> int:
     warnings = warnings or []
     if json_out:
@@ -149,8 +151,10 @@ def _report_invalid(
         print(_line(problem, hints[i] if hints else None))
     for warning in warnings:
         print(f"warning: {_line(warning)}")
-    count = len(errors)
-    print(f"invalid ({code}): {count} problem{'s' if count != 1 else ''}{_warned(warnings)}")
+    count = total if total is not None else len(errors)
+    listed = f" (the first {len(errors)} listed)" if count > len(errors) else ""
+    print(f"invalid ({code}): {count} problem{'s' if count != 1 else ''}{listed}"
+          f"{_warned(warnings)}")
     return EXIT_INVALID
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from a2e_host.chains import hints, node_checks, validation
 from a2e_host.chains.expressions import MAX_EXPRESSION_NESTING
+from a2e_host.chains.problems import MAX_PROBLEMS
 from a2e_host.exceptions import ChainInvalid
 from a2e_host.limits import Limits
 from tests.support.chains import problems, refusal, validate
@@ -96,10 +97,12 @@ def test_thousands_of_missing_ids_validate_in_near_linear_time(count: int) -> No
         f"{count} nodes took {took:.2f} s to validate; {baseline:.2f} s without problems"
     )
     found = problems(err)
-    assert len(found) == 2 * count, "every problem is still reported"
-    fields = {(p["node_id"], p["field"]) for p in found}
-    assert ("node00000", "next_node") in fields
-    assert (f"node{count - 1:05d}", "input_map.x") in fields
+    # every problem is still counted; the first MAX_PROBLEMS, in the order found, listed
+    assert (err.details["problems_total"], err.details["problems_listed"], len(found)) == (
+        2 * count, MAX_PROBLEMS, MAX_PROBLEMS)
+    assert f"({2 * count} problems, the first {MAX_PROBLEMS} listed" in err.message
+    fields = [(p["node_id"], p["field"]) for p in found]
+    assert fields == [(f"node{i:05d}", "next_node") for i in range(MAX_PROBLEMS)]
     first = next(p for p in found if p["field"] == "next_node")
     assert first["message"].endswith("did you mean 'node00000'?"), first["message"]
 
@@ -118,9 +121,10 @@ def test_suggestions_among_many_ids_find_a_one_edit_typo() -> None:
 
 def test_suggestions_stop_after_a_bound_but_every_problem_is_reported() -> None:
     nodes = [{"node_id": f"n{i}", "next_node": f"m{i}"} for i in range(300)]
-    found = problems(refusal(nodes, "n0"))
+    err = refusal(nodes, "n0")
+    found = problems(err)
     suggested = [p for p in found if "did you mean" in p["message"]]
-    assert len(found) == 300
+    assert (err.details["problems_total"], len(found)) == (300, MAX_PROBLEMS)
     assert 0 < len(suggested) <= hints.MAX_SUGGESTIONS
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from a2e_host.chains.problems import MAX_PROBLEMS
 from a2e_host.exceptions import ChainInvalid
 from a2e_host.limits import Limits
 from tests.support.chains import FakeCatalog, problems, refusal, validate
@@ -339,6 +340,41 @@ def test_code_precedence_is_cycle_then_limit_then_invalid() -> None:
                   limits=Limits(max_nodes=1))
     assert err.code == "chain_limit"
     assert [p["code"] for p in problems(err)] == ["chain_limit", "chain_invalid"]
+
+
+def test_a_refusal_lists_the_first_problems_in_precedence_order_and_counts_them_all() -> None:
+    # 150 unknown tools (found first), then 101 self-loops: the cycles lead the listing
+    nodes = [{"node_id": f"t{i}", "name": "nope"} for i in range(150)]
+    nodes += [{"node_id": f"c{i}", "next_node": f"c{i}"} for i in range(MAX_PROBLEMS + 1)]
+    err = refusal(nodes, "t0", limits=Limits(max_nodes=1))
+    listed = problems(err)
+    total = 150 + MAX_PROBLEMS + 1 + 1  # and one max_nodes ceiling
+    assert (err.code, err.node_id) == ("chain_cycle", "c0")
+    assert (err.details["problems_total"], err.details["problems_listed"]) == (
+        total, MAX_PROBLEMS)
+    assert [(p["code"], p["node_id"]) for p in listed] == [
+        ("chain_cycle", f"c{i}") for i in range(MAX_PROBLEMS)]
+    assert err.message.startswith(
+        f"chain is invalid ({total} problems, the first {MAX_PROBLEMS} listed in "
+        "details.errors); first: node 'c0' field 'next_node'")
+
+
+def test_a_ceiling_found_after_the_cap_still_leads_the_refusal() -> None:
+    nodes = [{"node_id": f"t{i}", "name": "nope"} for i in range(MAX_PROBLEMS + 50)]
+    err = refusal(nodes, "t0", limits=Limits(max_timeout=1), timeout=2)
+    assert err.code == "chain_limit"
+    assert (err.details["ceiling"], err.details["problems_total"]) == (
+        "max_timeout", MAX_PROBLEMS + 51)
+    listed = problems(err)
+    assert [p["code"] for p in listed[:2]] == ["chain_limit", "chain_invalid"]
+    assert listed[-1]["node_id"] == f"t{MAX_PROBLEMS - 2}"
+
+
+def test_a_refusal_within_the_cap_lists_every_problem_and_adds_no_count() -> None:
+    nodes = [{"node_id": f"t{i}", "name": "nope"} for i in range(MAX_PROBLEMS)]
+    err = refusal(nodes, "t0")
+    assert len(problems(err)) == MAX_PROBLEMS
+    assert list(err.details) == ["errors"]
 
 
 def test_every_problem_has_the_documented_keys() -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from a2e_host.chains.catalog import Signature
 from a2e_host.chains.messages import ChainNode, ChainRequest
+from a2e_host.chains.problems import MAX_PROBLEMS
 from a2e_host.chains.skills import DeclaredSkill, SkillLoadError, SkillRegistry, load_skills
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.chains.typecheck import MAX_WARNINGS
@@ -211,12 +212,16 @@ def test_a_read_that_is_always_null_is_a_warning_where_any_value_is_taken(
     assert "did you mean 'text'?" in plan.warnings[0]["message"]
 
 
-def test_warnings_are_capped_and_errors_are_not(toolbox: Toolbox) -> None:
+def test_warnings_are_capped_and_errors_are_listed_up_to_theirs_and_counted(
+    toolbox: Toolbox,
+) -> None:
     nodes = [{"node_id": f"u{i}", "name": "upper", "input": {"text": "a", "tex": 1}}
              for i in range(MAX_WARNINGS + 20)]
     nodes += [{"node_id": f"a{i}", "name": "add", "input": {"a": 1}} for i in range(150)]
     err = refused(toolbox, *nodes)
-    assert len(err.details["errors"]) == 150
+    assert len(err.details["errors"]) == MAX_PROBLEMS
+    assert (err.details["problems_total"], err.details["problems_listed"]) == (
+        150, MAX_PROBLEMS)
     assert len(err.details["warnings"]) == MAX_WARNINGS
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from a2e_host.chains.problems import MAX_PROBLEMS
 from a2e_host.commands import validate as command
 from tests.support.chains import FakeCatalog
 
@@ -88,6 +89,17 @@ def test_invalid_chain_as_json_lists_every_problem(
     assert (report["valid"], report["code"]) == (False, "chain_cycle")
     fields = {(p["node_id"], p["field"]) for p in report["errors"]}
     assert {("a", "next_node"), ("a", "name"), ("b", "condition")} <= fields
+
+
+@pytest.mark.usefixtures("fake_catalog")
+def test_a_chain_with_more_problems_than_are_listed_says_how_many_there_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = [{"node_id": f"n{i}", "kind": "tool", "name": "ech"} for i in range(150)]
+    assert run(write(tmp_path, {"nodes": nodes, "entry_node": "n0"})) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == MAX_PROBLEMS + 1
+    assert lines[-1] == f"invalid (chain_invalid): 150 problems (the first {MAX_PROBLEMS} listed)"
 
 
 @pytest.mark.usefixtures("fake_catalog")
