@@ -38,6 +38,7 @@ __all__ = [
     "chain_failure_of",
     "error_message_of",
     "failure_message_of",
+    "internal_error_message",
     "sendable_details",
     "timeout_failure",
 ]
@@ -237,9 +238,19 @@ def error_message_of(
             retryable=exc.retryable,
             capability_name=exc.capability_name or capability_name,
         )
-    what = repr(message_type) if message_type else "a message"
     log.error("internal error while handling a message", req_id=req_id,
               message_type=message_type, exc_info=exc)
+    return internal_error_message(req_id=req_id, message_type=message_type,
+                                  capability_name=capability_name)
+
+
+def internal_error_message(
+    *, req_id: str, message_type: str = "", capability_name: str = ""
+) -> ErrorMessage:
+    """The wire ``runtime_error`` for a fault in the host: no detail, no traceback
+    (PROTOCOL.md §2); the caller logs the fault. Also the last resort when the error for
+    a failure could not be made or sent."""
+    what = repr(message_type) if message_type else "a message"
     return ErrorMessage(
         req_id=req_id,
         code="runtime_error",

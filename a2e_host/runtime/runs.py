@@ -39,7 +39,7 @@ import anyio
 import anyio.abc
 
 from ..codec import encode_message
-from ..errors import error_message_of
+from ..errors import error_message_of, internal_error_message
 from ..messages import ErrorMessage, Message
 from .cancels import being_cancelled
 
@@ -431,33 +431,23 @@ class RunRegistry:
         finally:
             self._unlist(run)
             self._alive.discard(run)
-            try:
-                run._ended()
-            except Exception as exc:  # an on_end callback's bug
-                run.log.error("a run's end callback failed", exc_info=exc)
+            run._ended()
 
     def _send_failure(self, run: Run, exc: BaseException) -> None:
-        """Send the wire ``error`` for what ``run`` raised, through its sink; when that
-        fails too (a store whose ``append`` keeps failing, a mapping bug), send a bare
-        ``runtime_error`` instead, and when even that fails, log it: the run's failure
-        stays the run's."""
+        """Send the wire ``error`` for what ``run`` raised; when that fails too (an
+        ``append`` hook failing, a mapping bug), a bare ``runtime_error``; when even that
+        fails, only the log has it."""
         try:
             run.sink.send_nowait(self._error_message(
-                exc, req_id=run.req_id, log=run.log, capability_name=run.capability,
-            ))
+                exc, req_id=run.req_id, log=run.log, capability_name=run.capability))
             return
         except Exception as failure:  # its context is the run's own exception
-            run.log.error("the run's error could not be sent; sending runtime_error",
-                          exc_info=failure)
+            run.log.error("the run's error could not be sent", exc_info=failure)
         try:
-            run.sink.send_nowait(ErrorMessage(
-                req_id=run.req_id, code="runtime_error",
-                message="internal error while handling the request; see the host log",
-                capability_name=run.capability,
-            ))
+            run.sink.send_nowait(internal_error_message(
+                req_id=run.req_id, capability_name=run.capability))
         except Exception as failure:
-            run.log.error("the run ended without an answer: not even runtime_error could "
-                          "be sent", exc_info=failure)
+            run.log.error("the run ended with no answer sent", exc_info=failure)
 
     def _unlist(self, run: Run) -> None:
         key = run.key
