@@ -8,15 +8,20 @@ Theory of operation. A node kind is one :class:`KindSpec` row:
 =========  ====================  ========  =====================================  ========
 kind       own fields            gate      control edges                          executed
 =========  ====================  ========  =====================================  ========
-tool       –                     –         next_node, on_error                    yes
-skill      –                     skill     next_node, on_error                    yes
-proc       –                     proc      next_node, on_error                    yes
+tool       retry, timeout,       –         next_node, on_error                    yes
+           fallback, cache
+skill      timeout               skill     next_node, on_error                    yes
+proc       retry, timeout        proc      next_node, on_error                    yes
 branch     condition,            –         next_node, true_node, false_node,      no
            true_node, false_node           on_error
 map        items_path, map_node  –         next_node, on_error, map_node          no
 =========  ====================  ========  =====================================  ========
 
 *Own fields* are fields only that kind may set (another kind setting one is a problem).
+The recovery fields (PROTOCOL.md §5 Recovery) belong to the kinds that call something:
+``retry`` to tool and proc nodes (a skill's sub-chain run again would repeat its inner
+nodes' events), ``timeout`` to every executed kind, ``fallback`` and ``cache`` to tool
+nodes (they name or key a tool).
 A *gate* is a name in ``handshake/req agent_caps`` that unlocks the kind (PROTOCOL.md §8).
 An *executed* kind is run by an executor (the scheduler's ``executors[kind]``) and may be a
 map's template; a *control* kind (branch, map) is run by the scheduler itself.
@@ -193,10 +198,12 @@ def _named(what: str) -> Required:
                     f"set 'name' to a registered {what} (see `a2e-host tools`)")
 
 
-TOOL = KindSpec("tool", required=(_named("tool"),), registry="tool")
-SKILL = KindSpec("skill", required=(_named("skill"),), gate="skill", registry="skill",
-                 shape="rounded")
-PROC = KindSpec("proc", gate="proc", proc_policy=True, shape="parallelogram")
+TOOL = KindSpec("tool", own_fields=("retry", "timeout", "fallback", "cache"),
+                required=(_named("tool"),), registry="tool")
+SKILL = KindSpec("skill", own_fields=("timeout",), required=(_named("skill"),), gate="skill",
+                 registry="skill", shape="rounded")
+PROC = KindSpec("proc", own_fields=("retry", "timeout"), gate="proc", proc_policy=True,
+                shape="parallelogram")
 BRANCH = KindSpec(
     "branch",
     own_fields=("condition", "true_node", "false_node"),
