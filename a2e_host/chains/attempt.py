@@ -124,6 +124,8 @@ async def run_attempt(
         run.events.send(shown, "done", output=output)
     else:
         report = run.reports.pop(shown)
+        if report.keep is not None:
+            report.keep(output)
         run.events.send_data(shown, "done", report.data(True), output=output)
     if run.debug:
         run.log.debug("node done", node_id=shown)

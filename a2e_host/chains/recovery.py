@@ -14,7 +14,8 @@ fallback, and fills the node's :class:`~a2e_host.chains.recovery_policy.Report`,
 the terminal event carries as ``data``.
 
 1. **cache** — when asked and the tool is pure (``cacheable``), a kept output for the
-   same tool, version and input answers at once (``cache: "hit"``);
+   same tool, version and input answers at once (``cache: "hit"``); after a miss, the
+   attempt's output is kept once the node's lifecycle accepted it (``Report.keep``);
 2. **attempts** — the executor is called with the resolved input, each call within the
    node's ``timeout`` (a :class:`~a2e_host.exceptions.NodeTimeout`); a failure is tried
    again while attempts are left, :func:`~a2e_host.chains.recovery_policy.may_retry`
@@ -31,6 +32,7 @@ RunState` and must not import the scheduler or the attempt module (which imports
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -143,7 +145,7 @@ async def run_recovering(
             await clock.sleep(wait)
             continue
         if key is not None and cache is not None:
-            cache.put(key, output)
+            report.keep = partial(cache.put, key)  # once the output passed its checks
         return output
     name = recovery.fallback
     if not name or isinstance(failure, ChainLimitExceeded):

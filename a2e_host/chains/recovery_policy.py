@@ -19,6 +19,7 @@ runtime (:mod:`a2e_host.chains.recovery`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,9 +170,12 @@ class Report:
         tool: the tool that produced the output.
         cache: ``"hit"``, ``"miss"`` or ``"off"`` (asked, but the tool is not pure or
             the host keeps no cache); ``""`` when the cache was not asked.
+        keep: after a miss, what keeps the output in the cache; called by the node's
+            lifecycle once the output passed its checks (an output the node refuses is
+            never kept), else None.
     """
 
-    __slots__ = ("attempts", "errors", "fallback_used", "tool", "cache")
+    __slots__ = ("attempts", "errors", "fallback_used", "tool", "cache", "keep")
 
     def __init__(self, tool: str) -> None:
         self.attempts = 0
@@ -179,6 +183,7 @@ class Report:
         self.fallback_used = False
         self.tool = tool
         self.cache = ""
+        self.keep: Callable[[Any], object] | None = None
 
     def failed(self, attempt: int, tool: str, exc: BaseException) -> None:
         """Record a failed attempt of ``tool``."""
