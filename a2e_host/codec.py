@@ -75,12 +75,15 @@ class MessageCodec:
     Attributes:
         types: ``type`` tag → Struct, every type this codec decodes.
         host_sent: the tags only a host sends (``FROM_HOST``).
+        example: the tag error hints give as an example of a request: the first
+            agent-sent type a plugin declared (``chain/req`` on a host serving chains),
+            else ``handshake/req``.
 
     Raises:
         ValueError: two types share a tag, or a type has none.
     """
 
-    __slots__ = ("types", "host_sent", "decoder")
+    __slots__ = ("types", "host_sent", "example", "decoder")
 
     def __init__(self, types: Iterable[type[Message]]) -> None:
         by_tag: dict[str, type[Message]] = {}
@@ -95,6 +98,11 @@ class MessageCodec:
             by_tag[cls.TYPE] = cls
         self.types: Mapping[str, type[Message]] = MappingProxyType(by_tag)
         self.host_sent = frozenset(tag for tag, cls in by_tag.items() if cls.FROM_HOST)
+        self.example = next(
+            (tag for tag, cls in by_tag.items()
+             if not cls.FROM_HOST and cls not in CORE_MESSAGE_TYPES),
+            "handshake/req",
+        )
         union = Union[tuple(by_tag.values())]  # type: ignore[valid-type]  # noqa: UP007
         self.decoder: msgspec.json.Decoder[Message] = msgspec.json.Decoder(union)
 
@@ -244,18 +252,19 @@ def _classify(codec: MessageCodec, obj: Any, exc: BaseException) -> Message | Re
     mtype = obj.get("type")
     if mtype is None:
         return InvalidMessage(
-            "message has no 'type' field; add one, e.g. \"type\": \"chain/req\"",
+            f"message has no 'type' field; add one, e.g. \"type\": \"{codec.example}\"",
             req_id=req_id,
         )
     if not isinstance(mtype, str):
         return InvalidMessage(
-            f"message 'type' must be a string such as \"chain/req\", got {json_kind(mtype)}",
+            f"message 'type' must be a string such as \"{codec.example}\", got "
+            f"{json_kind(mtype)}",
             req_id=req_id,
         )
     if mtype not in codec.types:
-        known = sorted(codec.types)
+        known = sorted(tag for tag in codec.types if tag not in codec.host_sent)
         return UnknownType(
-            f"unknown message type {mtype!r}; this host knows {', '.join(known)}",
+            f"unknown message type {mtype!r}; an agent may send {', '.join(known)}",
             detail={"type": mtype, "known": known},
             req_id=req_id,
         )

@@ -73,7 +73,9 @@ def failure_message_of(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def chain_failure_of(exc: BaseException, *, node_id: str | None = None) -> ChainFailure:
+def chain_failure_of(
+    exc: BaseException, *, node_id: str | None = None, stage: str = "running"
+) -> ChainFailure:
     """The ``chain/resp.error`` for an exception (PROTOCOL.md §5).
 
     Args:
@@ -84,6 +86,8 @@ def chain_failure_of(exc: BaseException, *, node_id: str | None = None) -> Chain
             and ``node_id`` is this one. None when the chain as a whole failed: a
             :class:`~a2e_host.exceptions.ChainError` (e.g. ``ChainInvalid``) then keeps
             its own code and ``node_id``, anything else is ``runtime_error``.
+        stage: what the host was doing when a chain as a whole failed with a bug
+            (``"validating"`` or ``"running"``), for the ``runtime_error`` sentence.
 
     Returns:
         The frozen :class:`ChainFailure`; its ``message`` is :func:`failure_message_of`
@@ -106,7 +110,7 @@ def chain_failure_of(exc: BaseException, *, node_id: str | None = None) -> Chain
     if node_id is None:
         return ChainFailure(
             code="runtime_error",
-            message=f"the host failed while running the chain ({type(exc).__name__}); "
+            message=f"the host failed while {stage} the chain ({type(exc).__name__}); "
             "this is a fault in the host, not in the chain",
         )
     return ChainFailure(

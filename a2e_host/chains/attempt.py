@@ -39,6 +39,7 @@ import anyio
 
 from ..errors import chain_failure_of
 from ..exceptions import ChainError, NodeError
+from . import kinds
 from .evaluation import evaluate, resolve_input
 from .expressions import is_truthy
 from .interpreter import ContextView
@@ -98,7 +99,7 @@ async def run_attempt(
     try:
         budget.count_nodes(1, shown, node_id)
         output, taken = await run.kind_runners.get(kind, execute)(run, shown, pnode, context)
-        if kind != "map":  # a map checks and counts its items' outputs as they arrive
+        if pnode.template_index is None:  # a map counts its items' outputs as they arrive
             size = budget.keep_output(output, shown, node_id)
             if size < 0:
                 size = await budget.keep_large_output(output, shown, node_id)
@@ -156,7 +157,10 @@ async def execute(
         granted=config.granted,
         max_output_bytes=run.limits.max_output_bytes,
         limits=config.limits,
-        run_subchain=subchain_runner(run, shown) if pnode.kind == "skill" else None,
+        run_subchain=(
+            subchain_runner(run, shown) if pnode.kind in kinds.NODE_KINDS.subchain_kinds
+            else None
+        ),
         log=run.log,
     )
     recovery = pnode.recovery

@@ -8,11 +8,36 @@ catalog (:mod:`a2e_host.chains.skills`). Source: PROTOCOL.md §4 (unknown names)
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from .messages import ChainNode
 
-__all__ = ["Catalog"]
+__all__ = ["Catalog", "Signature"]
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """What a tool or skill declares about its input and output, and what the host holds it
+    to, for the static checks (PROTOCOL.md §4).
+
+    Attributes:
+        input_schema / output_schema: JSON Schemas (dicts, or True for anything); they must
+            not change once given (their types are cached by identity).
+        input_enforced: the input is converted to ``input_schema`` before the call (msgspec):
+            a field that does not fit fails the node, so a chain sure to give one is refused.
+            False: a mismatch is only a warning.
+        required_enforced: an input lacking a ``required`` field fails the node (true
+            wherever ``input_enforced`` is; a declared skill checks only this).
+        output_enforced: the output is converted to ``output_schema``, so an object in it
+            has exactly its declared fields (a field it lacks reads as null).
+    """
+
+    input_schema: Any
+    output_schema: Any
+    input_enforced: bool = True
+    required_enforced: bool = True
+    output_enforced: bool = True
 
 
 class Catalog(Protocol):
@@ -21,6 +46,12 @@ class Catalog(Protocol):
     A catalog may also have ``pack_providing(tool_name) -> str | None``: the installed
     tool pack, not enabled, that provides a tool; the problem of an unknown tool then
     names that pack and how to enable it. It is asked only for unknown tools.
+
+    A catalog may also have ``signature_of(registry, name) -> Signature | None``: the
+    schemas of a registered tool (``registry`` ``"tool"``) or skill (``"skill"``), as a
+    kind's ``registry`` column names them, None when it declares none. Validation then
+    checks node inputs against them (PROTOCOL.md §4 static checks); without it those
+    checks are not made.
     """
 
     def tool_names(self) -> Collection[str]:

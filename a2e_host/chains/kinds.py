@@ -41,7 +41,7 @@ import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .messages import ChainNode
 
@@ -176,6 +176,16 @@ class KindSpec:
         expressions: its own fields holding a JMESPath expression (besides ``input_map``),
             compiled by validation.
         checks: further pure checks, run after the ones above.
+        subchains: its executor runs declared sub-chains inside the current run (it gets
+            ``NodeContext.run_subchain``, and its declared skills count towards
+            ``max_total_nodes`` before the chain runs).
+        unknown_effects: what a call does is unknown to the host (a process): a node's
+            ``retry`` repeats it only for codes its ``retry_on`` names, as for a tool
+            that writes without being idempotent (PROTOCOL.md §5 Recovery).
+        output: the JSON Schema of the output the host itself builds for this kind (a
+            branch's ``{condition, taken}``, a proc's result), read by the static checks
+            (:mod:`~a2e_host.chains.typecheck`); None when the tool or skill named declares
+            it, or a map's list of its template's outputs.
         shape: how ``a2e-host graph`` draws the node: ``box``, ``rounded``,
             ``parallelogram``, ``diamond`` or ``subroutine``.
     """
@@ -190,6 +200,9 @@ class KindSpec:
     proc_policy: bool = False
     expressions: tuple[str, ...] = ()
     checks: tuple[KindCheck, ...] = ()
+    subchains: bool = False
+    unknown_effects: bool = False
+    output: Mapping[str, Any] | None = None
     shape: str = "box"
 
 
@@ -201,9 +214,20 @@ def _named(what: str) -> Required:
 TOOL = KindSpec("tool", own_fields=("retry", "timeout", "fallback", "cache"),
                 required=(_named("tool"),), registry="tool")
 SKILL = KindSpec("skill", own_fields=("timeout",), required=(_named("skill"),), gate="skill",
-                 registry="skill", shape="rounded")
+                 registry="skill", subchains=True, shape="rounded")
+
+
+def _closed_object(**fields: str) -> Mapping[str, Any]:
+    """The JSON Schema of an object with exactly these fields, each of this type."""
+    return MappingProxyType({"type": "object", "additionalProperties": False,
+                             "properties": {k: {"type": t} for k, t in fields.items()},
+                             "required": list(fields)})
+
+
 PROC = KindSpec("proc", own_fields=("retry", "timeout"), gate="proc", proc_policy=True,
-                shape="parallelogram")
+                unknown_effects=True, shape="parallelogram",
+                output=_closed_object(exit_code="integer", stdout="string", stderr="string",
+                                      duration_ms="integer", truncated="boolean"))
 BRANCH = KindSpec(
     "branch",
     own_fields=("condition", "true_node", "false_node"),
@@ -217,6 +241,7 @@ BRANCH = KindSpec(
     edges=(NEXT_NODE, TRUE_NODE, FALSE_NODE, ON_ERROR),
     executed=False,
     expressions=("condition",),
+    output=_closed_object(condition="boolean", taken="string"),
     shape="diamond",
 )
 MAP = KindSpec(
@@ -288,6 +313,7 @@ class KindTable:
         edge_fields: every field any kind reads as a control edge, in first-seen order.
         common_plan_edges: ``(field, bit)`` of :data:`COMMON_EDGES` (an unknown kind's).
         template_kinds: the executed kinds (those a map may run per item).
+        subchain_kinds: the kinds whose executor runs sub-chains (``skill``).
         finished_bits / taken_bits / handled_bits: the plan edge bits that fire when a node
             finishes (done or skipped after a failure), takes a side, or is handled.
         activating_bits: the edge bits that activate a node (everything but a handler);
@@ -299,8 +325,8 @@ class KindTable:
     """
 
     __slots__ = ("specs", "rows", "names", "gates", "gated", "edge_fields",
-                 "common_plan_edges", "template_kinds", "finished_bits", "taken_bits",
-                 "handled_bits", "activating_bits", "control_bits")
+                 "common_plan_edges", "template_kinds", "subchain_kinds", "finished_bits",
+                 "taken_bits", "handled_bits", "activating_bits", "control_bits")
 
     def __init__(self, specs: Iterable[KindSpec]) -> None:
         by_name: dict[str, KindSpec] = {}
@@ -323,6 +349,7 @@ class KindTable:
         self.edge_fields = tuple(fields)
         self.common_plan_edges = _plan_edges(COMMON_EDGES)
         self.template_kinds = tuple(spec.name for spec in values if spec.executed)
+        self.subchain_kinds = frozenset(spec.name for spec in values if spec.subchains)
         self.finished_bits = _bits(values, (Fires.FINISHED,))
         self.taken_bits = _bits(values, (Fires.TAKEN,))
         self.handled_bits = _bits(values, (Fires.HANDLED,))

@@ -5,7 +5,9 @@ Layer: core (pure, no anyio). Source: PROTOCOL.md §4 (problem shape), §6 (ceil
 
 Every problem is a dict ``{"code", "node_id", "field", "message", "hint"}`` (cycles add
 ``"path"``; ceilings add ``"ceiling", "scope", "limit", "requested"``; syntax errors add
-``"column"``). All of them are raised together in one
+``"column"``; static type findings add ``"expected", "inferred"``). A *warning* (could be
+wrong, does not refuse the chain) has the same shape with code ``chain_warning``. All
+problems are raised together in one
 :class:`~a2e_host.exceptions.ChainInvalid` whose code follows the precedence
 ``chain_cycle`` > ``chain_limit`` > ``chain_invalid``; when that first problem is a
 ceiling, its four fields are also at the top of ``details``.
@@ -21,12 +23,15 @@ __all__ = [
     "CHAIN_CYCLE",
     "CHAIN_INVALID",
     "CHAIN_LIMIT",
+    "CHAIN_WARNING",
     "chain_invalid",
     "limit_problem",
     "problem",
 ]
 
 CHAIN_CYCLE, CHAIN_LIMIT, CHAIN_INVALID = "chain_cycle", "chain_limit", "chain_invalid"
+CHAIN_WARNING = "chain_warning"
+"""The code of a warning: a finding that could be wrong at run time (PROTOCOL.md §4)."""
 _PRECEDENCE = (CHAIN_CYCLE, CHAIN_LIMIT, CHAIN_INVALID)
 _LIMIT_FIELDS = ("ceiling", "scope", "limit", "requested")
 
@@ -44,11 +49,14 @@ def limit_problem(err: ChainLimitExceeded, node_id: str, field: str, hint: str) 
     return problem(CHAIN_LIMIT, node_id, field, err.message, hint, **err.details)
 
 
-def chain_invalid(problems: list[dict[str, Any]]) -> ChainInvalid:
+def chain_invalid(
+    problems: list[dict[str, Any]], warnings: list[dict[str, Any]] | None = None
+) -> ChainInvalid:
     """The one exception for every problem found, in code precedence order (stable).
 
     Args:
         problems: at least one problem, in the order they were found.
+        warnings: warnings found too; listed as ``details["warnings"]`` when there are any.
 
     Returns:
         A :class:`~a2e_host.exceptions.ChainInvalid` whose ``code`` and ``node_id`` are the
@@ -60,6 +68,8 @@ def chain_invalid(problems: list[dict[str, Any]]) -> ChainInvalid:
     details: dict[str, Any] = {"errors": ordered}
     if first["code"] == CHAIN_LIMIT and all(k in first for k in _LIMIT_FIELDS):
         details = {**{k: first[k] for k in _LIMIT_FIELDS}, "errors": ordered}
+    if warnings:
+        details["warnings"] = warnings
     return ChainInvalid(_summary(ordered), code=first["code"], node_id=first["node_id"],
                         details=details)
 

@@ -40,6 +40,7 @@ import msgspec
 import tenacity
 
 from ..exceptions import ChainError, ChainLimitExceeded, NodeTimeout
+from . import kinds
 from .messages import ChainNode, RetryPolicy
 from .nodes import Executor, NodeContext
 from .recovery_policy import Recovery, is_guarded, may_retry, progress_data
@@ -101,7 +102,10 @@ async def run_recovering(
     """
     report = run.reports[shown]
     config = run.config
-    tool = config.tool_of(node.name) if config.tool_of is not None and kind == "tool" else None
+    spec = kinds.NODE_KINDS.get(kind)
+    tool = None
+    if config.tool_of is not None and spec is not None and spec.registry == "tool":
+        tool = config.tool_of(node.name)
     key: CacheKey | None = None
     cache = config.step_cache
     if recovery.cache:
@@ -116,7 +120,7 @@ async def run_recovering(
                 report.cache = "hit" if hit else "miss"
                 if hit:
                     return output
-    guarded = kind == "proc" or (
+    guarded = (spec is not None and spec.unknown_effects) or (
         tool is not None and is_guarded(tool.side_effects, tool.idempotent))
     retry = recovery.retry
     of = recovery.max_attempts

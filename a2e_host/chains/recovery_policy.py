@@ -25,11 +25,11 @@ from typing import Any
 
 from ..errors import NODE_FAILURE_CODES, failure_message_of
 from ..exceptions import A2EError, ChainError, NodeTimeout
+from . import kinds
 from .messages import ChainNode, RetryPolicy
 
 __all__ = [
     "NEVER_RETRIED",
-    "RETRY_KINDS",
     "TIMEOUT_CODE",
     "Recovery",
     "Report",
@@ -46,9 +46,6 @@ TIMEOUT_CODE = "timeout"
 NEVER_RETRIED = frozenset({"chain_limit", "chain_invalid", "chain_cycle", "invalid_input"})
 """Codes no ``retry`` retries: a ceiling refuses the same way again, and an input the tool
 refuses (``invalid_input``) or a chain validation refused is refused again."""
-
-RETRY_KINDS = frozenset({"tool", "proc"})
-"""The node kinds whose ``retry`` is honoured (the kind table's own fields say the same)."""
 
 _GUARDED_EFFECTS = frozenset({"write", "external"})
 
@@ -77,11 +74,16 @@ def recovery_of(node: ChainNode, request_cache: bool = False) -> Recovery | None
     """The :class:`Recovery` of a validated node, None when it asks for none.
 
     Args:
-        node: the node (its fields already validated).
-        request_cache: the request's ``cache``: every ``tool`` node asks the cache.
+        node: the node (its fields already validated: only a kind that takes a field
+            sets it).
+        request_cache: the request's ``cache``: every node of a kind that takes
+            ``cache`` (the kind table's own fields: ``tool``) asks the cache.
     """
     retry, timeout, fallback = node.retry, node.timeout, node.fallback
-    cache = (node.cache or request_cache) and node.kind == "tool"
+    cache = node.cache
+    if request_cache and not cache:
+        spec = kinds.NODE_KINDS.get(node.kind)
+        cache = spec is not None and "cache" in spec.own_fields
     if retry is None and timeout is None and not fallback and not cache:
         return None
     return Recovery(

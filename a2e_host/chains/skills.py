@@ -41,9 +41,11 @@ from ..config import HostConfig
 from ..exceptions import ChainInvalid, NodeError
 from ..limits import SessionLimits
 from ..tools import Tool, ToolPack, ToolRegistry
-from .catalog import Catalog
+from . import kinds
+from .catalog import Catalog, Signature
 from .messages import ChainNode, ChainRequest
 from .nodes import NodeContext
+from .signatures import tool_signature
 
 __all__ = [
     "SKILLS_GROUP",
@@ -59,7 +61,6 @@ SKILLS_GROUP = "a2e_host.skills"
 """The entry-point group Python skills register in."""
 
 SKILL_SUFFIXES = (".json", ".yaml", ".yml")
-_ALL_CAPS = frozenset({"chains", "tools", "skill", "proc"})
 
 
 class SkillLoadError(ValueError):
@@ -164,6 +165,18 @@ class SkillRegistry:
     def get(self, name: str) -> Tool | DeclaredSkill | None:
         """The skill called ``name``, or None."""
         return self.python.get(name) or self.declared.get(name)
+
+    def signature_of(self, name: str) -> Signature | None:
+        """The schemas of skill ``name`` for validation's static checks, None if unknown."""
+        skill = self.get(name)
+        if skill is None:
+            return None
+        if isinstance(skill, Tool):
+            return tool_signature(skill)
+        # its input_schema describes the input; only its required names are checked before
+        # the sub-chain starts; its output (the sub-chain's final_output) is not declared
+        return Signature(skill.input_schema or True, True, input_enforced=False,
+                         required_enforced=True, output_enforced=False)
 
     def suggest(self, name: str) -> list[str]:
         """Up to three skill names close to ``name``."""
@@ -290,6 +303,12 @@ class _SkillCatalog:
     def check_proc(self, node: ChainNode) -> str | None:
         return self.inner.check_proc(node) if self.inner is not None else None
 
+    def signature_of(self, registry: str, name: str) -> Signature | None:
+        if registry == "skill":
+            return self.registry.signature_of(name)
+        lookup = getattr(self.inner, "signature_of", None)
+        return lookup(registry, name) if lookup is not None else None
+
 
 class _Everything(Collection[str]):
     """A collection containing every name (no catalog: tool names go unchecked)."""
@@ -315,7 +334,9 @@ def _validate_all(
     for skill in registry.declared.values():
         request = ChainRequest(nodes=skill.nodes, entry_node=skill.entry_node, chain_id="skill")
         try:
-            validate_chain(request, checker, limits, granted=_ALL_CAPS)
+            # every gate granted: a skill file is checked for what it is, not for a session
+            validate_chain(request, checker, limits,
+                           granted=frozenset(kinds.NODE_KINDS.gates))
         except ChainInvalid as exc:
             where = str(skill.source) if skill.source else skill.name
             errors = exc.details.get("errors") or []

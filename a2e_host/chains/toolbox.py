@@ -14,9 +14,11 @@ from ..config import HostConfig
 from ..exceptions import NodeError
 from ..tools import ToolRegistry, load_tools
 from ..tools.registry import tools_of_packs_not_enabled
+from .catalog import Signature
 from .messages import ChainNode
 from .nodes import Executor, NodeContext, current_node
 from .proc import ProcPolicy, run_proc
+from .signatures import tool_signature
 from .skills import SkillRegistry, load_skills
 
 __all__ = ["Toolbox"]
@@ -89,6 +91,15 @@ class Toolbox:
     def check_proc(self, node: ChainNode) -> str | None:
         """A static refusal for a proc node (see :meth:`ProcPolicy.static_check`), or None."""
         return self.proc.static_check(node)
+
+    def signature_of(self, registry: str, name: str) -> Signature | None:
+        """The schemas of ``name`` in ``registry`` (a kind's ``registry`` in the kind table:
+        ``"tool"`` or ``"skill"``), None when it is not registered; for validation's static
+        checks (PROTOCOL.md §4)."""
+        if registry == "tool":
+            tool = self.tools.get(name)
+            return tool_signature(tool) if tool is not None else None
+        return self.skills.signature_of(name) if registry == "skill" else None
 
     def pack_providing(self, tool_name: str) -> str | None:
         """The installed pack, not enabled, that provides ``tool_name``, or None (always

@@ -15,6 +15,11 @@ Theory of operation (the steps, and the module that takes each):
 5. Edges, 6. cycles, 7. the entry node (:mod:`~a2e_host.chains.graph_checks`); literal
    ``items_path`` lists are held to ``max_map_items`` in step 3.
 
+Between steps 5 and 6, the static checks (:mod:`~a2e_host.chains.typecheck`): node inputs
+against the tools' and skills' schemas, with the types of ``input_map`` expressions
+inferred from the outputs they read. A sure failure is a problem; what could be wrong is a
+warning, kept on the plan (:attr:`ChainPlan.warnings`).
+
 Validation is near-linear in the size of the request, also when it is hostile:
 expressions are bounded in length and nesting before they are parsed
 (:data:`~a2e_host.chains.expressions.MAX_EXPRESSION_NESTING`), every walk is iterative, and
@@ -31,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 from ..exceptions import ChainInvalid
 from ..limits import SessionLimits
@@ -43,6 +49,7 @@ from .node_checks import CONTEXT_KEYS, RESERVED_IDS
 from .problems import CHAIN_INVALID, chain_invalid, problem
 from .recovery_checks import check_recovery
 from .recovery_policy import Recovery, recovery_of
+from .typecheck import TypeChecks
 
 __all__ = [
     "Catalog",
@@ -118,6 +125,8 @@ class ChainPlan:
         entry: index of ``entry_node``.
         timeout: effective chain timeout, float seconds: ``min(request.timeout, max_timeout)``
             (``min(300, max_timeout)`` when the request left ``timeout`` out).
+        warnings: what the static checks found could fail at run time (problems of code
+            ``chain_warning``, PROTOCOL.md §4); never sent with a running chain.
     """
 
     request: ChainRequest
@@ -127,6 +136,7 @@ class ChainPlan:
     terminals: tuple[int, ...]
     entry: int
     timeout: float
+    warnings: tuple[dict[str, Any], ...] = ()
 
 
 def validate_chain(
@@ -142,10 +152,11 @@ def validate_chain(
             theirs).
 
     Returns:
-        The immutable :class:`ChainPlan`.
+        The immutable :class:`ChainPlan` (its ``warnings`` list what could fail).
 
     Raises:
-        ChainInvalid: one or more problems; ``details["errors"]`` lists every one, and
+        ChainInvalid: one or more problems; ``details["errors"]`` lists every one
+            (``details["warnings"]`` the warnings, when there are any), and
             ``code`` is ``chain_cycle``, else ``chain_limit``, else ``chain_invalid``.
             When the code is ``chain_limit``, the first problem's ``ceiling``, ``scope``,
             ``limit`` and ``requested`` are also at the top of ``details``.
@@ -250,14 +261,16 @@ class _Validator(GraphChecks):
         self.check_templates()
         self.build_control_edges()
         self.build_data_edges()
+        warnings = TypeChecks(self).run()
         self.check_cycles()
         preds, control = self.count_preds()
         entry = self.check_entry(preds)
         if self.problems or entry is None:
-            raise chain_invalid(self.problems)
-        return self.plan(preds, control, entry)
+            raise chain_invalid(self.problems, warnings)
+        return self.plan(preds, control, entry, warnings)
 
-    def plan(self, preds: list[int], control: list[bool], entry: int) -> ChainPlan:
+    def plan(self, preds: list[int], control: list[bool], entry: int,
+             warnings: list[dict[str, Any]]) -> ChainPlan:
         nodes = []
         condition, items_path = self.exprs.get("condition"), self.exprs.get("items_path")
         next_i, true_i, false_i, handler_i, template_i = (
@@ -284,6 +297,7 @@ class _Validator(GraphChecks):
             request=self.request, nodes=tuple(nodes), by_id=MappingProxyType(dict(self.by_id)),
             roots=roots, terminals=terminals, entry=entry,
             timeout=float(min(self.request.timeout_within(max_timeout), max_timeout)),
+            warnings=tuple(warnings),
         )
 
 

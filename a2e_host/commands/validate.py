@@ -6,6 +6,10 @@ tools, skills and proc policy of a host built from the same configuration, with 
 capabilities that host serves granted (``proc`` only when an executable is allowed), so
 ``validate`` and ``run`` agree on every chain.
 
+Warnings (what the static checks found could fail at run time, PROTOCOL.md §4) are printed
+after the problems, one ``warning:`` line each, and listed as ``warnings`` in ``--json``; they
+never make a chain invalid.
+
 Exit codes: 0 valid, 1 invalid (every problem printed), 2 unreadable file, bad JSON or
 bad configuration.
 """
@@ -40,8 +44,8 @@ def validate_main(
     Args:
         chain: a JSON file holding a ``chain/req`` body (``type``, ``id``, ``ts`` and
             ``session_id`` may be left out).
-        json_out: print one JSON object ``{"valid", "code", "message", "errors", …}``
-            instead of one human-readable line per problem.
+        json_out: print one JSON object ``{"valid", "code", "message", "errors",
+            "warnings", …}`` instead of one human-readable line per problem and warning.
         config_path: the TOML configuration, None for defaults and ``A2E_*`` variables.
         overrides: CLI values for the configuration (``tools``, ``allow_proc``, …).
 
@@ -70,7 +74,8 @@ def validate_main(
         kinds = {node.node_id: node.kind for node in request.nodes}
         hints = [problem_hint(p, node_kinds=kinds, allow_proc=config.allow_proc)
                  for p in exc.details["errors"]]
-        return _report_invalid(exc.code, exc.message, exc.details["errors"], json_out, hints)
+        return _report_invalid(exc.code, exc.message, exc.details["errors"], json_out, hints,
+                               exc.details.get("warnings", []))
     _report_valid(chain, plan, json_out)
     return EXIT_VALID
 
@@ -124,8 +129,8 @@ def _catalog(config: HostConfig) -> tuple[Catalog, frozenset[str]]:
 
 def _fail(code: str, message: str, json_out: bool) -> int:
     if json_out:
-        print(json.dumps({"valid": False, "code": code, "message": message, "errors": []},
-                         ensure_ascii=False))
+        print(json.dumps({"valid": False, "code": code, "message": message, "errors": [],
+                          "warnings": []}, ensure_ascii=False))
     else:
         print(f"error: {message}", file=sys.stderr)
     return EXIT_UNREADABLE
@@ -133,17 +138,25 @@ def _fail(code: str, message: str, json_out: bool) -> int:
 
 def _report_invalid(
     code: str, message: str, errors: list[dict[str, Any]], json_out: bool,
-    hints: list[str] | None = None,
+    hints: list[str] | None = None, warnings: list[dict[str, Any]] | None = None,
 ) -> int:
+    warnings = warnings or []
     if json_out:
-        print(json.dumps({"valid": False, "code": code, "message": message, "errors": errors},
-                         ensure_ascii=False))
+        print(json.dumps({"valid": False, "code": code, "message": message, "errors": errors,
+                          "warnings": warnings}, ensure_ascii=False))
         return EXIT_INVALID
     for i, problem in enumerate(errors):
         print(_line(problem, hints[i] if hints else None))
+    for warning in warnings:
+        print(f"warning: {_line(warning)}")
     count = len(errors)
-    print(f"invalid ({code}): {count} problem{'s' if count != 1 else ''}")
+    print(f"invalid ({code}): {count} problem{'s' if count != 1 else ''}{_warned(warnings)}")
     return EXIT_INVALID
+
+
+def _warned(warnings: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> str:
+    count = len(warnings)
+    return f", {count} warning{'s' if count != 1 else ''}" if count else ""
 
 
 def _line(problem: dict[str, Any], hint: str | None = None) -> str:
@@ -163,8 +176,10 @@ def _report_valid(path: Path, plan: ChainPlan, json_out: bool) -> None:
         print(json.dumps({
             "valid": True, "chain_id": plan.request.chain_id, "nodes": len(ids),
             "entry_node": ids[plan.entry], "roots": roots, "terminals": terminals,
-            "timeout": plan.timeout, "errors": [],
+            "timeout": plan.timeout, "errors": [], "warnings": list(plan.warnings),
         }, ensure_ascii=False))
         return
+    for warning in plan.warnings:
+        print(f"warning: {_line(warning)}")
     print(f"valid: {path.name}: {len(ids)} node{'s' if len(ids) != 1 else ''}, "
-          f"roots {', '.join(roots)}; terminals {', '.join(terminals)}")
+          f"roots {', '.join(roots)}; terminals {', '.join(terminals)}{_warned(plan.warnings)}")

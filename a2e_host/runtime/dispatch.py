@@ -76,9 +76,12 @@ async def dispatch(conn: DispatchTarget, message: Message) -> None:
             conn.log.info("shutdown asked by the agent", timeout=timeout)
             conn.request_stop(float(timeout), code=CloseCode.NORMAL, reason="shutdown")
         elif mtype in conn.router.codec.host_sent:
+            owner = conn.router.plugin_for(mtype)
+            requests = [c.TYPE for c in (owner.message_types if owner else ()) if not c.FROM_HOST]
+            example = requests[0] if requests else conn.router.codec.example
             raise InvalidMessage(
                 f"{mtype!r} is sent by the host, not by an agent; send a request type "
-                "such as 'chain/req'"
+                f"such as {example!r}"
             )
         else:
             plugin = conn.router.plugin_for(mtype)

@@ -208,12 +208,11 @@ class ChainPlugin(Plugin):
                 return
             except RecursionError:
                 log.info("chain refused", code="chain_invalid", reason="recursion")
-                respond(_failure(
-                    request, started, "chain_invalid",
+                respond(_refusal(request, ChainInvalid(
                     "the chain is nested too deeply to validate (an expression or a "
                     "structure inside it exceeded the validator's recursion limit); "
-                    "flatten it",
-                ))
+                    "flatten it"
+                ), started))
                 return
             runner = ChainRunner(
                 plan,
@@ -246,11 +245,8 @@ class ChainPlugin(Plugin):
                 log.error("the chain failed inside the host after its response", exc_info=exc)
                 return
             log.error("the chain failed inside the host", exc_info=exc)
-            respond(_failure(
-                request, started, "runtime_error",
-                f"the host failed while {'running' if runner else 'validating'} the "
-                f"chain ({type(exc).__name__}); this is a fault in the host, not in the chain",
-            ))
+            stage = "running" if runner is not None else "validating"
+            respond(_answer(request, started, chain_failure_of(exc, stage=stage)))
 
     async def _plan(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
         """Validate ``request`` and hold its worst case to ``max_total_nodes``; in a worker
@@ -288,6 +284,7 @@ class ChainPlugin(Plugin):
         deepest one is refused).
         """
         plans = self._skill_plans.setdefault(session.session_id, {})
+        subchain_kinds = kinds.NODE_KINDS.subchain_kinds
         declared = self.toolbox.skills.declared
         nesting: dict[str, int] = {}  # skill → levels its roots certainly nest below it
 
@@ -323,7 +320,8 @@ class ChainPlugin(Plugin):
                 children = [
                     plan.nodes[r].node.name
                     for r in plan.roots
-                    if plan.nodes[r].kind == "skill" and plan.nodes[r].on_error == "abort"
+                    if plan.nodes[r].kind in subchain_kinds
+                    and plan.nodes[r].on_error == "abort"
                     and plan.nodes[r].node.name in declared
                 ]
                 pending = [c for c in children if c not in nesting and c not in entered]
@@ -380,13 +378,14 @@ def worst_case_node_count(
         The count, int (at most :data:`_COUNT_CEILING`).
     """
     counted: dict[tuple[str, int], int] = {}  # (skill, depth it runs at) → its count
+    subchain_kinds = kinds.NODE_KINDS.subchain_kinds
     templates_of: dict[str, set[str]] = {}
 
     def calls(chain: Sequence[ChainNode], depth: int, name: str) -> tuple[int, list[Any]]:
         """Nodes that run at ``depth`` and the (skill, depth + 1) sub-chains they start."""
         templates = templates_of.get(name)
         if templates is None:
-            templates = {n.map_node for n in chain if n.kind == "map" and n.map_node}
+            templates = {n.map_node for n in chain if n.map_node}  # a validated chain's maps
             if name:
                 templates_of[name] = templates
         own = 0
@@ -395,7 +394,7 @@ def worst_case_node_count(
             if node.node_id in templates:
                 continue
             own += 1
-            if node.kind == "skill" and node.name in skills and depth < max_depth:
+            if node.kind in subchain_kinds and node.name in skills and depth < max_depth:
                 subs.append((node.name, depth + 1))
         return own, subs
 
@@ -444,20 +443,6 @@ def _check_total_nodes(
     raise ChainInvalid(
         message, code="chain_limit", details={**err.details, "errors": [problem]}
     )
-
-
-def _failure(
-    request: ChainRequest,
-    started: float,
-    code: str,
-    message: str,
-    *,
-    node_id: str = "",
-    details: dict[str, Any] | None = None,
-) -> ChainResponse:
-    """The ``chain/resp`` of a request that failed before any node started."""
-    failure = ChainFailure(code=code, message=message, node_id=node_id, details=details or {})
-    return _answer(request, started, failure)
 
 
 def _refusal(request: ChainRequest, exc: ChainInvalid, started: float) -> ChainResponse:

@@ -15,8 +15,10 @@ from tests.support.stdio import stdio_host
 RUNTIME_FAILURES: list[tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]] = [
     # node, initial_input, words the error message must contain
     (tool("a", "fail", input={"message": "boom here"}), {}, ("'a'", "boom here")),
-    (tool("a", "add", input={"a": 1}), {}, ("'a'", "'add'", "'b'")),
-    (tool("a", "upper", input={"text": 5}), {}, ("'a'", "'upper'", "text")),
+    # a wrong input shape that arrives at run time (a static one is refused by validation)
+    (tool("a", "add", input={"a": 1}, input_map={"b": "input.b"}), {"b": "two"},
+     ("'a'", "'add'", "$.b")),
+    (tool("a", "upper", input_map={"text": "input.t"}), {"t": 5}, ("'a'", "'upper'", "text")),
     (tool("a", "echo", input_map={"x": "sort_by(input.xs, &v)"}),
      {"xs": [{"v": 1}, {"v": "s"}]}, ("'a'", "input_map.x", "sort_by")),
     (tool("a", "echo", input_map={"x": "merge(input.n, input.n)"}), {},

@@ -145,8 +145,11 @@ async def test_an_input_the_tool_refuses_is_never_retried() -> None:
         return {"sum": a + b}
 
     host = Host([tool(add, blocking=False)])
-    run = await host.run([{"node_id": "t", "name": "add", "input": {"a": 1},
-                           "retry": {**FAST, "retry_on": ["chain_node_error"]}}])
+    # b is read from input, which validation cannot type: the tool refuses it at run time
+    run = await host.run([{"node_id": "t", "name": "add",
+                           "input_map": {"a": "input.a", "b": "input.b"},
+                           "retry": {**FAST, "retry_on": ["chain_node_error"]}}],
+                         initial_input={"a": 1, "b": "two"})
     assert run.phases("t") == [("t", "start", "status"), ("t", "error", "status")]
     assert run.last("t").data["errors"][0]["code"] == "invalid_input"
     assert run.response.error is not None and run.response.error.code == "chain_node_error"

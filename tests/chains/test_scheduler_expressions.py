@@ -101,20 +101,18 @@ async def test_a_map_item_over_budget_fails_the_map_naming_the_ceiling() -> None
     assert error.details["index"] == 1 and error.details["limit"] == 500
 
 
-class CancelOnStart:
-    """Cancels the run once ``node_id`` started: possible only if the loop is free."""
+class CancelOnceOffLoop:
+    """Cancels the run once the evaluation is running in its worker thread: possible only
+    if the loop is free. Waits for that moment by an event, never by a guessed sleep."""
 
-    def __init__(self, node_id: str) -> None:
-        self.node_id = node_id
-        self.started = anyio.Event()
+    def __init__(self) -> None:
+        self.in_thread = threading.Event()
 
     def seen(self, event: ChainEvent) -> None:
-        if event.node_id == self.node_id and event.phase == "start":
-            self.started.set()
+        pass
 
     async def run(self, runner: ChainRunner) -> None:
-        await self.started.wait()
-        await anyio.sleep(0.05)  # let the evaluation get going in its thread
+        assert await anyio.to_thread.run_sync(self.in_thread.wait, 60.0)
         runner.cancel()
 
 
@@ -125,9 +123,12 @@ async def test_a_long_evaluation_leaves_the_loop_and_stops_when_its_chain_ends(
     outcomes: list[BaseException | None] = []
     finished = threading.Event()
     evaluate = expressions.evaluate
+    canceller = CancelOnceOffLoop()
 
     def watched(parsed: Any, root: Any, budget: Any) -> Any:
         off_loop = threading.current_thread() is not threading.main_thread()
+        if off_loop:
+            canceller.in_thread.set()
         try:
             result = evaluate(parsed, root, budget)
         except BaseException as exc:
@@ -143,11 +144,11 @@ async def test_a_long_evaluation_leaves_the_loop_and_stops_when_its_chain_ends(
     monkeypatch.setattr(expressions, "evaluate", watched)
     plan = plan_of([{"node_id": "x", "input_map": {"v": LONG_FILTER}}],
                    initial_input={"items": list(range(2_000_000))})
-    run = await run_with(plan, Limits(max_expression_steps=10**9), during=CancelOnStart("x"))
+    run = await run_with(plan, Limits(max_expression_steps=10**9), during=canceller)
     assert run.response.error is not None
     assert run.response.error.code == "cancelled", run.response.error
     # the abandoned evaluation notices its cancel flag and stops soon after
-    assert await anyio.to_thread.run_sync(finished.wait, 10.0)
+    assert await anyio.to_thread.run_sync(finished.wait, 60.0)
     assert len(outcomes) == 1 and isinstance(outcomes[0], EvaluationCancelled), outcomes
 
 

@@ -68,7 +68,8 @@ def check_replies(replies: list[dict[str, Any]]) -> None:
         "schema_violation", "5", {"path": "$.key", "type": "notes/put"})
     assert wrong["message"] == "notes/put has an invalid field: $.key: expected `str`, got `int`"
     assert (host_sent["code"], host_sent["req_id"]) == ("invalid_message", "6")
-    assert "'notes/ack' is sent by the host" in host_sent["message"]
+    assert host_sent["message"] == ("'notes/ack' is sent by the host, not by an agent; send a "
+                                   "request type such as 'notes/put'")
     assert (unknown["code"], unknown["req_id"]) == ("unknown_type", "7")
     assert "notes/put" in unknown["detail"]["known"]
     assert "notes/delete" not in unknown["detail"]["known"]

@@ -13,6 +13,7 @@ from typing import Any
 
 from a2e_host.chains import events, recovery, scheduler
 from a2e_host.chains.messages import ChainEvent
+from a2e_host.chains.typecheck import TypeChecks
 from a2e_host.chains.validation import _Validator
 
 
@@ -89,6 +90,11 @@ def cycle_accepted() -> None:
     _Validator.check_cycles = lambda self: None  # type: ignore[method-assign]
 
 
+def static_checks_off() -> None:
+    """Node inputs are no longer checked against the tools' schemas before the run."""
+    TypeChecks.run = lambda self: self.warnings  # type: ignore[method-assign]
+
+
 MUTANTS: dict[str, tuple[Callable[[], None], str]] = {
     "seq_not_incremented": (seq_not_incremented, "CHAIN-EVT-SEQ"),
     "skip_never_sent": (skip_never_sent, "CHAIN-EVT-LIFECYCLE"),
@@ -97,6 +103,7 @@ MUTANTS: dict[str, tuple[Callable[[], None], str]] = {
     "cycle_accepted": (cycle_accepted, "VAL-CYCLE"),
     "retry_ignored": (retry_ignored, "RECOVERY-RETRY"),
     "progress_as_status": (progress_as_status, "CHAIN-EVT-LIFECYCLE"),
+    "static_checks_off": (static_checks_off, "VAL-STATIC-INFERRED"),
 }
 """mutant name → (patch, a requirement the conformance kit must report failed)."""
 
