@@ -14,13 +14,16 @@ import anyio
 import msgspec
 import pytest
 
-from a2e_host.chains.messages import ChainEvent
+from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest
+from a2e_host.chains.nodes import NodeContext
 from a2e_host.chains.scheduler import ChainRunner
 from a2e_host.chains.step_cache import StepCache
+from a2e_host.chains.validation import validate_chain
 from a2e_host.exceptions import ChainLimitExceeded, NodeError
-from a2e_host.limits import Limits
+from a2e_host.limits import Limits, SessionLimits
 from a2e_host.messages import Message
 from a2e_host.tools import tool
+from tests.support.chains import ALL_CAPS, FakeCatalog
 from tests.support.recovery import WAIT, FakeClock, Flaky, Host, make_tool
 
 FAST = {"max_attempts": 3, "interval": 0.5, "backoff_rate": 2.0, "jitter": "none"}
@@ -455,3 +458,31 @@ async def test_an_output_the_node_refuses_is_never_kept_in_the_cache() -> None:
         assert run.last("w").error == "node 'w' output is 111 bytes, over max_output_bytes 64"
         assert run.last("w").data["cache"] == "miss"
     assert len(calls) == 2 and len(cache) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("retry_on", "calls"), [([], 1), (["chain_node_error"], 3)])
+async def test_a_proc_node_is_retried_only_for_codes_retry_on_names(
+    retry_on: list[str], calls: int
+) -> None:
+    # what a process does is unknown to the host (the kind table's unknown_effects)
+    ran: list[int] = []
+
+    async def proc(node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
+        ran.append(1)
+        if len(ran) < 3:
+            raise NodeError("exit 1", retryable=True)
+        return {"exit_code": 0}
+
+    node = msgspec.convert({"node_id": "p", "kind": "proc", "input": {"argv": ["x"]},
+                            "retry": {**FAST, "retry_on": retry_on}}, ChainNode)
+    plan = validate_chain(ChainRequest(id="r", nodes=[node], entry_node="p"), FakeCatalog(),
+                          SessionLimits(Limits()), granted=ALL_CAPS)
+    sent: list[Message] = []
+    runner = ChainRunner(plan, executors={"proc": proc}, limits=Limits(), emit=sent.append,
+                         clock=FakeClock().clock)
+    with anyio.fail_after(WAIT):
+        await runner.run_to_response(time.monotonic())
+    assert len(ran) == calls
+    last = [m for m in sent if isinstance(m, ChainEvent)][-1]
+    assert last.data["attempts"] == calls
