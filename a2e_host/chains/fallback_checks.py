@@ -105,7 +105,9 @@ class Fallbacks:
         if mine_fits is None or theirs_fits is None or mine_fits == theirs_fits:
             return None
         lacking = theirs if mine_fits else mine
-        why = lacking.note if lacking.note and lacking.type is NULL_TYPE \
+        # the other tool's field is the one meant: no "did you mean" another one here
+        why = lacking.note.partition("; did you mean")[0] \
+            if lacking.note and lacking.type is NULL_TYPE \
             else f"it gives {a_(describe(lacking.type))}"
         field = f"input field {key!r} of {label} takes {a_(describe(want))}"
         if mine_fits:

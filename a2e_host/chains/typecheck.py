@@ -18,11 +18,14 @@ then ``input_map``, PROTOCOL.md §3) is held to the input schema:
   reads) fits its field (:func:`~a2e_host.chains.schema_fit.fit`).
 
 A map's ``items_path`` must be able to give a list, and a template's ``item`` is typed by
-it. A finding is an **error** (a ``chain_invalid`` problem) only when the node would fail
-for sure — the host enforces that part of the schema and no value the expression can give
-would pass; what only *could* fail is a **warning** (code ``chain_warning``), which does
-not refuse the chain. What cannot be inferred (``input.*``, ``output``, a tool without an
-output schema, a function's argument errors) is left to run time.
+it. A ``tool`` node's ``fallback`` gets the same input checks against its own schema
+(findings at field ``fallback``), and the node's output is typed as either tool's
+(:mod:`~a2e_host.chains.fallback_checks`). A finding is an **error** (a ``chain_invalid``
+problem) only when the node would fail for sure — the host enforces that part of the
+schema and no value the expression can give would pass; what only *could* fail is a
+**warning** (code ``chain_warning``), which does not refuse the chain. What cannot be
+inferred (``input.*``, ``output``, a tool without an output schema, a function's argument
+errors) is left to run time.
 
 Bounded: each expression's inference and each value check spends its own fuel, and the
 whole validation :data:`MAX_CHECK_STEPS`; past it, the remaining checks are left to run
