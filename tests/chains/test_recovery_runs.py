@@ -225,8 +225,9 @@ async def test_a_fallback_is_held_to_its_own_input_schema() -> None:
         return {"n": n}
 
     host = Host([make_tool("bad", Flaky(9, retryable=False)), tool(strict, blocking=False)])
-    run = await host.run([{"node_id": "a", "name": "bad", "input": {"n": "one"},
-                           "fallback": "strict"}])
+    # n arrives at run time (a static "one" is refused before anything runs: static checks)
+    run = await host.run([{"node_id": "a", "name": "bad", "input_map": {"n": "input.n"},
+                           "fallback": "strict"}], initial_input={"n": "one"})
     error = run.last("a")
     assert error.phase == "error"
     assert error.error.startswith("tool 'strict': invalid input: Expected `int`, got `str`")
