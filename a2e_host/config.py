@@ -63,6 +63,11 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         outbox_high_water: queued outgoing frames per connection before producers wait.
         outbox_high_water_bytes: queued outgoing bytes per connection before producers
             wait (int bytes; whichever of the two marks is passed first applies).
+        step_cache_max_entries: outputs the host's step cache keeps at most (PROTOCOL.md
+            §5 Recovery; int, default 1024); 0 turns the cache off.
+        step_cache_max_bytes: JSON-encoded bytes of the outputs it keeps at most (int
+            bytes, default 16 MiB); an output over an eighth of it is never kept. 0 turns
+            the cache off.
         log_format: ``auto`` (console on a TTY, JSON otherwise), ``console`` or ``json``.
         log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
             for ``a2e-host stdio`` (an agent that spawns the host may never read its
@@ -90,6 +95,8 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     auth_failure_delay: float = 1.0
     outbox_high_water: int = 1024
     outbox_high_water_bytes: int = 8 * 1024 * 1024
+    step_cache_max_entries: int = 1024
+    step_cache_max_bytes: int = 16 * 1024 * 1024
     log_format: str = "auto"
     log_level: str = "auto"
 
@@ -311,6 +318,13 @@ def _positive_int(key: str, raw: Any, source: str) -> int:
     return value
 
 
+def _count(key: str, raw: Any, source: str) -> int:
+    value = _integer(key, raw, source, "an integer >= 0")
+    if value < 0:
+        raise _bad(key, source, "an integer >= 0", raw)
+    return value
+
+
 def _choice(options: tuple[str, ...]) -> Callable[[str, Any, str], str]:
     def convert(key: str, raw: Any, source: str) -> str:
         value = raw.strip().lower() if isinstance(raw, str) else raw
@@ -342,6 +356,8 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "auth_failure_delay": _seconds,
     "outbox_high_water": _positive_int,
     "outbox_high_water_bytes": _positive_int,
+    "step_cache_max_entries": _count,
+    "step_cache_max_bytes": _count,
     "log_format": _choice(_LOG_FORMATS),
     "log_level": _choice(_LOG_LEVELS),
 }

@@ -38,6 +38,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_chain_output_bytes: int = 16 * 1024 * 1024
     max_total_nodes: int = 250_000
     max_chain_expression_chars: int = 1_048_576
+    max_attempts: int = 10
+    """Attempts one node's ``retry`` may ask for, the first included (PROTOCOL.md §5
+    Recovery): refused before anything runs when a node asks for more."""
 
     def to_dict(self) -> dict[str, int]:
         """The ceilings as a plain dict, e.g. for the handshake's ``chains`` metadata."""

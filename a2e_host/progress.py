@@ -111,6 +111,8 @@ class ChainProgress:
     def feed(self, event: ChainEvent, now: float) -> None:
         """Apply one ``chain/event`` seen at ``now``."""
         self.events += 1
+        if event.kind == "progress":  # an attempt of a node still running (§5 Recovery)
+            return
         node = self.nodes.get(event.node_id)
         if node is not None:
             self._feed_node(node, event, now)
@@ -179,6 +181,10 @@ class ChainProgress:
         """One line for one event, e.g. ``[  3] done    read_one[2]  12 ms``."""
         node = self.nodes.get(event.node_id)
         what = event.node_id
+        if event.kind == "progress":
+            data = event.data
+            return (f"[{event.seq:>3}] retry {what}  attempt {data.get('attempt')}/"
+                    f"{data.get('of')} failed: {data.get('error')}")
         if node is not None and event.phase == "start":
             what += f" ({node.kind}{' ' + node.name if node.name else ''})"
         line = f"[{event.seq:>3}] {event.phase:<5} {what}"

@@ -16,7 +16,10 @@ request's id), in arrival order, ending with its ``chain/resp``, and the case's
 Invariants checked on every transcript (each problem starts with its requirement id):
 
 * ``CHAIN-EVT-SEQ`` — seq is 1, 2, 3, … in arrival order, per request.
-* ``CHAIN-EVT-LIFECYCLE`` — per node id: ``[skip]``, ``[start, done]`` or ``[start, error]``.
+* ``CHAIN-EVT-LIFECYCLE`` — per node id: ``[skip]``, ``[start, done]`` or ``[start, error]``;
+  a node's attempts (*extension* recovery, PROTOCOL.md §5 Recovery) add ``kind:
+  "progress"`` events with phase ``start`` between its start and its terminal event,
+  and nowhere else.
 * ``CHAIN-EVT-BEFORE-RESP`` — only events precede the response; the response is last.
 * ``CHAIN-RESP-OUTPUTS`` — (streaming) ``outputs`` keys = declared nodes with ``done``,
   unless the request opted out with ``include_outputs: false`` (PROTOCOL.md §5 Payload
@@ -75,7 +78,8 @@ def partial_top(matcher: Any) -> Any:
 def _index(events: list[dict[str, Any]], short: str) -> int | None:
     node_id, _, phase = short.rpartition(":")
     for i, event in enumerate(events):
-        if event.get("node_id") == node_id and event.get("phase") == phase:
+        if (event.get("node_id") == node_id and event.get("phase") == phase
+                and event.get("kind") != "progress"):
             return i
     return None
 
@@ -88,7 +92,14 @@ def _invariants(events: list[dict[str, Any]], response: dict[str, Any],
         problems.append(f"CHAIN-EVT-SEQ: seq should be 1..{len(events)} in order, got {seqs}")
     phases: dict[str, list[str]] = {}
     for event in events:
-        phases.setdefault(str(event.get("node_id")), []).append(str(event.get("phase")))
+        node_id = str(event.get("node_id"))
+        if event.get("kind") == "progress":
+            seen = phases.get(node_id)
+            if seen != ["start"] or event.get("phase") != "start":
+                problems.append(f"CHAIN-EVT-LIFECYCLE: node {node_id!r} had a progress event "
+                                f"with phase {event.get('phase')!r} after phases {seen or []}")
+            continue
+        phases.setdefault(node_id, []).append(str(event.get("phase")))
     for node_id, seen in phases.items():
         if seen not in _LIFECYCLES:
             problems.append(f"CHAIN-EVT-LIFECYCLE: node {node_id!r} had phases {seen}")
@@ -114,7 +125,7 @@ def _in_flight(events: list[dict[str, Any]], spec: dict[str, Any]) -> list[str]:
     pattern = re.compile(spec.get("pattern", ""))
     now = peak = 0
     for event in events:
-        if not pattern.search(str(event.get("node_id"))):
+        if event.get("kind") == "progress" or not pattern.search(str(event.get("node_id"))):
             continue
         if event.get("phase") == "start":
             now += 1

@@ -10,15 +10,21 @@ for one item of a map:
 2. **start** — its ``start`` event (and, for a declared node, the plan marks it running
    and ``nodes_run`` counts it); it counts against ``max_total_nodes``;
 3. **run its kind** — looked up in the runner's kind table (``branch``, ``map``), else
-   :func:`execute`: resolve ``input_map``, call the kind's executor;
+   :func:`execute`: resolve ``input_map``, call the kind's executor — through
+   :func:`~a2e_host.chains.recovery.run_recovering` when the node has recovery fields
+   (retries, a timeout per attempt, a fallback, the step cache: PROTOCOL.md §5
+   Recovery), whose attempts are ``kind: "progress"`` events between ``start`` and the
+   terminal event;
 4. **check the output** — held to ``max_output_bytes`` and counted as kept by the request;
 5. **end** — exactly one terminal event: ``done`` with the output, or ``error`` with the
    failure's message; if the run ended meanwhile, the result is discarded and the
    ``error`` says why the run ended. Cancellation sends that ``error`` and propagates.
+   A node with recovery fields' terminal event carries its report as ``data``
+   (``attempts``, ``errors``, ``fallback_used``, …); every other node's ``data`` is
+   ``{}``, as it always was.
 
 It returns an :class:`~a2e_host.chains.outcome.Outcome`; the caller applies it (a node to
-the plan, an item to its map). A future retry wraps this call; a durable resume replays
-its terminal event.
+the plan, an item to its map). A durable resume would replay its terminal event.
 
 It sees the run through :class:`~a2e_host.chains.run_state.RunState` and must not import
 the scheduler (which imports it). :data:`~a2e_host.chains.run_state.KindRunner` is
@@ -39,6 +45,8 @@ from .expressions import is_truthy
 from .interpreter import ContextView
 from .nodes import NodeContext
 from .outcome import LATE, NOT_STARTED, Outcome, OutcomeKind
+from .recovery import run_recovering
+from .recovery_policy import Report
 from .run_state import KindRunner, RunState
 from .subchains import subchain_runner
 from .validation import PlanNode
@@ -78,6 +86,9 @@ async def run_attempt(
     if not item:
         run.node_started(pnode.index)
     run.running[shown] = False
+    recovery = pnode.recovery
+    if recovery is not None:
+        run.reports[shown] = Report(pnode.node.name)
     run.events.send(shown, "start")
     if run.debug:
         run.log.debug("node started", node_id=shown, kind=pnode.kind)
@@ -110,7 +121,13 @@ async def run_attempt(
         run.terminal_error(shown, run.cancel_message(item=item))
         return LATE
     run.running[shown] = True
-    run.events.send(shown, "done", output=output)
+    if recovery is None:
+        run.events.send(shown, "done", output=output)
+    else:
+        report = run.reports.pop(shown)
+        if report.keep is not None:
+            report.keep(output)
+        run.events.send_data(shown, "done", report.data(True), output=output)
     if run.debug:
         run.log.debug("node done", node_id=shown)
     return Outcome(_DONE, output, size, taken)
@@ -120,7 +137,8 @@ async def execute(
     run: RunState, shown: str, pnode: PlanNode, context: ContextView
 ) -> tuple[Any, None]:
     """Run a node of an executable kind (``tool``, ``skill``, ``proc``): resolve its
-    input, then call the kind's executor.
+    input, then call the kind's executor (through
+    :func:`~a2e_host.chains.recovery.run_recovering` when it has recovery fields).
 
     Raises:
         NodeError: no executor for the kind on this host; or whatever the executor or
@@ -145,7 +163,12 @@ async def execute(
         ),
         log=run.log,
     )
-    return await executor(pnode.node, args, ctx), None
+    recovery = pnode.recovery
+    if recovery is None:
+        return await executor(pnode.node, args, ctx), None
+    output = await run_recovering(run, shown, pnode.node, pnode.kind, recovery, executor,
+                                  args, ctx)
+    return output, None
 
 
 async def run_branch(

@@ -1,7 +1,8 @@
 """The per-request ``chain/event`` stream: the one place ``seq`` is stamped.
 
 Layer: runtime (no anyio of its own; the scheduler calls it from the event loop).
-Source: PROTOCOL.md §5 (``seq`` 1, 2, 3 … per request, gapless, in wire order).
+Source: PROTOCOL.md §5 (``seq`` 1, 2, 3 … per request, gapless, in wire order; a node's
+recovery reported in ``kind`` and ``data``, §5 Recovery).
 """
 
 from __future__ import annotations
@@ -59,6 +60,42 @@ class EventStream:
         self.emit(
             ChainEvent(
                 req_id=self.req_id,
+                seq=self.seq,
+                node_id=node_id,
+                phase=phase,
+                output=output if self.outputs else None,
+                error=error,
+            )
+        )
+
+    def send_data(
+        self,
+        node_id: str,
+        phase: str,
+        data: dict[str, Any],
+        *,
+        kind: str = "status",
+        output: Any = None,
+        error: str = "",
+    ) -> None:
+        """:meth:`send` an event whose A2EEvent fields are not the default ``"status"``
+        and ``{}``: a node with recovery fields' ``kind: "progress"`` events and its
+        terminal event (PROTOCOL.md §5 Recovery). Every other event goes through
+        :meth:`send`, so its bytes are what they always were.
+
+        Args:
+            node_id / phase / output / error: as :meth:`send`.
+            data: the event's ``data``.
+            kind: ``"status"`` or ``"progress"``.
+        """
+        if self.closed or not self.streaming:
+            return
+        self.seq += 1
+        self.emit(
+            ChainEvent(
+                kind=kind,
+                req_id=self.req_id,
+                data=data,
                 seq=self.seq,
                 node_id=node_id,
                 phase=phase,

@@ -8,15 +8,20 @@ Theory of operation. A node kind is one :class:`KindSpec` row:
 =========  ====================  ========  =====================================  ========
 kind       own fields            gate      control edges                          executed
 =========  ====================  ========  =====================================  ========
-tool       –                     –         next_node, on_error                    yes
-skill      –                     skill     next_node, on_error                    yes
-proc       –                     proc      next_node, on_error                    yes
+tool       retry, timeout,       –         next_node, on_error                    yes
+           fallback, cache
+skill      timeout               skill     next_node, on_error                    yes
+proc       retry, timeout        proc      next_node, on_error                    yes
 branch     condition,            –         next_node, true_node, false_node,      no
            true_node, false_node           on_error
 map        items_path, map_node  –         next_node, on_error, map_node          no
 =========  ====================  ========  =====================================  ========
 
 *Own fields* are fields only that kind may set (another kind setting one is a problem).
+The recovery fields (PROTOCOL.md §5 Recovery) belong to the kinds that call something:
+``retry`` to tool and proc nodes (a skill's sub-chain run again would repeat its inner
+nodes' events), ``timeout`` to every executed kind, ``fallback`` and ``cache`` to tool
+nodes (they name or key a tool).
 A *gate* is a name in ``handshake/req agent_caps`` that unlocks the kind (PROTOCOL.md §8).
 An *executed* kind is run by an executor (the scheduler's ``executors[kind]``) and may be a
 map's template; a *control* kind (branch, map) is run by the scheduler itself.
@@ -174,6 +179,9 @@ class KindSpec:
         subchains: its executor runs declared sub-chains inside the current run (it gets
             ``NodeContext.run_subchain``, and its declared skills count towards
             ``max_total_nodes`` before the chain runs).
+        unknown_effects: what a call does is unknown to the host (a process): a node's
+            ``retry`` repeats it only for codes its ``retry_on`` names, as for a tool
+            that writes without being idempotent (PROTOCOL.md §5 Recovery).
         output: the JSON Schema of the output the host itself builds for this kind (a
             branch's ``{condition, taken}``, a proc's result), read by the static checks
             (:mod:`~a2e_host.chains.typecheck`); None when the tool or skill named declares
@@ -193,6 +201,7 @@ class KindSpec:
     expressions: tuple[str, ...] = ()
     checks: tuple[KindCheck, ...] = ()
     subchains: bool = False
+    unknown_effects: bool = False
     output: Mapping[str, Any] | None = None
     shape: str = "box"
 
@@ -202,9 +211,12 @@ def _named(what: str) -> Required:
                     f"set 'name' to a registered {what} (see `a2e-host tools`)")
 
 
-TOOL = KindSpec("tool", required=(_named("tool"),), registry="tool")
-SKILL = KindSpec("skill", required=(_named("skill"),), gate="skill", registry="skill",
-                 subchains=True, shape="rounded")
+TOOL = KindSpec("tool", own_fields=("retry", "timeout", "fallback", "cache"),
+                required=(_named("tool"),), registry="tool")
+SKILL = KindSpec("skill", own_fields=("timeout",), required=(_named("skill"),), gate="skill",
+                 registry="skill", subchains=True, shape="rounded")
+
+
 def _closed_object(**fields: str) -> Mapping[str, Any]:
     """The JSON Schema of an object with exactly these fields, each of this type."""
     return MappingProxyType({"type": "object", "additionalProperties": False,
@@ -212,7 +224,8 @@ def _closed_object(**fields: str) -> Mapping[str, Any]:
                              "required": list(fields)})
 
 
-PROC = KindSpec("proc", gate="proc", proc_policy=True, shape="parallelogram",
+PROC = KindSpec("proc", own_fields=("retry", "timeout"), gate="proc", proc_policy=True,
+                unknown_effects=True, shape="parallelogram",
                 output=_closed_object(exit_code="integer", stdout="string", stderr="string",
                                       duration_ms="integer", truncated="boolean"))
 BRANCH = KindSpec(

@@ -20,12 +20,14 @@ from ..messages import CORE_MESSAGE_TYPES, Message, new_chain_id
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "JITTERS",
     "ChainCancel",
     "ChainEvent",
     "ChainNode",
     "ChainRequest",
     "ChainResponse",
     "CHAIN_MESSAGE_TYPES",
+    "RetryPolicy",
     "chain_codec",
 ]
 
@@ -38,6 +40,39 @@ default), capped by ``max_timeout`` (PROTOCOL.md §5)."""
 # tells a request that left ``timeout`` out from one that asked for 300 seconds, while
 # the field stays a plain ``int`` with the seed's default on the wire and in the schema.
 _OMITTED_TIMEOUT: int = int(str(DEFAULT_TIMEOUT))
+
+
+JITTERS: tuple[str, ...] = ("full", "none")
+"""The values of :attr:`RetryPolicy.jitter`."""
+
+
+class RetryPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """*Extension* ``ChainNode.retry`` (PROTOCOL.md §5 Recovery): how a failed attempt is
+    tried again, in AWS Step Functions' words.
+
+    Attempt ``n`` (1-based) that fails, when a retry is allowed, waits
+    ``min(max_delay, interval * backoff_rate ** (n - 1))`` seconds before attempt
+    ``n + 1`` ("full" jitter: a uniform draw between 0 and that).
+
+    Attributes:
+        max_attempts: attempts in all, the first included (>= 1, within the
+            ``max_attempts`` ceiling of PROTOCOL.md §6).
+        interval: seconds before the first retry (>= 0).
+        backoff_rate: factor by which each wait grows (>= 1).
+        max_delay: the longest wait, seconds (>= 0).
+        jitter: ``"full"`` or ``"none"`` (see :data:`JITTERS`).
+        retry_on: error codes retried even when the failure does not say it is
+            retryable (``timeout``, ``chain_node_error``, or a tool's own code); a
+            ceiling (``chain_limit``) or an input the tool refuses (``invalid_input``)
+            is never retried.
+    """
+
+    max_attempts: int = 3
+    interval: float = 1.0
+    backoff_rate: float = 2.0
+    max_delay: float = 30.0
+    jitter: str = "full"
+    retry_on: list[str] = []
 
 
 class ChainNode(msgspec.Struct, kw_only=True):
@@ -57,6 +92,14 @@ class ChainNode(msgspec.Struct, kw_only=True):
         map_node: the template node a map runs once per item.
         next_node: the default successor.
         on_error: ``abort`` (default), ``skip`` or a handler's node_id.
+        retry: *extension* (PROTOCOL.md §5 Recovery): a :class:`RetryPolicy` (``tool``
+            and ``proc`` nodes); null for none.
+        timeout: *extension*: float seconds (> 0) each attempt may take (``tool``,
+            ``skill``, ``proc``); null for none (the chain's ``timeout`` still applies).
+        fallback: *extension*: the tool run with the same input when every attempt
+            failed (``tool`` nodes); ``""`` for none.
+        cache: *extension*: answer from the host's step cache when the tool is pure
+            (``tool`` nodes; the request's ``cache`` sets it for all of them).
     """
 
     node_id: str
@@ -71,6 +114,10 @@ class ChainNode(msgspec.Struct, kw_only=True):
     map_node: str = ""
     next_node: str = ""
     on_error: str = "abort"
+    retry: RetryPolicy | None = None
+    timeout: float | None = None
+    fallback: str = ""
+    cache: bool = False
 
 
 class ChainRequest(Message, tag="chain/req", kw_only=True):
@@ -91,6 +138,8 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
             as ``{}``; ``final_output`` is sent either way.
         event_outputs: *extension* (PROTOCOL.md §5): false sends every ``done`` event
             with ``output: null``.
+        cache: *extension* (PROTOCOL.md §5 Recovery): true lets every ``tool`` node of
+            the chain (sub-chains not included) use the host's step cache.
     """
 
     TYPE: ClassVar[str] = "chain/req"
@@ -104,6 +153,7 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
     timeout: int = _OMITTED_TIMEOUT
     include_outputs: bool = True
     event_outputs: bool = True
+    cache: bool = False
 
     def __post_init__(self) -> None:
         """An empty ``chain_id`` means absent (PROTOCOL.md §4): give it a fresh one."""
@@ -133,7 +183,10 @@ class ChainEvent(Message, tag="chain/event", kw_only=True):
     whose field order it keeps: ``kind, req_id, data, seq`` then the seed's own).
 
     Attributes:
-        kind / data: A2EEvent's fields, always ``"status"`` and ``{}`` (PROTOCOL.md §5).
+        kind / data: A2EEvent's fields: ``"status"`` and ``{}`` (PROTOCOL.md §5), except
+            for a node with recovery fields (PROTOCOL.md §5 Recovery): its attempts are
+            ``kind: "progress"`` events (phase ``start``) whose ``data`` says what failed
+            and when it is tried again, and its terminal event's ``data`` sums them up.
         req_id: the ``chain/req`` id.
         seq: 1, 2, 3 … per request, gapless (PROTOCOL.md §5).
         node_id: the node; map items as ``<template>[<index>]``, skill inner nodes as

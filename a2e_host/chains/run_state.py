@@ -23,16 +23,36 @@ from .validation import ChainPlan, PlanNode
 
 if TYPE_CHECKING:
     from ..limits import Limits, SessionLimits
+    from ..tools.model import Tool
     from .budget import RunBudget
     from .events import Emit, EventStream
     from .nodes import Executor
     from .outcome import EndReason, RunResult
+    from .recovery_policy import Report
+    from .step_cache import StepCache
 
-__all__ = ["KindRunner", "RunConfig", "RunState", "SubchainPlanner"]
+__all__ = ["Clock", "KindRunner", "RunConfig", "RunState", "SubchainPlanner"]
 
 SubchainPlanner = Callable[[str, list[ChainNode], str, int], ChainPlan]
 """``(skill_name, nodes, entry_node, depth) -> plan`` for a skill's sub-chain at that
 nesting depth; raises (a ``ChainError`` fails the skill node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """The time a node's retries wait by (PROTOCOL.md §5 Recovery), injectable so tests
+    measure backoff without sleeping.
+
+    Attributes:
+        now: the current time, float seconds on the clock ``sleep`` waits by (the
+            scheduler's default: the event loop's clock).
+        sleep: ``await sleep(seconds)``; cancellable.
+        uniform: ``uniform(low, high)``, a random float between them (full jitter).
+    """
+
+    now: Callable[[], float]
+    sleep: Callable[[float], Awaitable[Any]]
+    uniform: Callable[[float, float], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +68,11 @@ class RunConfig:
         granted: capabilities of the session (passed to executors).
         subchain_planner: see :data:`SubchainPlanner`; None disables sub-chains.
         log: a structlog logger bound with the request's ids.
+        clock: what retries wait by (:class:`Clock`).
+        tool_of: the host's tool by name (its ``side_effects``, ``idempotent``,
+            ``cacheable`` and ``version`` decide retries and caching), None when the
+            host cannot say: then every tool counts as free of effects and uncacheable.
+        step_cache: the host's step cache, None for none.
     """
 
     executors: Mapping[str, Executor]
@@ -57,6 +82,9 @@ class RunConfig:
     granted: frozenset[str]
     subchain_planner: SubchainPlanner | None
     log: Any
+    clock: Clock
+    tool_of: Callable[[str], Tool | None] | None = None
+    step_cache: StepCache | None = None
 
 
 class RunState(Protocol):
@@ -114,6 +142,16 @@ class RunState(Protocol):
     def running(self) -> dict[str, bool]:
         """Display id → whether its terminal event was sent, for every started node and
         item; a part adds its node or item here when it starts it."""
+
+    @property
+    def reports(self) -> dict[str, Report]:
+        """Display id → the recovery report of a started node or item with recovery
+        fields, until its terminal event (which carries it as ``data``) is sent."""
+
+    @property
+    def deadline(self) -> float:
+        """When the chain's ``timeout`` passes, on :attr:`RunConfig.clock`'s ``now``
+        (``inf`` before the run starts)."""
 
     @property
     def end(self) -> EndReason | None:

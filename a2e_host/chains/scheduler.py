@@ -48,6 +48,8 @@ Theory of operation.
 from __future__ import annotations
 
 import logging
+import math
+import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -57,6 +59,7 @@ import structlog
 
 from ..errors import ChainFailure
 from ..limits import Limits, SessionLimits
+from ..tools.model import Tool
 from .attempt import run_attempt, run_branch
 from .budget import RequestBudget, RunBudget
 from .events import Emit, EventStream
@@ -75,11 +78,16 @@ from .outcome import (
     response_failure,
 )
 from .plan import PlanState
-from .run_state import KindRunner, RunConfig, SubchainPlanner
+from .recovery_policy import Report
+from .run_state import Clock, KindRunner, RunConfig, SubchainPlanner
+from .step_cache import StepCache
 from .validation import ChainPlan, PlanNode
 from .workers import WorkerPool
 
-__all__ = ["ChainRunner", "EndReason", "Emit", "KIND_RUNNERS", "RunConfig", "RunResult"]
+__all__ = [
+    "ChainRunner", "Clock", "EndReason", "Emit", "KIND_RUNNERS", "LOOP_CLOCK", "RunConfig",
+    "RunResult",
+]
 
 _GRACE = 0.25  # seconds running nodes get to wind down after a cancel before we move on
 _log = structlog.get_logger("a2e_host.scheduler")
@@ -88,6 +96,9 @@ _DONE, _FAILED = OutcomeKind.DONE, OutcomeKind.FAILED  # enum lookups cost ~0.1 
 KIND_RUNNERS: Mapping[str, KindRunner] = {"branch": run_branch, "map": run_map}
 """How a started node of a control kind runs; every other kind runs through its executor
 (:func:`~a2e_host.chains.attempt.execute`)."""
+
+LOOP_CLOCK = Clock(now=anyio.current_time, sleep=anyio.sleep, uniform=random.uniform)
+"""The clock retries wait by unless a runner is given another: the event loop's."""
 
 class ChainRunner:
     """Runs one plan once. Not reusable.
@@ -104,6 +115,10 @@ class ChainRunner:
         subchain_planner: see :data:`~a2e_host.chains.run_state.SubchainPlanner`; None
             disables sub-chains.
         log: a structlog logger bound with the request's ids.
+        clock: what retries wait by (:data:`LOOP_CLOCK` when None; tests pass a fake).
+        tool_of: the host's tool by name, for retries and caching (see
+            :class:`~a2e_host.chains.run_state.RunConfig`).
+        step_cache: the host's step cache, None for none (PROTOCOL.md §5 Recovery).
 
     It is the :class:`~a2e_host.chains.run_state.RunState` the run's parts (``attempt``,
     ``mapping``, ``subchains``) are given; they know it only through that protocol.
@@ -119,6 +134,10 @@ class ChainRunner:
         outputs: node_id → output of every ``done`` node.
         running: display id → whether its terminal event was sent, for every started
             node and item.
+        reports: display id → recovery report of a started node with recovery fields,
+            until its terminal event carries it.
+        deadline: when the chain's timeout passes, on ``config.clock`` (``inf`` until
+            the run starts; a sub-chain's is its parent's).
         end: why the run ended, None while it runs.
         closed: set once the run's result is taken: no late event is sent after it.
     """
@@ -134,6 +153,9 @@ class ChainRunner:
         granted: frozenset[str] = frozenset(),
         subchain_planner: SubchainPlanner | None = None,
         log: Any = None,
+        clock: Clock | None = None,
+        tool_of: Callable[[str], Tool | None] | None = None,
+        step_cache: StepCache | None = None,
     ) -> None:
         scoped = limits if isinstance(limits, SessionLimits) else SessionLimits(limits)
         config = RunConfig(
@@ -144,6 +166,9 @@ class ChainRunner:
             granted=granted,
             subchain_planner=subchain_planner,
             log=log if log is not None else _log,
+            clock=clock if clock is not None else LOOP_CLOCK,
+            tool_of=tool_of,
+            step_cache=step_cache,
         )
         request = plan.request
         events = EventStream(emit, request.id, request.streaming, request.event_outputs)
@@ -190,6 +215,8 @@ class ChainRunner:
         self.context: dict[str, Any] = {"input": initial_input}
         self.outputs: dict[str, Any] = {}
         self.running: dict[str, bool] = {}
+        self.reports: dict[str, Report] = {}
+        self.deadline: float = parent.deadline if parent is not None else math.inf
         self.end: EndReason | None = None
         self.closed = False
         self._state = PlanState(plan)
@@ -255,6 +282,8 @@ class ChainRunner:
             if on_end is not None:
                 on_end(result)
             return result
+        if chain_timeout is not None:
+            self.deadline = self.config.clock.now() + chain_timeout
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._drive)
             try:
@@ -290,11 +319,16 @@ class ChainRunner:
 
     def terminal_error(self, shown: str, message: str) -> None:
         """Send a started node's (or item's) ``error`` event, unless its terminal event
-        was sent already or the run is closed."""
+        was sent already or the run is closed; a node with recovery fields' carries its
+        report as ``data`` (PROTOCOL.md §5 Recovery)."""
         running = self.running
         if running.get(shown) is False and not self.closed:
             running[shown] = True
-            self.events.send(shown, "error", error=message)
+            report = self.reports.pop(shown, None) if self.reports else None
+            if report is None:
+                self.events.send(shown, "error", error=message)
+            else:
+                self.events.send_data(shown, "error", report.data(False), error=message)
 
     def cancel_message(self, *, item: bool = False) -> str:
         """The ``error`` text of a node or item stopped before it finished: why the

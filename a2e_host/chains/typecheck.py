@@ -18,11 +18,14 @@ then ``input_map``, PROTOCOL.md §3) is held to the input schema:
   reads) fits its field (:func:`~a2e_host.chains.schema_fit.fit`).
 
 A map's ``items_path`` must be able to give a list, and a template's ``item`` is typed by
-it. A finding is an **error** (a ``chain_invalid`` problem) only when the node would fail
-for sure — the host enforces that part of the schema and no value the expression can give
-would pass; what only *could* fail is a **warning** (code ``chain_warning``), which does
-not refuse the chain. What cannot be inferred (``input.*``, ``output``, a tool without an
-output schema, a function's argument errors) is left to run time.
+it. A ``tool`` node's ``fallback`` gets the same input checks against its own schema
+(findings at field ``fallback``), and the node's output is typed as either tool's
+(:mod:`~a2e_host.chains.fallback_checks`). A finding is an **error** (a ``chain_invalid``
+problem) only when the node would fail for sure — the host enforces that part of the
+schema and no value the expression can give would pass; what only *could* fail is a
+**warning** (code ``chain_warning``), which does not refuse the chain. What cannot be
+inferred (``input.*``, ``output``, a tool without an output schema, a function's argument
+errors) is left to run time.
 
 Bounded: each expression's inference and each value check spends its own fuel, and the
 whole validation :data:`MAX_CHECK_STEPS`; past it, the remaining checks are left to run
@@ -33,12 +36,12 @@ and per validation per tool.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, KeysView
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .catalog import Signature
 from .expressions import Expression, clip
+from .fallback_checks import FALLBACK, Fallbacks, fallback_hint
 from .hints import MAX_SUGGESTIONS
 from .kinds import MAP_NODE
 from .messages import ChainNode
@@ -75,6 +78,7 @@ from .static_messages import (
     mapped_message,
     static_value_message,
 )
+from .tool_facts import ToolFacts, facts_of_signature
 from .type_inference import MAX_INFERENCE_STEPS, Inferred, infer, read_fields
 
 __all__ = ["MAX_CHECK_STEPS", "MAX_WARNINGS", "TypeChecks"]
@@ -94,27 +98,6 @@ _STATUS = SchemaType(STRING, values=frozenset(
     (STRING, status) for status in ("done", "skip", "error")))
 
 
-@dataclass(frozen=True, slots=True)
-class _Facts:
-    """What one tool or skill declares, read once per validation.
-
-    Attributes:
-        checks_fields: the input schema declares fields (properties, required ones, or a
-            type for any field): there is something to hold the node's input to.
-        fields: the declared property names (a set view, for a quick subset test).
-    """
-
-    label: str
-    input: SchemaType
-    output: SchemaType
-    types_enforced: bool
-    required_enforced: bool
-    names: tuple[str, ...]
-    checks_fields: bool
-    fields: KeysView[str]
-    props: dict[str, SchemaType]
-
-
 class TypeChecks:
     """The static type checks of one validation run.
 
@@ -132,12 +115,14 @@ class TypeChecks:
             getattr(catalog, "signature_of", None) if catalog is not None else None)
         self.warnings: list[dict[str, Any]] = []
         self.fuel = Fuel(MAX_CHECK_STEPS)
-        self._facts: dict[tuple[str, str], _Facts | None] = {}
+        self._facts: dict[tuple[str, str], ToolFacts | None] = {}
         self._outputs: dict[int, SchemaType] = {}
         self._node_types: dict[int, SchemaType] = {}
         self._items: dict[int, SchemaType] = {}
         self._fits: dict[tuple[SchemaType, SchemaType], Misfit | None] = {}
         self._suggested = 0
+        self.fallbacks = Fallbacks(self.facts_of, self.fuel)
+        self._in_fallback = False  # checking a fallback's input: findings at ``fallback``
 
     def run(self) -> list[dict[str, Any]]:
         """Check every node; errors are added to the validation's problems.
@@ -163,6 +148,8 @@ class TypeChecks:
                     facts = known.get((registry, node.name), _UNREAD)
                     if facts is _UNREAD:
                         facts = self.facts_of(registry, node.name)
+                    if node.fallback and FALLBACK in spec.own_fields:
+                        self.check_fallback_input(i, node, input_maps[i])
                     if facts is not None and facts.checks_fields:
                         self.check_input(i, node, facts, input_maps[i])
                         continue
@@ -178,6 +165,8 @@ class TypeChecks:
 
     def report(self, error: bool, nid: str, field: str, message: str, hint: str,
                **extra: Any) -> None:
+        if self._in_fallback:
+            field, hint = FALLBACK, fallback_hint(hint)
         if error:
             self.v.add(problem(CHAIN_INVALID, nid, field, message, hint, **extra))
         elif len(self.warnings) < MAX_WARNINGS:
@@ -193,25 +182,12 @@ class TypeChecks:
 
     # ── what the catalog and the graph say ──
 
-    def facts_of(self, kind: str, name: str) -> _Facts | None:
+    def facts_of(self, kind: str, name: str) -> ToolFacts | None:
         key = (kind, name)
         if key in self._facts:
             return self._facts[key]
-        facts = None
         sig = self.signature_of(kind, name) if self.signature_of is not None else None
-        if sig is not None:
-            want = schema_type(sig.input_schema)
-            props = want.props or {}
-            facts = _Facts(
-                label=f"{kind} {name!r}", input=want,
-                output=schema_type(sig.output_schema, closed=sig.output_enforced),
-                types_enforced=sig.input_enforced,
-                required_enforced=sig.required_enforced or sig.input_enforced,
-                names=tuple(sorted(props)),
-                checks_fields=bool(want.kinds & OBJECT) and (
-                    want.props is not None or want.extra is not None or bool(want.required)),
-                fields=props.keys(), props=dict(props),
-            )
+        facts = facts_of_signature(f"{kind} {name!r}", sig) if sig is not None else None
         self._facts[key] = facts
         return facts
 
@@ -230,6 +206,8 @@ class TypeChecks:
         elif spec.registry is not None:
             facts = self.facts_of(spec.registry, node.name)
             out = facts.output if facts is not None else ANY
+            if node.fallback and FALLBACK in spec.own_fields:  # either tool's output
+                out = self.fallbacks.output(out, node.name, node.fallback)
         elif spec.output is not None:
             out = schema_type(spec.output, closed=True)
         elif MAP_NODE in spec.edges:
@@ -320,7 +298,7 @@ class TypeChecks:
 
     # ── one node ──
 
-    def check_input(self, i: int, node: ChainNode, facts: _Facts,
+    def check_input(self, i: int, node: ChainNode, facts: ToolFacts,
                     pairs: tuple[tuple[str, Expression], ...]) -> None:
         """A tool or skill node's input against its schema (hot: every typed node)."""
         static, mapped = node.input, node.input_map
@@ -343,7 +321,22 @@ class TypeChecks:
                                     or (len(path) == 2 and path[1] == "output")):
                 self.check_null_read(i, node, key, expr)
 
-    def check_fields(self, i: int, node: ChainNode, facts: _Facts) -> None:
+    def check_fallback_input(self, i: int, node: ChainNode,
+                             pairs: tuple[tuple[str, Expression], ...]) -> None:
+        """The node's input against its fallback tool's schema (PROTOCOL.md §5: the
+        fallback runs with the same resolved input, held to its own schema)."""
+        if node.fallback == node.name:
+            return  # refused already
+        facts = self.fallbacks.facts(node.fallback)
+        if facts is None or not facts.checks_fields:
+            return
+        self._in_fallback = True
+        try:
+            self.check_input(i, node, facts, pairs)
+        finally:
+            self._in_fallback = False
+
+    def check_fields(self, i: int, node: ChainNode, facts: ToolFacts) -> None:
         """Required fields given, no unknown field (a typo of a missing one said so)."""
         want = facts.input
         static, mapped = node.input, node.input_map
@@ -392,7 +385,7 @@ class TypeChecks:
                         "expression giving one)", expected=expected, inferred="nothing")
 
     def check_static(self, node: ChainNode, key: str, value: Any, want: SchemaType,
-                     facts: _Facts) -> None:
+                     facts: ToolFacts) -> None:
         steps = min(_VALUE_STEPS, self.fuel.left)
         fuel = Fuel(steps)
         try:
@@ -408,7 +401,7 @@ class TypeChecks:
                     expected=found.expected, inferred=found.got)
 
     def check_mapped(self, i: int, node: ChainNode, key: str, expr: Expression,
-                     want: SchemaType, facts: _Facts) -> None:
+                     want: SchemaType, facts: ToolFacts) -> None:
         t = self.read(expr)
         got = None
         if t is None:
@@ -436,16 +429,37 @@ class TypeChecks:
                 self.check_null_read(i, node, key, expr, got)
             return
         error = found.verdict == NEVER_FITS
+        said = None if error else self.one_sided(key, expr, want, facts)
+        message, hint = said or (
+            mapped_message(key, facts.label, expr.text, found,
+                           got.note if got.type is NULL_TYPE else "", error),
+            convert_hint(found, want, bool(got.note) and got.type is NULL_TYPE))
         self.report(error and facts.types_enforced, node.node_id, f"input_map.{key}",
-                    mapped_message(key, facts.label, expr.text, found,
-                                   got.note if got.type is NULL_TYPE else "", error),
-                    convert_hint(found, want, bool(got.note) and got.type is NULL_TYPE),
-                    expected=found.expected, inferred=found.got)
+                    message, hint, expected=found.expected, inferred=found.got)
+
+    def one_sided(self, key: str, expr: Expression, want: SchemaType,
+                  facts: ToolFacts) -> tuple[str, str] | None:
+        """The words of a read that fits from one of a node's tool and its fallback only."""
+        path = expr.path
+        if path is None or len(path) < 3 or path[1] != "output":
+            return None
+        j = self.v.by_id.get(path[0])
+        reader = self.v.nodes[j] if j is not None else None
+        if reader is None or not reader.fallback:
+            return None
+        spec = self.v.kinds.specs.get(reader.kind)
+        if spec is None or FALLBACK not in spec.own_fields:
+            return None
+        return self.fallbacks.one_sided(key, facts.label, expr.text, reader.node_id,
+                                        reader.name, reader.fallback, path[2:], want)
 
     def check_null_read(self, i: int, node: ChainNode, key: str, expr: Expression,
                         got: Inferred | None = None, *, field: str = "") -> None:
         """A warning when ``expr`` (at ``input_map.<key>``, or the node's own ``field``) is
-        always null because it reads where there is nothing."""
+        always null because it reads where there is nothing (once: not again for the
+        fallback's input)."""
+        if self._in_fallback:
+            return
         got = got or self.infer(expr, i)
         if got.note and got.type is NULL_TYPE:
             where = field or f"input_map.{key}"

@@ -47,6 +47,8 @@ from .kinds import MAP_NODE, EdgeKind
 from .messages import ChainNode, ChainRequest
 from .node_checks import CONTEXT_KEYS, RESERVED_IDS
 from .problems import CHAIN_INVALID, chain_invalid, problem
+from .recovery_checks import check_recovery
+from .recovery_policy import Recovery, recovery_of
 from .typecheck import TypeChecks
 
 __all__ = [
@@ -85,6 +87,8 @@ class PlanNode:
         pred_count: distinct predecessors (control or data); 0 for roots and templates.
         has_control_preds: whether any NEXT / TRUE / FALSE / HANDLER edge comes in.
         terminal: no outgoing control or data edge (PROTOCOL.md §5); templates never are.
+        recovery: its retry, timeout, fallback and cache (PROTOCOL.md §5 Recovery), None
+            when it asks for none.
     """
 
     index: int
@@ -105,6 +109,7 @@ class PlanNode:
     pred_count: int
     has_control_preds: bool
     terminal: bool
+    recovery: Recovery | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +259,7 @@ class _Validator(GraphChecks):
         for i in range(len(self.nodes)):
             if self.is_own(i):
                 self.check_node(i)
+        check_recovery(self)
         self.check_templates()
         self.build_control_edges()
         self.build_data_edges()
@@ -284,6 +290,7 @@ class _Validator(GraphChecks):
                 template_index=template_i[i], template_of=self.template_of[i],
                 out_edges=out, pred_count=preds[i], has_control_preds=control[i],
                 terminal=not out and not template,
+                recovery=recovery_of(node, self.request.cache),
             ))
         roots = tuple(p.index for p in nodes if p.pred_count == 0 and p.template_of is None)
         terminals = tuple(p.index for p in nodes if p.terminal)

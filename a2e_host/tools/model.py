@@ -27,11 +27,16 @@ import structlog
 
 from ..exceptions import A2EError, NodeError, NodeTimeout
 
-__all__ = ["Tool", "tool", "json_schema", "SIDE_EFFECTS", "SideEffects"]
+__all__ = ["INVALID_INPUT", "Tool", "tool", "json_schema", "SIDE_EFFECTS", "SideEffects"]
 
 SideEffects = Literal["none", "read", "write", "external"]
 SIDE_EFFECTS: tuple[str, ...] = ("none", "read", "write", "external")
 """What a tool may touch: nothing, reads (files, clock), writes (files), the outside world."""
+
+INVALID_INPUT = "invalid_input"
+"""The own code of the :class:`~a2e_host.exceptions.NodeError` a tool raises for an input
+that does not fit its schema (on the wire still ``chain_node_error``): the same input fails
+the same way again, so a node's ``retry`` never retries it (PROTOCOL.md §5 Recovery)."""
 
 _log = structlog.get_logger("a2e_host.tools")
 _MISSING = re.compile(r"^Object missing required field `([^`]*)`(?: - at `\$(.*)`)?$")
@@ -63,7 +68,15 @@ class Tool:
         max_output_bytes: cap on the JSON-encoded output, int bytes; None for no cap of
             the tool's own (the session's ``max_output_bytes`` is the scheduler's).
         side_effects: one of :data:`SIDE_EFFECTS`.
-        version: free-form version string.
+        version: free-form version string; part of the step cache's key, so a new
+            version never answers from an older one's outputs.
+        idempotent: calling it twice with one input has the effect of calling it once:
+            a ``write`` or ``external`` tool that says so may be retried by a node's
+            ``retry`` (one that does not is retried only for codes the node's
+            ``retry_on`` names; PROTOCOL.md §5 Recovery).
+        cacheable: its output may be answered from the host's step cache for the same
+            input and version; None (the default) means "when ``side_effects`` is
+            ``none``".
         blocking: for sync functions: True runs them in a worker thread (abandoned when
             cancelled); False calls them on the event loop (cheap pure functions only).
 
@@ -86,6 +99,8 @@ class Tool:
         "max_output_bytes",
         "side_effects",
         "version",
+        "idempotent",
+        "cacheable",
         "blocking",
         "is_async",
         "_mode",
@@ -105,6 +120,8 @@ class Tool:
         max_output_bytes: int | None = None,
         side_effects: str = "none",
         version: str = "1",
+        idempotent: bool = False,
+        cacheable: bool | None = None,
         blocking: bool = True,
     ) -> None:
         if side_effects not in SIDE_EFFECTS:
@@ -127,6 +144,8 @@ class Tool:
         self.max_output_bytes = max_output_bytes
         self.side_effects = side_effects
         self.version = version
+        self.idempotent = idempotent
+        self.cacheable = side_effects == "none" if cacheable is None else cacheable
         self.blocking = blocking
         self.is_async = inspect.iscoroutinefunction(fn)
         self._mode = _AWAIT if self.is_async else (_THREAD if blocking else _INLINE)
@@ -145,7 +164,8 @@ class Tool:
             The output as plain JSON-able builtins (Structs are converted).
 
         Raises:
-            NodeError: invalid input ("tool 'add': input field 'b' is required"), invalid
+            NodeError: invalid input ("tool 'add': input field 'b' is required"; its own
+                code :data:`INVALID_INPUT`), invalid
                 output, output over ``max_output_bytes``, or the function raised
                 (``"ValueError: …"``; the traceback is logged, never sent). An
                 :class:`~a2e_host.exceptions.A2EError` the function raises passes unchanged.
@@ -159,7 +179,7 @@ class Tool:
             try:
                 value = msgspec.convert(args, self.input_type)
             except msgspec.ValidationError as exc:
-                raise NodeError(self._input_problem(str(exc))) from None
+                raise NodeError(self._input_problem(str(exc)), code=INVALID_INPUT) from None
         try:
             if self.timeout is None:
                 out = await self._run(value)
@@ -251,6 +271,8 @@ def tool(
     max_output_bytes: int | None = None,
     side_effects: str = "none",
     version: str = "1",
+    idempotent: bool = False,
+    cacheable: bool | None = None,
     blocking: bool = True,
 ) -> Any:
     """Make a :class:`Tool` of a function, deriving its schemas from its type hints.
@@ -304,6 +326,8 @@ def tool(
             max_output_bytes=max_output_bytes,
             side_effects=side_effects,
             version=version,
+            idempotent=idempotent,
+            cacheable=cacheable,
             blocking=blocking,
         )
         if ret in (dict, dict[str, Any]):

@@ -45,6 +45,7 @@ from a2e_host.chains.messages import (
     ChainResponse,
 )
 from a2e_host.chains.scheduler import ChainRunner
+from a2e_host.chains.step_cache import StepCache
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.chains.validation import ChainPlan, expression_chars, validate_chain
 from a2e_host.config import HostConfig
@@ -101,11 +102,17 @@ class ChainPlugin(Plugin):
         "handshake/limits",
         "chain/req.include_outputs",
         "chain/req.event_outputs",
+        "chain/node.retry",
+        "chain/node.timeout",
+        "chain/node.fallback",
+        "chain/cache",
     )
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
         super().__init__(config)
         self.toolbox = toolbox if toolbox is not None else Toolbox.from_config(config)
+        self.step_cache = StepCache(config.step_cache_max_entries, config.step_cache_max_bytes)
+        """The host's step cache (PROTOCOL.md §5 Recovery): one for every session."""
         # per session (its limits and grants shape validation): (skill, nodes id) → plan
         self._skill_plans: dict[str, dict[tuple[str, int], ChainPlan]] = {}
 
@@ -216,6 +223,8 @@ class ChainPlugin(Plugin):
                 granted=session.granted,
                 subchain_planner=self._planner(session),
                 log=log,
+                tool_of=self.toolbox.tools.get,
+                step_cache=self.step_cache,
             )
             run.on_cancel(runner.cancel)  # at once when cancelled while it was planned
             log.info("chain started", nodes=len(plan.nodes))

@@ -2,7 +2,8 @@
 
 Every host under conformance test exposes exactly these (``--tools conformance``):
 ``echo``, ``add``, ``concat``, ``count``, ``upper``, ``sleep``, ``fail``, ``big``, ``flaky``.
-All but ``sleep`` are cheap and run on the event loop (``upper`` of a long text runs in a
+``flaky``'s failures are retryable and it is never answered from the step cache. All
+but ``sleep`` are cheap and run on the event loop (``upper`` of a long text runs in a
 worker thread); ``sleep`` is async and cancellable. ``big`` and ``concat`` refuse an output
 over the node's ``max_output_bytes`` before building it (``chain_limit``).
 """
@@ -118,16 +119,21 @@ _flaky_calls: dict[str, int] = {}
 _flaky_lock = threading.Lock()
 
 
-@tool(blocking=False)
+@tool(blocking=False, cacheable=False)
 def flaky(key: str, failures: Annotated[int, msgspec.Meta(ge=0)]) -> AttemptsOut:
-    """Fail the first `failures` calls for `key` in this process, then {"attempts": n}."""
+    """Fail the first `failures` calls for `key` in this process, then {"attempts": n}.
+
+    Each failure is a retryable node error (``retryable: true``), so a node's ``retry``
+    tries it again (PROTOCOL.md §5 Recovery); it is never cached (its answer changes).
+    """
     with _flaky_lock:
         n = _flaky_calls.get(key, 0) + 1
         _flaky_calls[key] = n
     if n <= failures:
         raise NodeError(
             f"flaky: call {n} for key {key!r} fails on purpose ({failures} failures asked); "
-            f"retry it"
+            f"retry it",
+            retryable=True,
         )
     return {"attempts": n}
 

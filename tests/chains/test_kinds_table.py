@@ -13,16 +13,20 @@ from typing import Any
 import pytest
 
 from a2e_host.chains import catalog, kinds, skills, validation
-from a2e_host.chains.kinds import NODE_KINDS, ControlEdge, Fires, KindSpec, NodeProblem
-from a2e_host.chains.messages import ChainNode, ChainRequest
+from a2e_host.chains.kinds import NODE_KINDS, ControlEdge, Fires, KindSpec, NodeProblem, one_of
+from a2e_host.chains.messages import ChainNode, ChainRequest, RetryPolicy
 from a2e_host.chains.plan import NodeStatus, PlanState
 from a2e_host.chains.validation import ChainPlan, declared_edges, validate_chain
 from a2e_host.commands.graph import chain_edges, to_dot, to_mermaid
 from a2e_host.exceptions import ChainInvalid
 from a2e_host.limits import Limits, SessionLimits
 
-TOOLS = {"echo"}
+TOOLS = {"echo", "add"}
 SKILLS = {"summarize"}
+#: A valid value of each own field that is not an expression or a node reference (the
+#: recovery fields, PROTOCOL.md §5 Recovery).
+SAMPLES: dict[str, Any] = {"retry": RetryPolicy(), "timeout": 5.0, "fallback": "add",
+                           "cache": True}
 
 
 class Catalog:
@@ -57,7 +61,9 @@ def chain_for(spec: KindSpec) -> list[ChainNode]:
     edge_fields = {e.field: e for e in spec.edges}
     for field in spec.own_fields:
         edge = edge_fields.get(field)
-        if edge is None:
+        if field in SAMPLES:
+            fields[field] = SAMPLES[field]
+        elif edge is None:
             fields[field] = "input.items"
         elif edge.edge is None:  # the template relation
             fields[field] = "each"
@@ -105,13 +111,17 @@ def test_a_gated_kind_needs_its_gate_granted(kind: str) -> None:
 @pytest.mark.parametrize("kind", NODE_KINDS.names)
 def test_every_field_another_kind_owns_is_refused_on_this_kind(kind: str) -> None:
     spec = NODE_KINDS.specs[kind]
-    foreign = [(f, owner.name) for owner in NODE_KINDS.specs.values() if owner is not spec
-               for f in owner.own_fields if f not in spec.own_fields]
+    foreign: dict[str, list[str]] = {}
+    for owner in NODE_KINDS.specs.values():
+        for f in owner.own_fields:
+            if f not in spec.own_fields:
+                foreign.setdefault(f, []).append(owner.name)
     chain = chain_for(spec)
-    chain[0] = ChainNode(**{**_fields(chain[0]), **{f: "input.x" for f, _ in foreign}})
+    chain[0] = ChainNode(**{**_fields(chain[0]),
+                            **{f: SAMPLES.get(f, "input.x") for f in foreign}})
     found = problems_of(chain, granted=NODE_KINDS.gates)
-    for field, owner in foreign:
-        message = f"{field} is set on a {kind} node; only {owner} nodes take it"
+    for field, owners in foreign.items():
+        message = f"{field} is set on a {kind} node; only {one_of(owners)} nodes take it"
         assert ("first", field, message) in found
 
 

@@ -102,3 +102,20 @@ def test_the_summary_counts_nodes_in_good_grammar(nodes_run: int, said: str) -> 
     progress.finish(ChainResponse(req_id="r", chain_id="demo", success=True,
                                   nodes_run=nodes_run, duration_ms=5), 1.0)
     assert progress.summary() == f"chain demo succeeded: {said} in 5 ms"
+
+
+def test_a_node_s_attempts_are_lines_of_their_own_not_new_starts() -> None:
+    progress = ChainProgress(REQUEST, now=0.0)
+    progress.feed(event(1, "list", "start"), 0.0)
+    retried = ChainEvent(req_id="r", seq=2, node_id="list", phase="start", kind="progress",
+                         data={"attempt": 1, "of": 3, "error": "busy", "code": "x",
+                               "retry_in_s": 0.5})
+    progress.feed(retried, 0.4)
+    assert progress.nodes["list"].started == 0.0
+    assert progress.plain_line(retried, 0.4) == "[  2] retry list  attempt 1/3 failed: busy"
+    progress.feed(event(3, "each", "start"), 1.0)
+    progress.feed(event(4, "shout[0]", "start"), 1.0)
+    item_retry = ChainEvent(req_id="r", seq=5, node_id="shout[0]", phase="start",
+                            kind="progress", data={"attempt": 1, "of": 2})
+    progress.feed(item_retry, 1.1)
+    assert progress.nodes["each"].items_started == 1

@@ -111,6 +111,14 @@ EXTENSION_GATES = {
     "CHAIN-REQ-EVENT-OUTPUTS": ("features", "chain/req.event_outputs"),
     "CHAIN-REQ-TIMEOUT-DEFAULT": ("features", "handshake/limits"),
     "CANCEL-IMMEDIATE": ("features", "chain/cancel"),
+    "RECOVERY-RETRY": ("features", "chain/node.retry"),
+    "RECOVERY-NOT-RETRYABLE": ("features", "chain/node.retry"),
+    "RECOVERY-RETRY-ON": ("features", "chain/node.retry"),
+    "RECOVERY-TIMEOUT": ("features", "chain/node.timeout"),
+    "RECOVERY-FALLBACK": ("features", "chain/node.fallback"),
+    "RECOVERY-CACHE": ("features", "chain/cache"),
+    "RECOVERY-INVALID": ("features", "chain/node.retry"),
+    "RECOVERY-MAX-ATTEMPTS": ("ceilings", "max_attempts"),
 }
 BUDGET_CEILINGS = {"max_expression_steps", "max_expression_bytes", "max_chain_output_bytes",
                    "max_total_nodes"}

@@ -200,6 +200,39 @@ def test_invariants_catch_seq_gaps_double_terminals_and_counts():
     assert any(p.startswith("CHAIN-RESP-NODES-RUN") for p in problems)
 
 
+def test_progress_events_of_a_node_s_attempts_fit_between_its_start_and_its_end():
+    # PROTOCOL.md §5 Recovery: attempts are kind "progress" events in phase start
+    progress = {"kind": "progress", "data": {"attempt": 1, "of": 2}}
+    messages = [_event(1, "a", "start", kind="status"), _event(2, "a", "start", **progress),
+                _event(3, "a", "done", output=1), _resp(outputs={"a": 1}, nodes_run=1)]
+    spec = {"order": [["a:start", "a:done"]], "in_flight": {"pattern": "^a$", "max": 1}}
+    assert check_chain(messages, [""] * 4, spec, {}) == []
+
+
+def test_a_progress_event_outside_its_node_s_run_breaks_the_lifecycle():
+    progress = {"kind": "progress", "data": {}}
+    before = [_event(1, "a", "start", **progress), _event(2, "a", "start"),
+              _event(3, "a", "done", output=1), _resp(outputs={"a": 1}, nodes_run=1)]
+    after = [_event(1, "a", "start"), _event(2, "a", "error"),
+             _event(3, "a", "start", **progress), _resp(success=False, error={"code": "x"},
+                                                        nodes_run=1)]
+    wrong_phase = [_event(1, "a", "start"), _event(2, "a", "done", **progress),
+                   _event(3, "a", "done", output=1), _resp(outputs={"a": 1}, nodes_run=1)]
+    assert check_chain(before, [""] * 4, {}, {}) == [
+        "CHAIN-EVT-LIFECYCLE: node 'a' had a progress event with phase 'start' after phases []"]
+    assert check_chain(after, [""] * 4, {}, {}) == [
+        "CHAIN-EVT-LIFECYCLE: node 'a' had a progress event with phase 'start' after phases "
+        "['start', 'error']"]
+    assert check_chain(wrong_phase, [""] * 4, {}, {}) == [
+        "CHAIN-EVT-LIFECYCLE: node 'a' had a progress event with phase 'done' after phases "
+        "['start']"]
+    # a second start of kind status is a second start, not an attempt
+    twice = [_event(1, "a", "start"), _event(2, "a", "start", kind="status"),
+             _event(3, "a", "done", output=1), _resp(outputs={"a": 1}, nodes_run=1)]
+    assert check_chain(twice, [""] * 4, {}, {}) == [
+        "CHAIN-EVT-LIFECYCLE: node 'a' had phases ['start', 'start', 'done']"]
+
+
 def test_map_items_are_not_declared_nodes():
     messages = [_event(1, "m", "start"), _event(2, "t[0]", "start"), _event(3, "t[0]", "done"),
                 _event(4, "m", "done"), _resp(outputs={"m": [1]}, nodes_run=1)]

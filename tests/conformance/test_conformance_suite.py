@@ -49,7 +49,8 @@ UNRELATED = ("ping-pong", "error-parse-not-json", "error-unknown-type")
 #: Which cases to run against each broken host: its requirement's cases, except where
 #: some of those would only time out (with cycles accepted, a cyclic chain waits
 #: forever for nodes that never become ready; one refused-too-late case shows it).
-MUTANT_CASES = {"cycle_accepted": ("cycle-two-nodes",)}
+MUTANT_CASES = {"cycle_accepted": ("cycle-two-nodes",),
+                "progress_as_status": ("retry-flaky-until-it-succeeds",)}
 
 
 def run_kit(*args: str, timeout: float = SMALL_KIT_TIMEOUT) -> dict[str, Any]:
@@ -141,7 +142,9 @@ EXTENSION_REQUIREMENTS = ("LIMIT-BUDGETS-PUBLISHED", "LIMIT-MAX-EXPRESSION-STEPS
                           "LIMIT-MAX-EXPRESSION-BYTES", "LIMIT-MAX-CHAIN-OUTPUT",
                           "LIMIT-MAX-TOTAL-NODES", "CHAIN-REQ-INCLUDE-OUTPUTS",
                           "CHAIN-REQ-EVENT-OUTPUTS", "CHAIN-REQ-TIMEOUT-DEFAULT",
-                          "CANCEL-IMMEDIATE")
+                          "CANCEL-IMMEDIATE", "RECOVERY-RETRY", "RECOVERY-NOT-RETRYABLE",
+                          "RECOVERY-RETRY-ON", "RECOVERY-TIMEOUT", "RECOVERY-FALLBACK",
+                          "RECOVERY-CACHE", "RECOVERY-INVALID", "RECOVERY-MAX-ATTEMPTS")
 
 
 def test_a_case_is_skipped_when_the_host_does_not_publish_its_ceiling_or_feature() -> None:

@@ -59,6 +59,8 @@ def test_environment_overrides_the_file_and_cli_overrides_both(tmp_path: Path) -
         ({"A2E_KEEPALIVE_INTERVAL": "none"}, "keepalive_interval", None),
         ({"A2E_SHUTDOWN_GRACE": "2.5"}, "shutdown_grace", 2.5),
         ({"A2E_OUTBOX_HIGH_WATER": "64"}, "outbox_high_water", 64),
+        ({"A2E_STEP_CACHE_MAX_ENTRIES": "0"}, "step_cache_max_entries", 0),
+        ({"A2E_STEP_CACHE_MAX_BYTES": "1_048_576"}, "step_cache_max_bytes", 1_048_576),
     ],
 )
 def test_environment_variables_are_parsed_per_field(
@@ -87,6 +89,9 @@ def test_a2e_config_names_the_file_when_no_path_is_given(tmp_path: Path) -> None
         ({"environ": {}, "overrides": {"shutdown_grace": -1}}, ["shutdown_grace", "command line"]),
         ({"environ": {}, "overrides": {"colour": "red"}}, ["colour", "command line"]),
         ({"environ": {}, "overrides": {"tools": 3}}, ["tools", "list of strings"]),
+        ({"environ": {"A2E_STEP_CACHE_MAX_BYTES": "-1"}},
+         ["step_cache_max_bytes", "A2E_STEP_CACHE_MAX_BYTES", ">= 0"]),
+        ({"environ": {"A2E_MAX_ATTEMPTS": "0"}}, ["max_attempts", "positive"]),
     ],
 )
 def test_bad_values_name_the_key_and_the_source(kwargs: dict, words: list[str]) -> None:
@@ -105,3 +110,14 @@ def test_file_errors_name_the_file_and_key(tmp_path: Path) -> None:
         load_config(write(tmp_path, "[limits]\nmax_nodes = -5\n"), environ={})
     with pytest.raises(ValueError, match="unknown setting 'prot'"):
         load_config(write(tmp_path, "prot = 1\n"), environ={})
+
+
+def test_the_step_cache_and_max_attempts_are_configured_like_any_setting(tmp_path: Path) -> None:
+    path = write(tmp_path, "step_cache_max_entries = 16\n[limits]\nmax_attempts = 4\n")
+    config = load_config(path, environ={"A2E_STEP_CACHE_MAX_BYTES": "4096"})
+    assert (config.step_cache_max_entries, config.step_cache_max_bytes) == (16, 4096)
+    assert config.limits.max_attempts == 4
+    defaults = HostConfig()
+    assert (defaults.step_cache_max_entries, defaults.step_cache_max_bytes) == (
+        1024, 16 * 1024 * 1024)
+    assert defaults.limits.max_attempts == 10

@@ -16,6 +16,7 @@ from a2e_host.chains.messages import (
     ChainNode,
     ChainRequest,
     ChainResponse,
+    RetryPolicy,
     chain_codec,
 )
 from a2e_host.errors import ChainFailure
@@ -57,6 +58,7 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("timeout", int, 300),  # left out: min(300, max_timeout) (ChainRequest.timeout_within)
         ("include_outputs", bool, True),  # extension (PROTOCOL.md §5)
         ("event_outputs", bool, True),  # extension (PROTOCOL.md §5)
+        ("cache", bool, False),  # extension (PROTOCOL.md §5 Recovery)
     ],
     ChainEvent: ENVELOPE + [
         ("kind", str, "status"),
@@ -98,6 +100,10 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("map_node", str, ""),
         ("next_node", str, ""),
         ("on_error", str, "abort"),
+        ("retry", RetryPolicy | None, None),  # extension (PROTOCOL.md §5 Recovery)
+        ("timeout", float | None, None),  # extension
+        ("fallback", str, ""),  # extension
+        ("cache", bool, False),  # extension
     ],
     HandshakeRequest: ENVELOPE + [
         ("agent_id", str, ""),

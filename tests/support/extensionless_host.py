@@ -17,9 +17,10 @@ from a2e_host.runtime.host import Host
 from a2e_host.session import MetadataFn, Session
 
 HIDDEN_FEATURES = ("chain/cancel", "handshake/limits", "chain/req.include_outputs",
-                   "chain/req.event_outputs")
+                   "chain/req.event_outputs", "chain/node.retry", "chain/node.timeout",
+                   "chain/node.fallback", "chain/cache")
 HIDDEN_CEILINGS = ("max_expression_steps", "max_expression_bytes", "max_chain_output_bytes",
-                   "max_total_nodes")
+                   "max_total_nodes", "max_attempts")
 
 
 def _hidden(metadata: MetadataFn) -> MetadataFn:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from a2e_host.chains import events, scheduler
+from a2e_host.chains import events, recovery, scheduler
 from a2e_host.chains.messages import ChainEvent
 from a2e_host.chains.typecheck import TypeChecks
 from a2e_host.chains.validation import _Validator
@@ -69,6 +69,22 @@ def final_output_first_terminal() -> None:
     scheduler.ChainRunner._result = result  # type: ignore[method-assign]
 
 
+def retry_ignored() -> None:
+    """A node's ``retry`` never retries anything."""
+    recovery.may_retry = lambda exc, retry, guarded: False  # type: ignore[assignment]
+
+
+def progress_as_status() -> None:
+    """Attempts are reported as further ``start`` events of kind ``status``."""
+    original = events.EventStream.send_data
+
+    def send_data(self: Any, node_id: str, phase: str, data: dict[str, Any], *,
+                  kind: str = "status", output: Any = None, error: str = "") -> None:
+        original(self, node_id, phase, data, kind="status", output=output, error=error)
+
+    events.EventStream.send_data = send_data  # type: ignore[method-assign]
+
+
 def cycle_accepted() -> None:
     """Cycle detection switched off."""
     _Validator.check_cycles = lambda self: None  # type: ignore[method-assign]
@@ -85,6 +101,8 @@ MUTANTS: dict[str, tuple[Callable[[], None], str]] = {
     "event_after_response": (event_after_response, "CHAIN-EVT-BEFORE-RESP"),
     "final_output_first_terminal": (final_output_first_terminal, "CHAIN-RESP-FINAL-OUTPUT"),
     "cycle_accepted": (cycle_accepted, "VAL-CYCLE"),
+    "retry_ignored": (retry_ignored, "RECOVERY-RETRY"),
+    "progress_as_status": (progress_as_status, "CHAIN-EVT-LIFECYCLE"),
     "static_checks_off": (static_checks_off, "VAL-STATIC-INFERRED"),
 }
 """mutant name → (patch, a requirement the conformance kit must report failed)."""

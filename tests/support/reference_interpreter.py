@@ -352,7 +352,8 @@ def final_output(terminals: list[str], outputs: Mapping[str, Any]) -> Any:
 def check_event_stream(events: list[Any], req_id: str) -> None:
     """§5 rules for one request's events (``ChainEvent``-like objects, in send order):
     ``seq`` 1, 2, 3 … gapless; each started node exactly one ``done``/``error`` after its
-    ``start``; a skipped node never starts; nothing starts or is skipped twice."""
+    ``start``, with only ``kind: "progress"`` events (phase ``start``) of its own attempts
+    between them; a skipped node never starts; nothing starts or is skipped twice."""
     assert [e.seq for e in events] == list(range(1, len(events) + 1)), "seq is gapless from 1"
     assert all(e.req_id == req_id for e in events)
     started: set[str] = set()
@@ -360,6 +361,10 @@ def check_event_stream(events: list[Any], req_id: str) -> None:
     skipped: set[str] = set()
     for e in events:
         nid = e.node_id
+        if e.kind == "progress":  # an attempt of a node with recovery fields (§5 Recovery)
+            assert e.phase == "start", f"{nid} has a progress event in phase {e.phase!r}"
+            assert nid in started and nid not in ended, f"{nid} progresses outside its run"
+            continue
         if e.phase == "start":
             assert nid not in started and nid not in skipped, f"{nid} starts twice or after skip"
             started.add(nid)

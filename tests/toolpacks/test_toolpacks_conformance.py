@@ -78,8 +78,9 @@ def test_fail_fails_with_exactly_the_message(tools: ToolRegistry) -> None:
 
 def test_flaky_fails_the_first_calls_per_key_then_counts_attempts(tools: ToolRegistry) -> None:
     for _ in range(2):
-        with pytest.raises(NodeError, match="fails on purpose"):
+        with pytest.raises(NodeError, match="fails on purpose") as info:
             call(tools, "flaky", {"key": "k1", "failures": 2})
+        assert info.value.retryable is True  # a node's retry retries it (§5 Recovery)
     assert call(tools, "flaky", {"key": "other", "failures": 0}) == {"attempts": 1}
     assert call(tools, "flaky", {"key": "k1", "failures": 2}) == {"attempts": 3}
     assert call(tools, "flaky", {"key": "k1", "failures": 2}) == {"attempts": 4}
@@ -95,3 +96,10 @@ def test_sleep_is_cancellable(tools: ToolRegistry) -> None:
         return scope.cancelled_caught
 
     assert anyio.run(main) is True
+
+
+def test_flaky_is_never_cached_and_the_pure_fixtures_are(tools: ToolRegistry) -> None:
+    cacheable = {name: tools.get(name).cacheable for name in tools.names()}  # type: ignore[union-attr]
+    assert cacheable == {"add": True, "big": True, "concat": True, "count": True,
+                         "echo": True, "fail": True, "flaky": False, "sleep": True,
+                         "upper": True}

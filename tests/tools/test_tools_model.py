@@ -235,3 +235,28 @@ def test_a_pack_named_unlike_its_entry_point_loads_by_the_entry_point_with_a_war
     with capture_logs() as same:
         load_tools(HostConfig(tools=("size",)), packs={"size": packs["hash"]})
     assert same == []
+
+
+def test_a_tool_is_cacheable_when_free_of_effects_unless_it_says_otherwise() -> None:
+    def f(args: dict[str, Any]) -> Any:
+        return args
+
+    assert Tool("a", f).cacheable is True
+    assert Tool("b", f, side_effects="read").cacheable is False
+    assert Tool("c", f, side_effects="read", cacheable=True).cacheable is True
+    assert Tool("d", f, cacheable=False).cacheable is False
+    assert Tool("e", f, side_effects="write").idempotent is False
+    made = tool(f, name="g", side_effects="write", idempotent=True, cacheable=False)
+    assert (made.idempotent, made.cacheable, made.side_effects) == (True, False, "write")
+
+
+def test_an_input_the_schema_refuses_carries_the_invalid_input_code() -> None:
+    @tool(blocking=False)
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    with pytest.raises(NodeError) as info:
+        anyio.run(add.invoke, {"a": 1})
+    assert info.value.code == "invalid_input"
+    assert info.value.message == "tool 'add': input field 'b' is required"
+    assert info.value.retryable is False
