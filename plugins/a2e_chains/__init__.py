@@ -202,7 +202,7 @@ class ChainPlugin(Plugin):
             try:
                 plan = await self._plan(request, session)
             except ChainInvalid as exc:
-                problems = len(exc.details.get("errors", []))
+                problems = exc.details.get("problems_total", len(exc.details.get("errors", [])))
                 log.info("chain refused", code=exc.code, problems=problems)
                 respond(_refusal(request, exc, started))
                 return
