@@ -57,6 +57,7 @@ import structlog
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from ..exceptions import NodeError, NodeTimeout
+from ..tools.model import INVALID_INPUT
 from .proc_policy import (
     DEFAULT_MAX_PROCS,
     DEFAULT_MAX_STREAM_BYTES,
@@ -107,14 +108,14 @@ def _parse(args: dict[str, Any]) -> ProcInput:
         args = {("argv" if k == "cmd" else k): v for k, v in args.items()}
     problem = argv_problem(args.get("argv")) if "argv" in args else None
     if problem:
-        raise NodeError(f"proc: input 'argv' {problem}")
+        raise NodeError(f"proc: input 'argv' {problem}", code=INVALID_INPUT)
     try:
         return msgspec.convert(args, ProcInput)
     except msgspec.ValidationError as exc:
         text = str(exc).replace(" - at `$.", " at input '").replace("`", "'")
         if text.startswith("Object missing required field"):
             text = "input 'argv' is required: the command as a list of strings"
-        raise NodeError(f"proc: {text}") from None
+        raise NodeError(f"proc: {text}", code=INVALID_INPUT) from None
 
 
 class _Capture:
@@ -177,7 +178,7 @@ async def run_proc(
     spec = _parse(args)
     exe, refusal = policy.resolve(spec.argv[0])
     if exe is None:
-        raise NodeError(f"proc: {refusal}")
+        raise NodeError(f"proc: {refusal}", code=INVALID_INPUT)
     env = policy.child_env(spec.env)
     if not sys.executable:
         raise NodeError(

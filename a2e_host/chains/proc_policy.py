@@ -24,6 +24,7 @@ import anyio
 from ..config import HostConfig
 from ..exceptions import NodeError
 from ..tools.confine import PathRefused, RootDir
+from ..tools.model import INVALID_INPUT
 from .messages import ChainNode
 
 __all__ = [
@@ -264,7 +265,7 @@ class ProcPolicy:
         """
         problem = self.env_problem(extra)
         if problem:
-            raise NodeError(f"proc: {problem}")
+            raise NodeError(f"proc: {problem}", code=INVALID_INPUT)
         env = {"PATH": self.child_path(), "LANG": os.environ.get("LANG", "C.UTF-8")}
         for name in (*_BASE_ENV[2:], *self.env_allow):
             if name in os.environ:
@@ -286,9 +287,11 @@ class ProcPolicy:
                 self._rootdir = RootDir(self.root)
             fd = self._rootdir.open_dir(shown).fd
         except PathRefused as exc:
-            raise NodeError(f"proc: cwd {shown!r} is refused: {exc.reason}") from None
+            raise NodeError(f"proc: cwd {shown!r} is refused: {exc.reason}",
+                            code=INVALID_INPUT) from None
         except OSError:
-            raise NodeError(f"proc: cwd {shown!r} is not a directory under the root") from None
+            raise NodeError(f"proc: cwd {shown!r} is not a directory under the root",
+                            code=INVALID_INPUT) from None
         try:
             yield fd
         finally:

@@ -487,3 +487,31 @@ async def test_a_proc_node_is_retried_only_for_codes_retry_on_names(
     assert len(ran) == calls
     last = [m for m in sent if isinstance(m, ChainEvent)][-1]
     assert last.data["attempts"] == calls
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("argv", "refused"),
+    [(["rm", "-rf", "x"], "'rm' is not allowed"), ([], "input 'argv'")],
+)
+async def test_a_proc_input_the_host_refuses_is_never_retried(
+    tmp_path: Any, argv: list[str], refused: str
+) -> None:
+    # an executable outside the allowlist, or a bad argv, is the input's fault: as a tool's
+    # schema refusal, it is refused again on every attempt, whatever retry_on names
+    from a2e_host.chains.toolbox import Toolbox
+    from a2e_host.config import HostConfig
+
+    toolbox = Toolbox.from_config(HostConfig(allow_proc=("true",), root=str(tmp_path)))
+    node = msgspec.convert({"node_id": "p", "kind": "proc", "input": {"argv": argv},
+                            "retry": {**FAST, "retry_on": ["chain_node_error"]}}, ChainNode)
+    request = ChainRequest(id="r", nodes=[node], entry_node="p")
+    plan = validate_chain(request, FakeCatalog(), SessionLimits(Limits()), granted=ALL_CAPS)
+    sent: list[Message] = []
+    runner = ChainRunner(plan, executors={"proc": toolbox.run_proc}, limits=Limits(),
+                         emit=sent.append, clock=FakeClock().clock)
+    with anyio.fail_after(WAIT):
+        await runner.run_to_response(time.monotonic())
+    events = [m for m in sent if isinstance(m, ChainEvent)]
+    assert [(e.phase, e.kind) for e in events] == [("start", "status"), ("error", "status")]
+    assert refused in events[-1].error and events[-1].data["attempts"] == 1
