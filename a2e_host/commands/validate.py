@@ -25,6 +25,7 @@ import msgspec
 
 from ..chains.catalog import Catalog
 from ..chains.messages import ChainRequest, chain_codec
+from ..chains.unknown_fields import unknown_field_warnings
 from ..chains.validation import ChainPlan, validate_chain
 from ..config import HostConfig
 from ..exceptions import ChainInvalid, RemoteProtocolError
@@ -54,7 +55,7 @@ def validate_main(
         ``schema_violation``), 2 unreadable file, bad JSON or bad configuration.
     """
     try:
-        request = _read_request(chain)
+        request, stray = _read_request(chain)
     except _Unreadable as exc:
         return _fail(exc.code, str(exc), json_out)
     except RemoteProtocolError as exc:  # readable JSON, but not a chain/req shape
@@ -75,9 +76,9 @@ def validate_main(
         hints = [problem_hint(p, node_kinds=kinds, allow_proc=config.allow_proc)
                  for p in exc.details["errors"]]
         return _report_invalid(exc.code, exc.message, exc.details["errors"], json_out, hints,
-                               exc.details.get("warnings", []),
+                               [*stray, *exc.details.get("warnings", [])],
                                total=exc.details.get("problems_total"))
-    _report_valid(chain, plan, json_out)
+    _report_valid(chain, plan, json_out, stray)
     return EXIT_VALID
 
 
@@ -87,7 +88,9 @@ class _Unreadable(Exception):
         self.code = code
 
 
-def _read_request(path: Path) -> ChainRequest:
+def _read_request(path: Path) -> tuple[ChainRequest, list[dict[str, Any]]]:
+    """The file's chain/req, and a warning for each key no field reads (a misspelling
+    would otherwise do nothing, silently: :mod:`~a2e_host.chains.unknown_fields`)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -106,7 +109,7 @@ def _read_request(path: Path) -> ChainRequest:
     msg = chain_codec.decode(msgspec.json.encode(body))
     if not isinstance(msg, ChainRequest):  # pragma: no cover - the type tag decides
         raise _Unreadable("invalid_message", f"{str(path)!r} does not hold a chain/req body")
-    return msg
+    return msg, unknown_field_warnings(body)
 
 
 def _catalog(config: HostConfig) -> tuple[Catalog, frozenset[str]]:
@@ -172,18 +175,21 @@ def _line(problem: dict[str, Any], hint: str | None = None) -> str:
     return f"{where}: {problem['message']}{fix}"
 
 
-def _report_valid(path: Path, plan: ChainPlan, json_out: bool) -> None:
+def _report_valid(
+    path: Path, plan: ChainPlan, json_out: bool, stray: list[dict[str, Any]]
+) -> None:
     ids = [node.node_id for node in plan.nodes]
+    warnings = [*stray, *plan.warnings]
     roots = [ids[i] for i in plan.roots]
     terminals = [ids[i] for i in plan.terminals]
     if json_out:
         print(json.dumps({
             "valid": True, "chain_id": plan.request.chain_id, "nodes": len(ids),
             "entry_node": ids[plan.entry], "roots": roots, "terminals": terminals,
-            "timeout": plan.timeout, "errors": [], "warnings": list(plan.warnings),
+            "timeout": plan.timeout, "errors": [], "warnings": warnings,
         }, ensure_ascii=False))
         return
-    for warning in plan.warnings:
+    for warning in warnings:
         print(f"warning: {_line(warning)}")
     print(f"valid: {path.name}: {len(ids)} node{'s' if len(ids) != 1 else ''}, "
-          f"roots {', '.join(roots)}; terminals {', '.join(terminals)}{_warned(plan.warnings)}")
+          f"roots {', '.join(roots)}; terminals {', '.join(terminals)}{_warned(warnings)}")
