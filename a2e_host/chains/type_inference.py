@@ -60,6 +60,10 @@ from .schema_words import describe
 
 __all__ = ["MAX_INFERENCE_STEPS", "Inferred", "infer", "read_fields"]
 
+NEVER_NULL_AT_ROOT = frozenset({"multi_select_list", "multi_select_hash", "literal"})
+"""Expression roots whose value is never null over the chain context (which is never
+null): no whole-expression null read can come from them, so they need no inference."""
+
 MAX_INFERENCE_STEPS = 5_000
 """Steps (syntax-tree visits and type operations) one expression's inference may take."""
 

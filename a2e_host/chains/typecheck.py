@@ -79,7 +79,7 @@ from .static_messages import (
     static_value_message,
 )
 from .tool_facts import ToolFacts, facts_of_signature
-from .type_inference import MAX_INFERENCE_STEPS, Inferred, infer, read_fields
+from .type_inference import MAX_INFERENCE_STEPS, NEVER_NULL_AT_ROOT, Inferred, infer, read_fields
 
 __all__ = ["MAX_CHECK_STEPS", "MAX_WARNINGS", "TypeChecks"]
 
@@ -458,8 +458,8 @@ class TypeChecks:
         """A warning when ``expr`` (at ``input_map.<key>``, or the node's own ``field``) is
         always null because it reads where there is nothing (once: not again for the
         fallback's input)."""
-        if self._in_fallback:
-            return
+        if self._in_fallback or (got is None and expr.parsed["type"] in NEVER_NULL_AT_ROOT):
+            return  # in the fallback: told once; a list, object or literal is never null
         got = got or self.infer(expr, i)
         if got.note and got.type is NULL_TYPE:
             where = field or f"input_map.{key}"

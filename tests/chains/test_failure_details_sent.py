@@ -5,9 +5,6 @@ sendable."""
 
 from __future__ import annotations
 
-import gc
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -26,17 +23,6 @@ from a2e_host.tools import tool
 from a2e_host.tools.registry import ToolRegistry
 
 WAIT = 10  # seconds: the bound on every wait
-
-
-@pytest.fixture(autouse=True)
-def _collect_what_a_failure_leaves() -> Iterator[None]:
-    """These tests fail until the defect is fixed, and a failing run leaves unclosed
-    streams behind; collect them here, so their ResourceWarnings are not charged to
-    whichever test of the worker runs when the collector next passes."""
-    yield
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
 
 
 def failing_tool(details: dict[str, Any]) -> Any:

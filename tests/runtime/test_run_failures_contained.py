@@ -5,10 +5,7 @@ connection's runs, not one connection's)."""
 from __future__ import annotations
 
 import asyncio
-import gc
-import warnings
-from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 import pytest
@@ -20,8 +17,6 @@ from a2e_host.config import HostConfig
 from a2e_host.exceptions import InvalidMessage
 from a2e_host.messages import (
     ErrorMessage,
-    HandshakeRequest,
-    HandshakeResponse,
     Message,
     Ping,
     Pong,
@@ -30,27 +25,11 @@ from a2e_host.plugin import Plugin, PluginContext, RunHandle
 from a2e_host.runtime.host import Host
 from a2e_host.runtime.memory import open_memory_client
 from a2e_host.runtime.runs import Run, RunRegistry
+from tests.support.memory import handshaken
 
 WAIT = 15  # seconds: the bound on every wait
 
 NAP = [{"node_id": "nap", "kind": "tool", "name": "sleep", "input": {"seconds": 1}}]
-
-
-@pytest.fixture(autouse=True)
-def _collect_what_a_failure_leaves() -> Iterator[None]:
-    """These tests fail until the defect is fixed, and a failing run leaves unclosed
-    streams behind; collect them here, so their ResourceWarnings are not charged to
-    whichever test of the worker runs when the collector next passes."""
-    yield
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
-
-
-async def handshaken(client: Any, caps: list[str]) -> None:
-    client.send(HandshakeRequest(agent_caps=caps))
-    resp = await client.receive()
-    assert isinstance(resp, HandshakeResponse) and resp.ok, resp
 
 
 class Do(Message, tag="bad/do", kw_only=True):

@@ -14,10 +14,11 @@ import structlog
 from a2e_host.chains.messages import ChainEvent, ChainRequest, ChainResponse, chain_codec
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import Busy
-from a2e_host.messages import ErrorMessage, HandshakeRequest, HandshakeResponse, Ping
+from a2e_host.messages import ErrorMessage, Ping
 from a2e_host.runtime.host import Host
 from a2e_host.runtime.memory import open_memory_client
 from a2e_host.runtime.runs import DetachPolicy, Run, RunRegistry
+from tests.support.memory import handshaken
 
 WAIT = 10  # seconds: the bound on every wait
 
@@ -269,13 +270,6 @@ async def test_the_host_runs_while_any_entry_is_inside_and_the_first_waits_for_t
 # ── through a host: chains are runs of the host ─────────────────────────────────
 
 SLEEP = [{"node_id": "nap", "kind": "tool", "name": "sleep", "input": {"seconds": 30}}]
-
-
-async def handshaken(client: Any) -> str:
-    client.send(HandshakeRequest(agent_caps=["chains"]))
-    resp = await client.receive()
-    assert isinstance(resp, HandshakeResponse) and resp.ok
-    return resp.session_id
 
 
 @pytest.mark.asyncio

@@ -22,12 +22,13 @@ from a2e_chains import ChainPlugin
 from a2e_host.chains.messages import ChainEvent, ChainRequest, ChainResponse, chain_codec
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.config import HostConfig
-from a2e_host.messages import HandshakeRequest, HandshakeResponse, Message
+from a2e_host.messages import Message
 from a2e_host.plugin import Plugin, PluginContext
 from a2e_host.runtime.host import Host
-from a2e_host.runtime.memory import MessageClient, open_memory_client
+from a2e_host.runtime.memory import open_memory_client
 from a2e_host.runtime.runs import DetachPolicy, Run
 from a2e_host.tools import ToolRegistry, tool
+from tests.support.memory import handshaken
 
 WAIT = 10  # seconds: the bound on every wait
 
@@ -74,12 +75,6 @@ class TickPlugin(Plugin):
     async def step(self, n: int) -> None:
         self.go[n - 1].set()
         await self.sent[n - 1].wait()
-
-
-async def handshaken(client: MessageClient, caps: list[str]) -> None:
-    client.send(HandshakeRequest(agent_caps=caps))
-    resp = await client.receive()
-    assert isinstance(resp, HandshakeResponse) and resp.ok, resp
 
 
 @pytest.mark.asyncio

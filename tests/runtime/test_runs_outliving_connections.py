@@ -5,11 +5,8 @@ shared between capabilities."""
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
-import warnings
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import anyio
@@ -18,33 +15,16 @@ from a2e_chains import ChainPlugin
 
 from a2e_host.chains.messages import ChainRequest, ChainResponse
 from a2e_host.config import HostConfig
-from a2e_host.messages import ErrorMessage, HandshakeRequest, HandshakeResponse, Message
+from a2e_host.messages import ErrorMessage, Message
 from a2e_host.plugin import Plugin, PluginContext, RunHandle, SessionInfo
 from a2e_host.runtime import connection as connection_module
 from a2e_host.runtime.host import Host
 from a2e_host.runtime.memory import open_memory_client
+from tests.support.memory import handshaken
 
 WAIT = 20  # seconds: the bound on every wait
 
 ECHO = [{"node_id": "a", "kind": "tool", "name": "echo", "input": {"k": 1}}]
-
-
-@pytest.fixture(autouse=True)
-def _collect_what_a_failure_leaves() -> Iterator[None]:
-    """These tests fail until the defect is fixed, and a failing run leaves unclosed
-    streams behind; collect them here, so their ResourceWarnings are not charged to
-    whichever test of the worker runs when the collector next passes."""
-    yield
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
-
-
-async def handshaken(client: Any, caps: list[str]) -> str:
-    client.send(HandshakeRequest(agent_caps=caps))
-    resp = await client.receive()
-    assert isinstance(resp, HandshakeResponse) and resp.ok, resp
-    return resp.session_id
 
 
 # ── a drop while the chain is planned in a worker thread ───────────────────────
