@@ -1,6 +1,6 @@
 """Plugin routing driven by messages on a connection, not by calling ``plugin_for``
-(issue 14, item 1; ARCHITECTURE-REVIEW §3.1 and §6: the old routing test checked a path
-no message could reach). A message reaches the first plugin by priority whose namespace
+(issue 14, item 1: a test that only called ``plugin_for`` checked a path no message
+could reach). A message reaches the first plugin by priority whose namespace
 holds it, once its type is declared by an enabled plugin and the session holds that
 plugin's capability."""
 
