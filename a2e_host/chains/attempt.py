@@ -126,7 +126,7 @@ async def run_attempt(
     else:
         report = run.reports.pop(shown)
         if report.keep is not None:
-            report.keep(output)
+            report.keep(output, size)
         run.events.send_data(shown, "done", report.data(True), output=output)
     if run.debug:
         run.log.debug("node done", node_id=shown)

@@ -142,6 +142,21 @@ def is_guarded(side_effects: str, idempotent: bool) -> bool:
     return side_effects in _GUARDED_EFFECTS and not idempotent
 
 
+MAX_ATTEMPT_ERROR_CHARS = 500
+"""Characters of a failed attempt's message kept in ``data`` (``errors[].error``, a
+progress event's ``error``): a tool raising a megabyte of text would otherwise repeat it
+once per attempt. The node's own ``error`` event keeps the whole final message."""
+
+
+def attempt_error(exc: BaseException) -> str:
+    """A failed attempt's message for ``data``, cut to :data:`MAX_ATTEMPT_ERROR_CHARS`
+    characters (the cut says how long it was)."""
+    text = failure_message_of(exc)
+    if len(text) <= MAX_ATTEMPT_ERROR_CHARS:
+        return text
+    return f"{text[:MAX_ATTEMPT_ERROR_CHARS]}… ({len(text):,} characters)"
+
+
 def progress_data(
     attempt: int, of: int, exc: BaseException, retry_in_s: float, fallback: str = ""
 ) -> dict[str, Any]:
@@ -151,7 +166,7 @@ def progress_data(
     data: dict[str, Any] = {
         "attempt": attempt,
         "of": of,
-        "error": failure_message_of(exc),
+        "error": attempt_error(exc),
         "code": failure_codes(exc)[0],
         "retry_in_s": retry_in_s,
     }
@@ -185,7 +200,7 @@ class Report:
         self.fallback_used = False
         self.tool = tool
         self.cache = ""
-        self.keep: Callable[[Any], object] | None = None
+        self.keep: Callable[[Any, int], object] | None = None
 
     def failed(self, attempt: int, tool: str, exc: BaseException) -> None:
         """Record a failed attempt of ``tool``."""
@@ -193,7 +208,7 @@ class Report:
             "attempt": attempt,
             "tool": tool,
             "code": failure_codes(exc)[0],
-            "error": failure_message_of(exc),
+            "error": attempt_error(exc),
         })
 
     def data(self, done: bool) -> dict[str, Any]:

@@ -22,14 +22,18 @@ from typing import Any
 
 import msgspec
 
-from ..codec import has_non_finite
+from ..codec import encode_value, has_non_finite
+from ..sizes import json_size_at_most
 
-__all__ = ["CacheKey", "StepCache"]
+__all__ = ["CacheKey", "MAX_KEY_INPUT_BYTES", "StepCache"]
 
 CacheKey = tuple[str, str, bytes]
 """``(tool name, tool version, input digest)``."""
 
-_encoder = msgspec.json.Encoder(order="sorted")
+_key_encoder = msgspec.json.Encoder(order="sorted")  # keys only: outputs keep their order
+MAX_KEY_INPUT_BYTES = 1024 * 1024
+"""Inputs over this many encoded bytes are not looked up (``cache: "off"``): hashing them
+on the event loop would cost more than most pure tools do."""
 _ENCODE_FAILURES = (TypeError, ValueError, OverflowError, msgspec.EncodeError, RecursionError)
 
 
@@ -68,9 +72,12 @@ class StepCache:
 
     def key(self, tool: str, version: str, args: Any) -> CacheKey | None:
         """The key of a call of ``tool`` at ``version`` with input ``args``, None when the
-        input has no canonical encoding (a value JSON cannot carry, NaN or Infinity)."""
+        input has no canonical encoding (a value JSON cannot carry, NaN or Infinity) or is
+        over :data:`MAX_KEY_INPUT_BYTES` (measured first, in work bounded by the cap)."""
         try:
-            encoded = _encoder.encode(args)
+            if json_size_at_most(args, MAX_KEY_INPUT_BYTES) is None:
+                return None
+            encoded = _key_encoder.encode(args)
         except _ENCODE_FAILURES:
             return None
         if b"null" in encoded and has_non_finite(args):  # NaN and Infinity encode as null
@@ -88,18 +95,24 @@ class StepCache:
         self.hits += 1
         return True, msgspec.json.decode(encoded)
 
-    def put(self, key: CacheKey, output: Any) -> bool:
-        """Keep ``output`` under ``key``, dropping the least recently used entries to stay
-        within the bounds.
+    def put(self, key: CacheKey, output: Any, size: int | None = None) -> bool:
+        """Keep ``output`` under ``key``, in its own key order, dropping the least recently
+        used entries to stay within the bounds.
+
+        Args:
+            key: from :meth:`key`.
+            output: the node's accepted output.
+            size: its encoded size in bytes when already measured (the node's output
+                check), so an output too big to keep is never encoded again.
 
         Returns:
             Whether it was kept: not when the cache is off, the output is over an eighth
             of ``max_bytes``, or it has no JSON encoding (NaN, Infinity, other types).
         """
-        if not self.enabled:
+        if not self.enabled or (size is not None and size > self.max_entry_bytes):
             return False
         try:
-            encoded = _encoder.encode(output)
+            encoded = encode_value(output)
         except _ENCODE_FAILURES:
             return False
         if len(encoded) > self.max_entry_bytes:

@@ -71,6 +71,11 @@ __all__ = ["HostConnection", "CANCEL_GRACE", "FLUSH_TIMEOUT"]
 CANCEL_GRACE = 5.0
 """Seconds cancelled work gets to send its final frames before the connection closes."""
 
+PRE_HANDSHAKE_MAX_MESSAGE_BYTES = 1024 * 1024
+"""Bytes a message may have before a session exists (PROTOCOL.md §6): decoding a 16 MiB
+frame takes the event loop ~0.6 s (1 MiB: ~40 ms), and a peer that has not yet shown who
+it is must not cost the other sessions that."""
+
 FLUSH_TIMEOUT = 5.0
 """Seconds the writer gets to flush queued frames at close."""
 
@@ -345,6 +350,8 @@ class HostConnection:
 
     async def _read_loop(self) -> None:
         while True:
+            if self.outbox.flooded:  # a peer that writes and never reads: its replies
+                await self.outbox.wait_writable()  # (pongs, errors) must not grow unbounded
             try:
                 frame = await self.transport.receive()
             except anyio.EndOfStream:
@@ -358,10 +365,15 @@ class HostConnection:
 
     async def _receive_frame(self, frame: Incoming) -> None:
         session = self.session
-        limit = (session.limits.effective if session is not None else self.config.limits
-                 ).max_message_bytes
+        name = "max_message_bytes"
+        if session is not None:
+            limit = session.limits.effective.max_message_bytes
+        else:  # nobody has proved who they are yet: a handshake/req is small
+            limit = self.config.limits.max_message_bytes
+            if limit > PRE_HANDSHAKE_MAX_MESSAGE_BYTES:
+                limit, name = PRE_HANDSHAKE_MAX_MESSAGE_BYTES, "the limit before a handshake"
         try:
-            message = decode_frame(self.router.codec, frame, limit)
+            message = decode_frame(self.router.codec, frame, limit, name)
         except Exception as exc:  # the refusal names its own req_id when it read one
             self.send_error(exc, req_id="", message_type="")
             return

@@ -31,13 +31,16 @@ _gc_pausers = 0  # decodes running with the cyclic collector paused
 _gc_was_enabled = False
 
 
-def decode_frame(codec: MessageCodec, frame: Incoming, limit: int) -> Message:
+def decode_frame(
+    codec: MessageCodec, frame: Incoming, limit: int, limit_name: str = "max_message_bytes"
+) -> Message:
     """Decode one incoming frame, refusing it when it is over ``limit`` bytes.
 
     Args:
         codec: the host's codec.
         frame: what the transport delivered.
         limit: the effective ``max_message_bytes`` (the session's once there is one).
+        limit_name: how the refusal names ``limit``.
 
     Returns:
         The decoded message.
@@ -57,16 +60,16 @@ def decode_frame(codec: MessageCodec, frame: Incoming, limit: int) -> Message:
         )
     size = len(frame) if isinstance(frame, bytes) else _utf8_length(frame, limit)
     if size > limit:
-        raise too_large(size, limit)
+        raise too_large(size, limit, limit_name)
     if size > GC_PAUSED_DECODE_BYTES:
         return _decode_without_gc(codec, frame)
     return codec.decode(frame)
 
 
-def too_large(size: int, limit: int) -> MessageTooLarge:
+def too_large(size: int, limit: int, limit_name: str = "max_message_bytes") -> MessageTooLarge:
     """The ``message_too_large`` refusal of a ``size``-byte message over ``limit``."""
     return MessageTooLarge(
-        f"message of {size} bytes is over max_message_bytes ({limit}); send a smaller "
+        f"message of {size} bytes is over {limit_name} ({limit}); send a smaller "
         "message (e.g. pass large data by reference)",
         detail={"size": size, "limit": limit},
     )

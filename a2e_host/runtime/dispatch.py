@@ -76,7 +76,9 @@ async def dispatch(conn: DispatchTarget, message: Message) -> None:
             )
         elif isinstance(message, Shutdown):
             conn.sessions.check_core(message)
-            timeout = min(max(message.timeout, 0), conn.router.config.limits.max_timeout)
+            session = conn.sessions.session
+            limits = session.limits.effective if session is not None else conn.router.config.limits
+            timeout = min(max(message.timeout, 0), limits.max_timeout)
             conn.log.info("shutdown asked by the agent", timeout=timeout)
             conn.request_stop(float(timeout), code=CloseCode.NORMAL, reason="shutdown")
         elif mtype in conn.router.codec.host_sent:

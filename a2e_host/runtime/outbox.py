@@ -70,6 +70,14 @@ class Outbox:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def flooded(self) -> bool:
+        """Over four times the high-water mark: more than producers that wait at the mark
+        can add, so what fills it is replies to a peer that writes and does not read
+        (the reader then stops reading until the writer drains to the mark)."""
+        return (len(self._frames) > 4 * self.high_water
+                or self._bytes > 4 * self.high_water_bytes)
+
     def send_nowait(self, message: Message) -> None:
         """Encode ``message`` (:func:`~a2e_host.codec.encode_message`) and queue it.
 

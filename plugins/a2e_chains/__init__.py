@@ -340,7 +340,8 @@ class ChainPlugin(Plugin):
             max_depth = session.limits.effective.max_depth
             if name in declared and depth + certain_nesting(name, max_depth + 1) > max_depth:
                 err = session.limits.refusal("max_depth", max_depth + 1)
-                assert err is not None
+                if err is None:  # pragma: no cover - max_depth + 1 is over max_depth
+                    raise RuntimeError("max_depth refusal expected")
                 raise ChainLimitExceeded(
                     f"skill {name!r} would nest past max_depth {err.details['limit']}: its "
                     "root nodes always start skills whose root nodes start skills … deeper "

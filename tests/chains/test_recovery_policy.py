@@ -134,3 +134,12 @@ def test_progress_and_terminal_data_have_the_documented_keys_in_order() -> None:
     }
     report.cache = "miss"
     assert list(report.data(True)) == ["attempts", "errors", "fallback_used", "tool", "cache"]
+
+
+def test_an_attempts_error_in_data_is_cut_and_says_how_long_it_was() -> None:
+    from a2e_host.chains.recovery_policy import MAX_ATTEMPT_ERROR_CHARS, attempt_error
+    from a2e_host.exceptions import NodeError
+
+    long = attempt_error(NodeError("y" * 10_000))
+    assert long == "y" * MAX_ATTEMPT_ERROR_CHARS + "… (10,000 characters)"
+    assert attempt_error(NodeError("short")) == "short"

@@ -89,3 +89,22 @@ def test_replacing_an_entry_keeps_the_byte_count_exact() -> None:
     cache.put(key, "a" * 10)
     cache.put(key, "b" * 20)
     assert len(cache) == 1 and cache.size == len(msgspec.json.encode("b" * 20))
+
+
+def test_a_hit_gives_the_output_in_the_tools_own_key_order() -> None:
+    cache = StepCache(8, 1 << 20)
+    key = cache.key("t", "1", {"b": 1, "a": 2})
+    assert key is not None and cache.put(key, {"z": 1, "a": 2}, 15)
+    hit, output = cache.get(key)
+    assert hit and list(output) == ["z", "a"]
+
+
+def test_an_input_over_the_key_bound_is_not_looked_up_and_a_big_output_not_encoded() -> None:
+    from a2e_host.chains.step_cache import MAX_KEY_INPUT_BYTES
+
+    cache = StepCache(8, 1 << 20)
+    assert cache.key("t", "1", {"s": "x" * MAX_KEY_INPUT_BYTES}) is None
+    assert cache.key("t", "1", {"s": "x" * 1000}) is not None
+    key = cache.key("t", "1", {})
+    assert key is not None
+    assert cache.put(key, object(), size=cache.max_entry_bytes + 1) is False  # not encoded
