@@ -69,7 +69,10 @@ class ChainFailure(msgspec.Struct, frozen=True, kw_only=True):
         retryable: whether sending the same chain again may succeed.
         details: machine-readable facts: ``{ceiling, scope, limit, requested}`` for
             ``chain_limit`` (PROTOCOL.md §6), ``errors`` for ``chain_invalid``,
-            ``index`` for a map item, ``timeout`` for ``timeout``.
+            ``index`` for a map item, ``timeout`` for ``timeout``; a refused chain's
+            ``warnings`` (``chain_warning`` problems) and, past 100 problems,
+            ``problems_total`` / ``problems_listed`` (PROTOCOL.md §4); ``unencodable``:
+            keys of facts that could not be written as JSON (§8).
     """
 
     code: str

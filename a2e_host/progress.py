@@ -183,8 +183,10 @@ class ChainProgress:
         what = event.node_id
         if event.kind == "progress":
             data = event.data
-            return (f"[{event.seq:>3}] retry {what}  attempt {data.get('attempt')}/"
-                    f"{data.get('of')} failed: {data.get('error')}")
+            failed = f"attempt {data.get('attempt')}/{data.get('of')} failed: {data.get('error')}"
+            if data.get("fallback"):
+                return f"[{event.seq:>3}] fallback {what} -> {data['fallback']}  {failed}"
+            return f"[{event.seq:>3}] retry {what}  {failed}"
         if node is not None and event.phase == "start":
             what += f" ({node.kind}{' ' + node.name if node.name else ''})"
         line = f"[{event.seq:>3}] {event.phase:<5} {what}"
@@ -192,6 +194,14 @@ class ChainProgress:
             took = format_duration(node.duration(now))
             if took:
                 line += f"  {took}"
+        data = event.data
+        if data and event.phase != "start":  # what recovery did (PROTOCOL.md §5 Recovery)
+            if data.get("fallback_used"):
+                line += f"  via fallback {data.get('tool')}"
+            if data.get("attempts", 1) > 1:
+                line += f"  ({data['attempts']} attempts)"
+            if data.get("cache") == "hit":
+                line += "  cache hit"
         if event.phase == "error" and event.error:
             line += f"  error: {event.error}"
         return line

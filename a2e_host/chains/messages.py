@@ -186,7 +186,10 @@ class ChainEvent(Message, tag="chain/event", kw_only=True):
         kind / data: A2EEvent's fields: ``"status"`` and ``{}`` (PROTOCOL.md §5), except
             for a node with recovery fields (PROTOCOL.md §5 Recovery): its attempts are
             ``kind: "progress"`` events (phase ``start``) whose ``data`` says what failed
-            and when it is tried again, and its terminal event's ``data`` sums them up.
+            and when it is tried again (``{attempt, of, error, code, retry_in_s}``, plus
+            ``fallback`` on the switch to one), and its terminal event's ``data`` sums them
+            up (``{attempts, errors: [{attempt, tool, code, error}], fallback_used}``,
+            plus ``tool`` when done and ``cache``: ``hit``, ``miss`` or ``off``).
         req_id: the ``chain/req`` id.
         seq: 1, 2, 3 … per request, gapless (PROTOCOL.md §5).
         node_id: the node; map items as ``<template>[<index>]``, skill inner nodes as

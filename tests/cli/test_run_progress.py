@@ -119,3 +119,19 @@ def test_a_node_s_attempts_are_lines_of_their_own_not_new_starts() -> None:
                             kind="progress", data={"attempt": 1, "of": 2})
     progress.feed(item_retry, 1.1)
     assert progress.nodes["each"].items_started == 1
+
+
+def test_a_fallback_and_what_recovery_did_are_said_on_the_node_s_lines() -> None:
+    progress = ChainProgress(REQUEST, now=0.0)
+    progress.feed(event(1, "list", "start"), 0.0)
+    switch = ChainEvent(req_id="r", seq=2, node_id="list", phase="start", kind="progress",
+                        data={"attempt": 2, "of": 2, "error": "busy", "fallback": "ls"})
+    assert progress.plain_line(switch, 0.1) == (
+        "[  2] fallback list -> ls  attempt 2/2 failed: busy")
+    done = ChainEvent(req_id="r", seq=3, node_id="list", phase="done",
+                      data={"attempts": 2, "errors": [], "fallback_used": True, "tool": "ls"})
+    progress.feed(done, 0.5)
+    assert progress.plain_line(done, 0.5).endswith("  via fallback ls  (2 attempts)")
+    hit = ChainEvent(req_id="r", seq=3, node_id="list", phase="done",
+                     data={"attempts": 0, "errors": [], "fallback_used": False, "cache": "hit"})
+    assert progress.plain_line(hit, 0.5).endswith("  cache hit")
