@@ -24,11 +24,20 @@ import time
 from typing import Any, ClassVar
 
 import anyio
-
 from a2e_chains import ChainPlugin
+
 from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest
 from a2e_host.chains.outcome import RunResult
 from a2e_host.chains.scheduler import ChainRunner
+from a2e_host.chains.skill_messages import (
+    SKILL_MESSAGE_TYPES,
+    SkillCallRequest,
+    SkillCallResponse,
+    SkillDiscoverRequest,
+    SkillDiscoverResponse,
+    SkillEvent,
+    SkillResult,
+)
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.config import HostConfig
 from a2e_host.errors import chain_failure_of
@@ -45,15 +54,6 @@ from a2e_host.messages import Message
 from a2e_host.plugin import Outbox, Plugin, PluginContext, RunHandle, SessionInfo
 
 from .definitions import MAX_LISTED, discover, handshake_listing
-from .messages import (
-    SKILL_MESSAGE_TYPES,
-    SkillCallRequest,
-    SkillCallResponse,
-    SkillDiscoverRequest,
-    SkillDiscoverResponse,
-    SkillEvent,
-    SkillResult,
-)
 
 __all__ = ["CALL_NODE", "DEFAULT_CALL_TIMEOUT", "MAX_EVENTS", "SkillPlugin"]
 

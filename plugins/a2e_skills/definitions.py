@@ -8,11 +8,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from a2e_host.chains.skill_messages import SkillDefinition
 from a2e_host.chains.skill_versions import WIRE_STATUS
 from a2e_host.chains.skills import DeclaredSkill, SkillRegistry, SkillVersion
 from a2e_host.tools import Tool
-
-from .messages import SkillDefinition
 
 __all__ = ["MAX_LISTED", "definition_of", "discover", "handshake_listing"]
 

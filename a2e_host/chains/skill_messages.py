@@ -1,7 +1,8 @@
 """The ``skill/*`` messages, exactly as the A2E SDK's ``a2e/caps/skills/protocol.py``
 (commit c8fc1f87) shapes them, plus this host's extensions (new fields with defaults).
 
-Layer: core (msgspec Structs, no I/O). Source: PROTOCOL.md §9.
+Layer: core (msgspec Structs, no I/O). Source: PROTOCOL.md §9. The ``skill`` plugin
+declares :data:`SKILL_MESSAGE_TYPES` as its ``message_types``; clients decode them too.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from a2e_host.messages import Message
+from ..messages import Message
 
 __all__ = [
     "SKILL_MESSAGE_TYPES",
