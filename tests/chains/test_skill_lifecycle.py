@@ -13,8 +13,8 @@ from typing import Any
 
 import anyio
 import pytest
-
 from a2e_chains import ChainPlugin
+
 from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.chains.skill_versions import VersionTable, parse_ref
 from a2e_host.chains.skills import PythonSkill, SkillLoadError, load_skills
@@ -130,24 +130,26 @@ async def run(client: Any, name: str) -> tuple[list[ChainEvent], ChainResponse]:
 
 
 @pytest.mark.asyncio
-async def test_a_skill_node_naming_the_bare_name_runs_the_newest_active_version(tmp_path: Path) -> None:
+async def test_a_skill_node_naming_the_bare_name_runs_the_newest_active_version(
+        tmp_path: Path) -> None:
     async with memory_client(tmp_path) as client:
-        await _test_a_skill_node_naming_the_bare_name_runs_the_newest_active_version(client)
+        await _scenario_0(client)
 
 
-async def _test_a_skill_node_naming_the_bare_name_runs_the_newest_active_version(client: Any) -> None:
+async def _scenario_0(client: Any) -> None:
     events, response = await run(client, "shout")
     assert response.success and response.final_output == {"v": 2, "text": "AB"}
     assert [(e.node_id, e.phase, e.data) for e in events][:1] == [("s", "start", {})]
 
 
 @pytest.mark.asyncio
-async def test_a_skill_node_naming_a_version_runs_it_and_a_draft_only_by_exact_version(tmp_path: Path) -> None:
+async def test_a_skill_node_naming_a_version_runs_it_and_a_draft_only_by_exact_version(
+        tmp_path: Path) -> None:
     async with memory_client(tmp_path) as client:
-        await _test_a_skill_node_naming_a_version_runs_it_and_a_draft_only_by_exact_version(client)
+        await _scenario_1(client)
 
 
-async def _test_a_skill_node_naming_a_version_runs_it_and_a_draft_only_by_exact_version(client: Any) -> None:
+async def _scenario_1(client: Any) -> None:
     _, draft = await run(client, "shout@10")
     assert draft.final_output == {"v": 10, "text": "AB"}
     _, bare = await run(client, "sketch")
@@ -161,10 +163,10 @@ async def _test_a_skill_node_naming_a_version_runs_it_and_a_draft_only_by_exact_
 @pytest.mark.asyncio
 async def test_a_deprecated_version_runs_with_a_warning_in_its_start_event(tmp_path: Path) -> None:
     async with memory_client(tmp_path) as client:
-        await _test_a_deprecated_version_runs_with_a_warning_in_its_start_event(client)
+        await _scenario_2(client)
 
 
-async def _test_a_deprecated_version_runs_with_a_warning_in_its_start_event(client: Any) -> None:
+async def _scenario_2(client: Any) -> None:
     events, response = await run(client, "shout@1")
     assert response.success and response.final_output == {"text": "AB"}
     start = events[0]
@@ -175,12 +177,13 @@ async def _test_a_deprecated_version_runs_with_a_warning_in_its_start_event(clie
 
 
 @pytest.mark.asyncio
-async def test_a_retired_version_is_refused_before_anything_runs_naming_the_active_one(tmp_path: Path) -> None:
+async def test_a_retired_version_is_refused_before_anything_runs_naming_the_active_one(
+        tmp_path: Path) -> None:
     async with memory_client(tmp_path) as client:
-        await _test_a_retired_version_is_refused_before_anything_runs_naming_the_active_one(client)
+        await _scenario_3(client)
 
 
-async def _test_a_retired_version_is_refused_before_anything_runs_naming_the_active_one(client: Any) -> None:
+async def _scenario_3(client: Any) -> None:
     events, response = await run(client, "gone@1")
     assert events == [] and response.nodes_run == 0
     assert response.error is not None and response.error.code == "chain_invalid"
@@ -193,10 +196,10 @@ async def _test_a_retired_version_is_refused_before_anything_runs_naming_the_act
 @pytest.mark.asyncio
 async def test_an_unknown_skill_name_still_gets_a_did_you_mean(tmp_path: Path) -> None:
     async with memory_client(tmp_path) as client:
-        await _test_an_unknown_skill_name_still_gets_a_did_you_mean(client)
+        await _scenario_4(client)
 
 
-async def _test_an_unknown_skill_name_still_gets_a_did_you_mean(client: Any) -> None:
+async def _scenario_4(client: Any) -> None:
     _, response = await run(client, "shuot")
     assert response.error is not None
     assert response.error.details["errors"][0]["message"] == (
