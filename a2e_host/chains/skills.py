@@ -480,5 +480,6 @@ def _validate_all(
                 )
             else:
                 text = exc.message
-            problems.append((where, f"skill {skill.name!r} is not a valid chain: {text}"))
+            ref = f"{skill.name}@{skill.version}"
+            problems.append((where, f"skill {ref!r} is not a valid chain: {text}"))
     return problems
