@@ -14,8 +14,9 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-
 from a2e_chains import ChainPlugin
+from a2e_skills import MAX_EVENTS, SkillPlugin
+
 from a2e_host.chains.skill_messages import SkillCallResponse, SkillEvent
 from a2e_host.chains.skills import load_skills
 from a2e_host.chains.toolbox import Toolbox
@@ -23,7 +24,6 @@ from a2e_host.client import HostError, connect_memory
 from a2e_host.config import HostConfig
 from a2e_host.runtime.host import Host
 from a2e_host.tools import load_tools, tool
-from a2e_skills import MAX_EVENTS, SkillPlugin
 from tests.support.sdk import assert_sdk_accepts
 
 FAN = {"name": "fan", "description": "Echo every item.", "entry_node": "m",
