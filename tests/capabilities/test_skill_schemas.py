@@ -4,8 +4,9 @@ skills protocol defines."""
 
 from __future__ import annotations
 
-from a2e_host.commands.schema import message_schemas, plugin_message_types
 from a2e_skills import SkillPlugin
+
+from a2e_host.commands.schema import message_schemas, plugin_message_types
 from tests.support.sdk import sdk_model_of
 
 
