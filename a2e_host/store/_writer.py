@@ -82,6 +82,7 @@ class Writer:
         self.cond = threading.Condition(threading.Lock())
         self.queue: list[tuple[Any, ...]] = []
         self.closing = False
+        self.hurried = False  # someone awaits a commit: skip the commit delay once
         self._conn = conn
         self._report = report
         self._log = log
@@ -95,6 +96,12 @@ class Writer:
     def join(self) -> None:
         """Wait for the thread to end (after :meth:`close`)."""
         self._thread.join()
+
+    def hurry(self) -> None:
+        """Commit what is queued without waiting out the commit delay (a flush, a job)."""
+        with self.cond:
+            self.hurried = True
+            self.cond.notify()
 
     def close(self) -> None:
         """Commit what is queued, then end the thread."""
@@ -113,11 +120,12 @@ class Writer:
                 self.cond.wait()
             if self._delay > 0 and not self.closing:
                 deadline = time.monotonic() + self._delay
-                while len(self.queue) < MAX_BATCH and not self.closing:
+                while len(self.queue) < MAX_BATCH and not (self.closing or self.hurried):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     self.cond.wait(left)
+            self.hurried = False
             queue = self.queue
             if len(queue) <= MAX_BATCH:
                 self.queue = []

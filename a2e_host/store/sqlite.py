@@ -232,6 +232,7 @@ class SQLiteRunStore:
         token = id(future)
         self._put(JOB, 0, fn, token)
         self._jobs[token] = future
+        self._hurry()
         try:
             return await future
         finally:
@@ -308,7 +309,13 @@ class SQLiteRunStore:
         if self.error is not None or self._state == _CLOSED:
             raise self._refuse()
 
+    def _hurry(self) -> None:
+        if self._writer is not None:
+            self._writer.hurry()
+
     async def wait_committed(self, ticket: int) -> None:
+        if self.committed < ticket:
+            self._hurry()
         while self.committed < ticket:
             self._check()
             await self._wait_change()
