@@ -76,10 +76,13 @@ async def test_the_host_expires_runs_past_their_retention_while_it_runs(
         async with host.running():
             live = host.store
             assert live is not None
+            commits: list[anyio.Event] = [anyio.Event()]
+            live.on_commit(lambda _: commits[-1].set())  # each sweep commits a batch
             with anyio.fail_after(WAIT):
                 while (found := await live.get("old")) and found.status is not \
                         RunStatus.EXPIRED:
-                    await anyio.sleep(0.05)
+                    await commits[-1].wait()
+                    commits.append(anyio.Event())
             kept = await live.get("new")
             assert kept is not None and kept.status is RunStatus.SUCCEEDED
 
