@@ -70,8 +70,9 @@ async def test_a_frame_reaches_the_outbox_only_once_its_batch_is_committed(path:
             found = disk.execute("SELECT count(*) FROM runs WHERE run_id = 'run1' AND "
                                  "response = ?", (frame,)).fetchone()[0]
         else:
-            found = disk.execute("SELECT count(*) FROM events WHERE run_id = 'run1' AND "
-                                 "seq = ? AND payload = ?", (seq, frame)).fetchone()[0]
+            found = disk.execute("SELECT count(*) FROM events JOIN runs ON runs.id = run "
+                                 "WHERE run_id = 'run1' AND seq = ? AND payload = ?",
+                                 (seq, frame)).fetchone()[0]
         assert found == 1, f"frame {seq} reached the outbox before it was committed"
 
     outbox = RecordingOutbox(check=on_disk_already)

@@ -457,3 +457,25 @@ async def test_a_closed_store_refuses_writes_and_reads(path: str) -> None:
         store.append("r", frame("r", 2))
     with pytest.raises(StoreError, match="closed"):
         await store.get("r")
+
+
+@pytest.mark.asyncio
+async def test_a_seq_stored_twice_keeps_the_first_and_a_frame_of_no_run_is_not_stored(
+        path: str) -> None:
+    store = await open_store(path)
+    try:
+        made, _ = await store.create_or_get(record("r"))  # not created by a queued write
+        store.append(made.run_id, frame("r", 1))
+        store.append("r", StoredFrame(1, "other", "error", b"second", None))
+        store.append("r", frame("r", 2))
+        store.append("ghost", frame("ghost", 1))  # no such run: dropped, logged
+        await store.flush()
+        got = await store.frames("r")
+        assert [(f.seq, f.frame) for f in got] == [
+            (1, frame_bytes("r", 1)), (2, frame_bytes("r", 2))]
+        assert await store.frames("ghost") == []
+        assert store.error is None  # neither broke the store
+    finally:
+        await store.aclose()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2

@@ -33,7 +33,8 @@ def stored_seqs(path: str, run_id: str) -> list[int]:
     """The ``seq``s of ``run_id`` in the file, read on a connection of its own."""
     with sqlite3.connect(path) as conn:
         return [r[0] for r in conn.execute(
-            "SELECT seq FROM events WHERE run_id = ? ORDER BY seq", (run_id,))]
+            "SELECT seq FROM events WHERE run = (SELECT id FROM runs WHERE run_id = ?) "
+            "ORDER BY seq", (run_id,))]
 
 
 class RecordingOutbox:
