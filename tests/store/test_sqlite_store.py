@@ -9,6 +9,7 @@ import sqlite3
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -261,20 +262,24 @@ async def test_many_interleaved_runs_each_keep_their_own_gapless_log(path: str) 
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(("ceilings", "size", "bound"), [
+    ({"max_pending": 64}, 100, lambda store: store.pending <= 65),
+    ({"max_pending_bytes": 20_000}, 1000, lambda store: store.pending_bytes <= 21_000),
+])
 async def test_queued_writes_stay_under_the_ceiling_for_a_producer_that_waits(
-        path: str) -> None:
-    store = await open_sqlite_store(path, max_pending=64)
-    peak = 0
+        path: str, ceilings: dict[str, int], size: int, bound: Any) -> None:
+    store = await open_sqlite_store(path, **ceilings)
+    within = True
     try:
         store.create(record("r"))
         with anyio.fail_after(WAIT * 3):
             for seq in range(1, 20_001):
-                store.append("r", frame("r", seq))
-                peak = max(peak, store.pending)
+                store.append("r", frame("r", seq, size))
+                within = within and bound(store)
                 if store.full:
                     await store.wait_writable()
             await store.flush()
-        assert peak <= 65
+        assert within
         assert store.pending == 0 and store.pending_bytes == 0
         assert (await store.frames("r", after=19_990))[-1].seq == 20_000
     finally:
