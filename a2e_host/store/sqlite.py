@@ -104,7 +104,8 @@ async def open_sqlite_store(
             lock.release()
             raise
 
-    lock, writer_conn, reader_conn = await anyio.to_thread.run_sync(open_files)
+    with anyio.CancelScope(shield=True):  # a cancel mid-open would leak the lock
+        lock, writer_conn, reader_conn = await anyio.to_thread.run_sync(open_files)
     store = SQLiteRunStore(
         path, loop, reader_conn, owner=owner or default_owner(),
         max_pending=max_pending, max_pending_bytes=max_pending_bytes, lock=lock)
