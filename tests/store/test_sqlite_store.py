@@ -316,6 +316,24 @@ async def test_a_commit_delay_holds_writes_until_a_flush_and_full_waits_for_it(
 
 
 @pytest.mark.asyncio
+async def test_a_flush_commits_every_batch_at_once_despite_a_commit_delay(
+        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from a2e_host.store import _writer
+
+    monkeypatch.setattr(_writer, "MAX_BATCH", 3)  # what is queued takes several batches
+    store = await open_sqlite_store(path, commit_delay=60.0)
+    try:
+        store.create(record("r"))
+        for seq in range(1, 11):
+            store.append("r", frame("r", seq))
+        with anyio.fail_after(WAIT):
+            await store.flush()
+        assert stored_seqs(path, "r") == list(range(1, 11))
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.asyncio
 async def test_commit_callbacks_run_on_the_loop_with_the_highest_committed_ticket(
         path: str) -> None:
     import threading
