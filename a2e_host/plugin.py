@@ -194,6 +194,13 @@ class Plugin:
         the feature ``handshake/gates``. Default: none."""
         return ()
 
+    def serves(self) -> bool:
+        """Whether this plugin serves its capability under its configuration (default:
+        true). A plugin that does not (``proc`` with no executable allowed) is left out
+        by the host: its capability is never granted (PROTOCOL.md §2) and its message
+        types are ``unknown_type``."""
+        return True
+
     def metadata(self, session: SessionInfo) -> dict[str, Any]:
         """The ``accepted_caps[].metadata`` for this capability and session."""
         return {
@@ -207,6 +214,14 @@ class Plugin:
         long work goes to ``ctx.start_run`` / ``ctx.start_soon``. Exceptions become wire
         ``error``s (the host's single mapping place)."""
         raise UnknownType(f"plugin {self.capability!r} does not handle {message.TYPE!r}")
+
+    async def session_closing(self, session: SessionInfo) -> None:
+        """The session stopped taking work in order (``shutdown``, end of input, the host
+        stopping) and its runs are now given their grace period: a plugin whose runs wait
+        on the agent (a process reading its stdin) winds them down. Not called when the
+        peer vanished (its runs are cancelled at once then). Given at most the
+        connection's cancel grace (5 s). Default: nothing."""
+        return None
 
     async def session_closed(self, session: SessionInfo) -> None:
         """The session's connection is gone: forget what the plugin keeps per session

@@ -30,6 +30,7 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..chains.messages import ChainCancel, ChainNode, ChainRequest, ChainResponse
+from ..chains.proc_messages import ProcStatusRequest, ProcStatusResponse
 from ..exceptions import A2EError
 from ..messages import (
     ErrorMessage,
@@ -42,6 +43,8 @@ from ..messages import (
 )
 from .chains import RESPONSE_GRACE, ChainRun
 from .errors import ConnectionLost, HandshakeFailed, HostError, unwrap_group
+from .procs import ProcHandle
+from .procs import spawn as spawn_proc
 
 if TYPE_CHECKING:
     from anyio.abc import Process
@@ -187,6 +190,20 @@ class Client:
         if receive_timeout is None:
             receive_timeout = max(request.timeout, 1) + RESPONSE_GRACE
         return ChainRun(self, request, receive_timeout)
+
+    async def spawn_proc(self, cmd: Sequence[str], **options: Any) -> ProcHandle:
+        """Start a process on the host (``proc/spawn/req``, PROTOCOL.md §9); see
+        :func:`.procs.spawn` for ``cwd``, ``env``, ``stdin_mode``, ``timeout``,
+        ``wait_timeout`` and what it raises."""
+        return await spawn_proc(self, list(cmd), session_id=self.session_id, **options)
+
+    async def proc_status(self, proc_id: str = "", *, wait_timeout: float = 10.0
+                          ) -> ProcStatusResponse:
+        """``proc/status/req``: one process (``procs`` has it), or every process of the
+        session (``proc_id`` ``""``)."""
+        reply = await self._request(ProcStatusRequest(proc_id=proc_id), wait_timeout)
+        assert isinstance(reply, ProcStatusResponse)
+        return reply
 
     async def cancel(self, req_id: str) -> None:
         """Send ``chain/cancel`` for a running chain (PROTOCOL.md §5, *extension*).

@@ -111,7 +111,10 @@ class Host:
             loaded = load_plugins(config, log=self.log)
         else:
             loaded = [p(config) if isinstance(p, type) else p for p in plugins]
-        self.plugins: list[Plugin] = sorted(loaded, key=lambda p: p.priority)
+        # a plugin with nothing to serve under this configuration is left out (serves())
+        self.plugins: list[Plugin] = sorted(
+            (p for p in loaded if p.serves()), key=lambda p: p.priority
+        )
         self.codec = MessageCodec(CORE_MESSAGE_TYPES + _declared_types(self.plugins))
         self.runs = RunRegistry(self.log, error_message_of)
         self.router = Router(
