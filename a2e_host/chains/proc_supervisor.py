@@ -172,13 +172,17 @@ if signal_all(S.SIGTERM):  # nothing left below us (the usual case): nothing to 
             break
         time.sleep(0.002)
 # reap the last zombies: the host (a subreaper) would inherit them and never wait for them
+# (the child too, when the first signal ended it before tree() looked: it is reported)
 end = time.monotonic() + 2
 while time.monotonic() < end:
     try:
-        if os.waitpid(-1, os.WNOHANG)[0] == 0:
-            time.sleep(0.005)
+        p, status = os.waitpid(-1, os.WNOHANG)
     except ChildProcessError:
         break
+    if p == 0:
+        time.sleep(0.005)
+    elif p == pid:
+        tell(b"X %d\n" % os.waitstatus_to_exitcode(status))
 os._exit(0)
 """
 """The supervisor each proc node runs under (see the module docstring): ``argv`` is

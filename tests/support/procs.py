@@ -188,7 +188,7 @@ async def cat_round_trip(wire: ProcWire) -> None:
     try:
         events = await wire.until_exit(slow["req_id"])
         assert {k: events[-1]["data"][k] for k in ("state", "exit_code")} == {
-            "state": "timedout", "exit_code": -15}
+            "state": "timedout", "exit_code": -15}, events
         assert gone(slow["pid"])
     finally:
         kill_if_alive(slow["pid"])
