@@ -41,6 +41,8 @@ CONDITIONS = {
     "auth": "the host was started with an auth token, given as --auth-token",
     "other_cap": "the host serves a capability besides chains (found by the probe)",
     "host_defaults": "the host runs with PROTOCOL.md §6 default ceilings (--host-defaults)",
+    "proc_cat": "the host serves proc and allows cat (its proc metadata lists it: start it "
+                "with --allow-proc cat)",
 }
 _PROBE_CAPS = ["chains", "tools", "proc", "skill", "memory", "context", "events"]
 
@@ -119,11 +121,22 @@ def skip_reason(case: Case, target: Target, probe: Probe) -> str | None:
     if unpublished:
         return f"host does not publish the ceiling {', '.join(unpublished)}"
     met = {"auth": bool(target.auth_token), "host_defaults": target.host_defaults,
-           "other_cap": any(c != "chains" for c in probe.served)}
+           "other_cap": any(c != "chains" for c in probe.served),
+           "proc_cat": "cat" in _executables(probe.handshake)}
     unmet = [n for n in case.needs if not met.get(n, False)]
     if unmet:
         return f"needs {', '.join(unmet)}: {'; '.join(CONDITIONS.get(n, n) for n in unmet)}"
     return None
+
+
+def _executables(handshake: dict[str, Any]) -> list[Any]:
+    """The ``executables`` the ``proc`` entry of a handshake/resp lists (PROTOCOL.md §9)."""
+    for entry in handshake.get("accepted_caps") or []:
+        if isinstance(entry, dict) and entry.get("capability") == "proc":
+            metadata = entry.get("metadata")
+            found = metadata.get("executables") if isinstance(metadata, dict) else None
+            return found if isinstance(found, list) else []
+    return []
 
 
 def suite_variables(target: Target, probe: Probe) -> dict[str, Any]:
