@@ -133,6 +133,7 @@ async def test_proc_limit_refuses_the_process_past_it_until_one_ends() -> None:
 async def test_the_host_ceiling_is_configured_like_any_ceiling() -> None:
     async with stdio_process([*CLI, "stdio", *PROC_FLAGS], A2E_PROC_LIMIT="1") as host:
         resp = await handshake(host, ["proc"])
+        assert proc_entry(resp)["metadata"]["proc_limit"] == 1
         wire = ProcWire(host.send, host.receive)
         first = await wire.spawn(["cat"])
         try:
