@@ -73,6 +73,7 @@ class LiveProcess:
 
     Attributes:
         state: ``running``, then ``stopped``, ``crashed`` or ``timedout``.
+        sent / dropped: bytes of each stream sent in events / read and dropped past its cap.
         exit_code: None while running (and when its supervisor vanished).
         ended: set once the tree is gone and the ``exit`` event was sent.
     """
@@ -104,6 +105,7 @@ class LiveProcess:
         self.ended = anyio.Event()
         self.stdin: ByteSendStream | None = supervisor.process.stdin
         self.dropped = {"stdout": 0, "stderr": 0}
+        self.sent = {"stdout": 0, "stderr": 0}  # bytes of output sent in events
         self._seq = 0
         self._ending = ""  # why we end it: "kill", "close"; "" = it ends by itself
         self._wait = anyio.CancelScope()
@@ -224,6 +226,7 @@ class LiveProcess:
                     continue
                 kept = chunk[:room]
                 sent += len(kept)
+                self.sent[name] = sent
                 text = decoder.decode(kept, final=sent >= cap)
                 if text:
                     self._send(sink, "output", name, {"text": text})
