@@ -2,19 +2,22 @@
 
 Layer: command (file and stdout I/O around a pure generator). The schemas are what
 ``msgspec.json.schema`` says of every type :data:`a2e_host.chains.messages.chain_codec`
-decodes (the core and the chains messages), so they cannot drift from the decoder; the
+decodes (the core and the chains messages) and of every type an installed plugin declares
+(``message_types``), so they cannot drift from the decoder; the
 committed copies in ``schemas/`` are regenerated and compared byte for byte by the test
 suite (STYLE.md: generated artifacts)."""
 
 from __future__ import annotations
 
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from ..chains.messages import chain_codec
+from ..runtime.host import PLUGIN_GROUP
 
 __all__ = ["INDEX_FILE", "schema_file_name", "message_schemas", "render_schemas", "schema_main"]
 
@@ -36,11 +39,27 @@ def message_schemas() -> dict[str, dict[str, Any]]:
         ``{"chain/req": {...}, ...}``: each a self-contained schema (its ``$defs``
         hold the nested models, e.g. ``ChainNode``) with a ``$schema`` key added.
     """
+    types = dict(chain_codec.types)
+    for plugin_class in _plugin_classes():
+        types.update({cls.TYPE: cls for cls in plugin_class.message_types})
     out: dict[str, dict[str, Any]] = {}
-    for message_type in sorted(chain_codec.types):
-        schema = msgspec.json.schema(chain_codec.types[message_type])
+    for message_type in sorted(types):
+        schema = msgspec.json.schema(types[message_type])
         out[message_type] = {"$schema": _DIALECT, **schema}
     return out
+
+
+def _plugin_classes() -> list[Any]:
+    """Every installed plugin class (entry-point group ``a2e_host.plugins``), whatever
+    the configuration: a capability's messages have schemas even where it is not served.
+    One that cannot be imported is left out."""
+    classes = []
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            classes.append(ep.load())
+        except Exception:  # noqa: BLE001 - a broken plugin has no schemas to give
+            continue
+    return classes
 
 
 def _dump(value: Any) -> bytes:
