@@ -177,7 +177,8 @@ class ProcHandle:
         self._receive.close()
 
     async def aclose(self) -> None:
-        """Stop listening to the process's events (the process keeps running)."""
+        """Stop listening to the process's events (the process keeps running). Call it
+        for a handle whose events are not read to the ``exit`` event."""
         self._close()
 
 
@@ -202,26 +203,30 @@ async def spawn(
     """
     request = ProcSpawnRequest(session_id=session_id, cmd=list(cmd), cwd=cwd,
                                env=dict(env or {}), stdin_mode=stdin_mode, timeout=timeout)
-    send, receive = client._open_route(request.id)
-    del send
+    _, receive = client._open_route(request.id)
+
+    def closed() -> None:
+        client._close_route(request.id)
+        receive.close()
+
     try:
         await client._send(request)
         with anyio.fail_after(wait_timeout):
             reply = await receive.receive()
     except TimeoutError:
-        client._close_route(request.id)
+        closed()
         raise TimeoutError(f"no proc/spawn/resp within {wait_timeout:g} s") from None
     except (anyio.EndOfStream, anyio.ClosedResourceError):
-        client._close_route(request.id)
+        closed()
         raise ConnectionLost("the connection closed before the proc/spawn/resp") from None
     except BaseException:
-        client._close_route(request.id)
+        closed()
         raise
     if isinstance(reply, ErrorMessage):
-        client._close_route(request.id)
+        closed()
         raise HostError(reply)
     assert isinstance(reply, ProcSpawnResponse)
     if not reply.ok:
-        client._close_route(request.id)
+        closed()
         raise SpawnRefused(reply)
     return ProcHandle(client, reply, receive, wait_timeout)
