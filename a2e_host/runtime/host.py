@@ -111,10 +111,7 @@ class Host:
             loaded = load_plugins(config, log=self.log)
         else:
             loaded = [p(config) if isinstance(p, type) else p for p in plugins]
-        # a plugin with nothing to serve under this configuration is left out (serves())
-        self.plugins: list[Plugin] = sorted(
-            (p for p in loaded if p.serves()), key=lambda p: p.priority
-        )
+        self.plugins: list[Plugin] = sorted(loaded, key=lambda p: p.priority)
         self.codec = MessageCodec(CORE_MESSAGE_TYPES + _declared_types(self.plugins))
         self.runs = RunRegistry(self.log, error_message_of)
         self.router = Router(
@@ -148,7 +145,7 @@ class Host:
         its ``features``."""
         served: dict[str, MetadataFn | None] = {}
         for plugin in self.plugins:
-            if plugin.capability and plugin.capability not in served:
+            if plugin.capability and plugin.capability not in served and plugin.serves():
                 served[plugin.capability] = (
                     _with_gates(plugin.metadata) if plugin.gates() else plugin.metadata
                 )
@@ -160,7 +157,7 @@ class Host:
         priority wins a name two of them claim)."""
         owners: dict[str, str] = {}
         for plugin in self.plugins:
-            if plugin.capability:
+            if plugin.capability and plugin.serves():
                 for gate in plugin.gates():
                     owners.setdefault(gate, plugin.capability)
         return owners

@@ -223,7 +223,8 @@ async def test_a_host_allowing_no_executable_does_not_grant_proc() -> None:
         assert [c["capability"] for c in resp["accepted_caps"]] == ["chains"]
         assert resp["accepted_caps"][0]["metadata"]["gates"] == []
         err = await wire.request({"type": "proc/spawn/req", "cmd": ["cat"]})
-        assert (err["type"], err["code"]) == ("error", "unknown_type")
+        assert (err["type"], err["code"], err["capability_name"]) == (
+            "error", "capability_missing", "proc")
 
 
 @pytest.mark.asyncio
