@@ -195,21 +195,39 @@ class NodeTimeout(NodeError):
     retryable = True
 
 
+# ── the skill capability (PROTOCOL.md §9): codes of skill/call/resp.error ──
+
+
+class UnknownSkill(RemoteProtocolError):
+    """A ``skill/call/req`` names no skill version that may run: an unknown name or
+    version, a retired version, or a skill with only draft versions named bare
+    (``unknown_skill``; sent in ``skill/call/resp.error``, its hint in ``detail``)."""
+
+    code = "unknown_skill"
+
+
+class SkillError(A2EError):
+    """A skill called by ``skill/call/req`` ran and failed (``skill_error``; sent in
+    ``skill/call/resp.data.error_code``)."""
+
+    code = "skill_error"
+
+
 class UnknownProc(RemoteProtocolError):
-    """A ``proc/*`` request names a ``proc_id`` this session does not have (PROTOCOL.md §9)."""
+    """A ``proc/*`` request names a ``proc_id`` this session does not have (PROTOCOL.md §10)."""
 
     code = "unknown_proc"
 
 
 class ProcDead(RemoteProtocolError):
     """A ``proc/write`` or ``proc/kill`` for a process that has already ended
-    (PROTOCOL.md §9); ``detail`` has its ``proc_id``, ``state`` and ``exit_code``."""
+    (PROTOCOL.md §10); ``detail`` has its ``proc_id``, ``state`` and ``exit_code``."""
 
     code = "proc_dead"
 
 
 class ProcLimit(RemoteProtocolError):
-    """A ``proc/spawn/req`` past the session's ``proc_limit`` ceiling (PROTOCOL.md §6, §9);
+    """A ``proc/spawn/req`` past the session's ``proc_limit`` ceiling (PROTOCOL.md §6, §10);
     ``detail`` is ``{ceiling, scope, limit, requested}``. Retryable: it succeeds once one
     of the session's processes has ended."""
 

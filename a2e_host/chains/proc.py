@@ -203,7 +203,7 @@ async def start_process(
     stdin_piped: bool,
 ) -> Supervisor:
     """Start one checked process under its supervisor and wait until it runs: what a
-    proc node and a ``proc/spawn/req`` (PROTOCOL.md §9) share.
+    proc node and a ``proc/spawn/req`` (PROTOCOL.md §10) share.
 
     Args:
         policy: gives the ``cwd`` confinement and the kill grace.

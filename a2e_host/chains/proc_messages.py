@@ -1,4 +1,4 @@
-"""The ``proc`` capability's messages as msgspec Structs (PROTOCOL.md §9).
+"""The ``proc`` capability's messages as msgspec Structs (PROTOCOL.md §10).
 
 Layer: core (no I/O, no anyio). The nine messages of the public A2E SDK's
 ``a2e/caps/proc/protocol.py`` (commit c8fc1f87), every field name, type and default as
@@ -53,7 +53,7 @@ READ_EVENT_KINDS: dict[str, str] = {
     "exit": '{"state": str, "exit_code": int | None, "dropped": {"stdout": int, "stderr": '
             'int}, "message": str}: the process tree has ended; the last event (stream_type "")',
 }
-"""``proc/read/event`` kinds and their ``data`` (PROTOCOL.md §9)."""
+"""``proc/read/event`` kinds and their ``data`` (PROTOCOL.md §10)."""
 
 
 class ProcSpawnRequest(Message, tag="proc/spawn/req", kw_only=True):
@@ -238,7 +238,7 @@ class ProcStatusResponse(Message, tag="proc/status/resp", kw_only=True):
     it ended when it crashed or timed out (``""`` otherwise), and ``procs`` holds its
     :class:`ProcStatus`. For the whole session (``proc_id`` ``""`` asked): ``proc_id``
     and ``status`` are ``""`` and ``procs`` lists every process the session still knows,
-    oldest first (running ones, and the last ended ones: PROTOCOL.md §9).
+    oldest first (running ones, and the last ended ones: PROTOCOL.md §10).
 
     Attributes:
         procs: *extension*: the processes.
@@ -264,7 +264,7 @@ PROC_MESSAGE_TYPES: tuple[type[Message], ...] = (
     ProcStatusRequest,
     ProcStatusResponse,
 )
-"""The messages of the ``proc`` capability, both directions (PROTOCOL.md §9)."""
+"""The messages of the ``proc`` capability, both directions (PROTOCOL.md §10)."""
 
 proc_codec = MessageCodec(CORE_MESSAGE_TYPES + PROC_MESSAGE_TYPES)
 """Decodes the core messages plus the ``proc`` ones (for clients and tests)."""

@@ -1,4 +1,4 @@
-"""Processes on the host, as the client sees them: :class:`ProcHandle` (PROTOCOL.md §9).
+"""Processes on the host, as the client sees them: :class:`ProcHandle` (PROTOCOL.md §10).
 
 Layer: client (anyio). ``await client.spawn_proc(["cat"])`` sends ``proc/spawn/req`` and
 returns a handle once the host answered; the process's ``proc/read/event`` frames carry
@@ -190,7 +190,7 @@ async def spawn(
     """Send ``proc/spawn/req`` and return the handle of the started process.
 
     Args:
-        cmd / cwd / env / stdin_mode: as the request's fields (PROTOCOL.md §9).
+        cmd / cwd / env / stdin_mode: as the request's fields (PROTOCOL.md §10).
         timeout: int seconds the host lets the process run (0: the session's
             ``max_timeout``).
         wait_timeout: float seconds to wait for each answer of the host.

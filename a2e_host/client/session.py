@@ -31,6 +31,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ..chains.messages import ChainCancel, ChainNode, ChainRequest, ChainResponse
 from ..chains.proc_messages import ProcStatusRequest, ProcStatusResponse
+from ..chains.skill_messages import SkillDefinition
 from ..exceptions import A2EError
 from ..messages import (
     ErrorMessage,
@@ -45,6 +46,7 @@ from .chains import RESPONSE_GRACE, ChainRun
 from .errors import ConnectionLost, HandshakeFailed, HostError, unwrap_group
 from .procs import ProcHandle
 from .procs import spawn as spawn_proc
+from .skills import SkillCall, discover_skills, skill_call_request
 
 if TYPE_CHECKING:
     from anyio.abc import Process
@@ -191,8 +193,26 @@ class Client:
             receive_timeout = max(request.timeout, 1) + RESPONSE_GRACE
         return ChainRun(self, request, receive_timeout)
 
+    async def discover_skills(
+        self, *, tags: Sequence[str] = (), categories: Sequence[str] = ()
+    ) -> list[SkillDefinition]:
+        """Every skill version the host serves, with version and lifecycle
+        (``skill/discover/req``, PROTOCOL.md §9); see :func:`.skills.discover_skills`."""
+        return await discover_skills(self, tags=tags, categories=categories)
+
+    def call_skill(
+        self, name: str, arguments: dict[str, Any] | None = None, *,
+        timeout: int | None = None, streaming: bool = True, correlation_id: str = "",
+    ) -> SkillCall:
+        """Call skill ``name`` (``name`` or ``name@version``) with ``arguments``
+        (``skill/call/req``, PROTOCOL.md §9); iterate the result for its events and
+        response, or ``await client.call_skill(…).result()``."""
+        return SkillCall(self, skill_call_request(
+            name, arguments, timeout=timeout, streaming=streaming,
+            correlation_id=correlation_id, session_id=self.session_id))
+
     async def spawn_proc(self, cmd: Sequence[str], **options: Any) -> ProcHandle:
-        """Start a process on the host (``proc/spawn/req``, PROTOCOL.md §9); see
+        """Start a process on the host (``proc/spawn/req``, PROTOCOL.md §10); see
         :func:`.procs.spawn` for ``cwd``, ``env``, ``stdin_mode``, ``timeout``,
         ``wait_timeout`` and what it raises."""
         return await spawn_proc(self, list(cmd), session_id=self.session_id, **options)

@@ -1,4 +1,4 @@
-"""The ``proc`` capability: long-lived processes owned by the session (PROTOCOL.md §9).
+"""The ``proc`` capability: long-lived processes owned by the session (PROTOCOL.md §10).
 
 A first-party plugin on the public plugin API, found through the entry-point group
 ``a2e_host.plugins``. It serves the public A2E SDK's nine ``proc/*`` messages
@@ -86,7 +86,7 @@ class _SessionProcs:
 
 
 class ProcPlugin(Plugin):
-    """Serves ``proc/*`` (PROTOCOL.md §9).
+    """Serves ``proc/*`` (PROTOCOL.md §10).
 
     Args:
         config: the host configuration (``allow_proc``, ``proc_env_allow``,
@@ -379,7 +379,7 @@ class ProcPlugin(Plugin):
 
     async def session_closing(self, session: SessionInfo) -> None:
         """Close every live process's stdin; end the tree of each still running
-        :data:`~a2e_proc.process.CLOSE_GRACE` seconds later (PROTOCOL.md §9)."""
+        :data:`~a2e_proc.process.CLOSE_GRACE` seconds later (PROTOCOL.md §10)."""
         procs = self._sessions.get(session.session_id)
         if procs is None:
             return

@@ -1,4 +1,4 @@
-"""One long-lived process of a session: :class:`LiveProcess` (PROTOCOL.md §9).
+"""One long-lived process of a session: :class:`LiveProcess` (PROTOCOL.md §10).
 
 Layer: plugin (anyio). Started by :mod:`a2e_proc` through the proc nodes' own machinery
 (:func:`a2e_host.chains.proc.start_process`: the allowlisted executable checked by handle,
@@ -167,7 +167,7 @@ class LiveProcess:
         self._wait.cancel()
 
     def status(self) -> ProcStatus:
-        """Its ``ProcStatus`` (PROTOCOL.md §9)."""
+        """Its ``ProcStatus`` (PROTOCOL.md §10)."""
         return ProcStatus(
             proc_id=self.proc_id, cmd=shlex.join(self.argv), state=self.state, pid=self.pid,
             exit_code=self.exit_code, started_at=self.started_at, ended_at=self.ended_at,

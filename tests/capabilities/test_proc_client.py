@@ -1,5 +1,5 @@
 """The client library's process handles (``client.spawn_proc``) against the real CLI over
-stdio and a real WebSocket server (PROTOCOL.md §9)."""
+stdio and a real WebSocket server (PROTOCOL.md §10)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A process's output on the wire is bounded (PROTOCOL.md §9): each read event carries at
+"""A process's output on the wire is bounded (PROTOCOL.md §10): each read event carries at
 most 64 KiB, a stream past its cap is dropped and counted (with a ``dropped`` event
 saying so), and a reader that does not read stops the process instead of growing the
 host's memory."""

@@ -1,5 +1,5 @@
 """The ``proc`` capability over the real stdio CLI and a real WebSocket server (issue 15,
-PROTOCOL.md §9): spawn, write, read, kill, status with exact states and exit codes, every
+PROTOCOL.md §10): spawn, write, read, kill, status with exact states and exit codes, every
 message decoded by the public SDK's models; refusals (executable, ``proc_limit``,
 capability); and no process left once the agent is gone."""
 

@@ -1,4 +1,4 @@
-"""The ``proc`` capability on the wire (PROTOCOL.md §9), the same over stdio and WebSocket:
+"""The ``proc`` capability on the wire (PROTOCOL.md §10), the same over stdio and WebSocket:
 :class:`ProcWire` sends raw requests and sorts what comes back (read events per process,
 replies per request), checking every ``proc/*`` message and ``error`` against the public
 SDK's models as it arrives."""
