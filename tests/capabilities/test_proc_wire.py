@@ -6,6 +6,7 @@ capability); and no process left once the agent is gone."""
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -28,7 +29,7 @@ from tests.support.procs import (
 )
 from tests.support.sdk import assert_sdk_accepts
 from tests.support.stdio import handshake, stdio_process
-from tests.support.ws import receive, serving_argv
+from tests.support.ws import receive, serving_argv, wait_closed
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -161,6 +162,19 @@ async def test_a_websocket_agent_going_away_ends_every_process_tree_of_its_sessi
         async with ws_wire(url, ["proc"]) as (wire, _, ws):
             pids = await _tree(wire)
             await ws.close()
+        try:
+            assert [pid for pid in pids if not gone(pid)] == []
+        finally:
+            kill_if_alive(*pids)
+
+
+@pytest.mark.asyncio
+async def test_the_host_stopping_ends_every_process_tree_of_its_sessions() -> None:
+    async with serving_argv(CLI, "--port", "0", *PROC_FLAGS) as (url, host):
+        async with ws_wire(url, ["proc"]) as (wire, _, ws):
+            pids = await _tree(wire)
+            host.process.send_signal(signal.SIGTERM)  # the grace period: stdin closed, 2 s
+            assert await wait_closed(ws) == 1001
         try:
             assert [pid for pid in pids if not gone(pid)] == []
         finally:
