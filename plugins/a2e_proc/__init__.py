@@ -20,6 +20,7 @@ last :data:`KEPT_ENDED` of a session) until the session closes.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -74,6 +75,7 @@ class _SessionProcs:
     procs: dict[str, LiveProcess | None] = field(default_factory=dict)  # None: spawning
     counter: int = 0
     pending_writes: dict[str, int] = field(default_factory=dict)
+    closing: bool = False  # the session stopped taking work: a process starting now closes
 
     @property
     def live(self) -> int:
@@ -216,6 +218,10 @@ class ProcPlugin(Plugin):
             return (f"executable {name!r} is not allowed (allowed: {allowed}); give one of "
                     "those names as cmd[0], or have the operator allow it with "
                     "--allow-proc"), "proc_denied"
+        if not _same_file(exe.real, exe.dev, exe.ino):  # the supervisor checks it again
+            return (f"executable {name!r} was replaced since the host started ({exe.real} is "
+                    "no longer the file that was allowed); the operator must restart the "
+                    "host to allow the new file"), "proc_denied"
         env_problem = self.policy.env_problem(request.env)
         if env_problem:
             return env_problem.replace("a node", "a process"), "invalid_input"
@@ -256,8 +262,6 @@ class ProcPlugin(Plugin):
             except NodeError as exc:
                 del procs.procs[proc_id]
                 code = "invalid_input" if exc.code == "invalid_input" else "spawn_failed"
-                if "was replaced since the host started" in exc.message:
-                    code = "proc_denied"
                 run.release()
                 sink.send_nowait(ProcSpawnResponse(
                     req_id=request.id, ok=False, error=exc.message.removeprefix("proc: "),
@@ -273,7 +277,10 @@ class ProcPlugin(Plugin):
             sink.send_nowait(ProcSpawnResponse(req_id=request.id, proc_id=proc_id, ok=True,
                                                pid=process.pid))
             try:
-                await process.serve(sink)
+                async with anyio.create_task_group() as tg:
+                    if procs.closing:  # the session stopped while it was starting
+                        tg.start_soon(process.close)
+                    await process.serve(sink)
             finally:
                 procs.forget_ended()
         finally:
@@ -383,6 +390,7 @@ class ProcPlugin(Plugin):
         procs = self._sessions.get(session.session_id)
         if procs is None:
             return
+        procs.closing = True
         with anyio.move_on_after(CLOSE_GRACE + 1.0):
             async with anyio.create_task_group() as tg:
                 for process in list(procs.procs.values()):
@@ -400,6 +408,15 @@ class ProcPlugin(Plugin):
         sessions, self._sessions = list(self._sessions.values()), {}
         for procs in sessions:
             await _end_all(procs)
+
+
+def _same_file(path: str, dev: int, ino: int) -> bool:
+    """Whether ``path`` is still the file ``(dev, ino)`` resolved at start."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
 
 
 async def _end_all(procs: _SessionProcs) -> None:

@@ -270,3 +270,23 @@ async def test_proc_nodes_still_run_for_a_session_that_asks_proc_and_not_for_one
         refused = await wire.request(chain)
         assert refused["success"] is False
         assert "proc" in refused["error"]["message"]
+
+
+@pytest.mark.asyncio
+async def test_end_of_input_right_behind_a_spawn_still_closes_that_process() -> None:
+    # the process is still starting when the session stops taking work: it must be
+    # closed as it comes up, or the host would wait for a cat that never ends
+    async with stdio_process([*CLI, "stdio", *PROC_FLAGS]) as host:
+        await handshake(host, ["proc"])
+        assert host.process.stdin is not None
+        await host.send({"type": "proc/spawn/req", "id": "s", "cmd": ["cat"]})
+        await host.process.stdin.aclose()
+        wire = ProcWire(host.send, host.receive)
+        spawned = await host.receive()
+        assert (spawned["type"], spawned["ok"]) == ("proc/spawn/resp", True)
+        try:
+            events = await wire.until_exit("s")
+            assert (events[-1]["data"]["state"], events[-1]["data"]["exit_code"]) == (
+                "stopped", 0)
+        finally:
+            kill_if_alive(spawned["pid"])
