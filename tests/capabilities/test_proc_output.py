@@ -11,13 +11,21 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from a2e_proc import ProcPlugin
+from a2e_proc import MAX_PENDING_WRITES, ProcPlugin
 from a2e_proc.process import READ_CHUNK, LiveProcess
 
-from a2e_host.chains.proc_messages import ProcReadEvent, ProcSpawnRequest, ProcSpawnResponse
+from a2e_host.chains.proc_messages import (
+    ProcKillRequest,
+    ProcKillResponse,
+    ProcReadEvent,
+    ProcSpawnRequest,
+    ProcSpawnResponse,
+    ProcWriteRequest,
+    ProcWriteResponse,
+)
 from a2e_host.chains.proc_policy import ProcPolicy
 from a2e_host.config import HostConfig
-from a2e_host.messages import HandshakeRequest, HandshakeResponse, Message
+from a2e_host.messages import ErrorMessage, HandshakeRequest, HandshakeResponse, Message
 from a2e_host.runtime.host import Host
 from a2e_host.runtime.memory import MessageClient, open_memory_client
 from tests.support.process import WAIT
@@ -106,3 +114,29 @@ async def test_a_reader_that_does_not_read_stops_the_process_not_the_host() -> N
 def _wire(message: Message) -> dict[str, Any]:
     result: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(message))
     return result
+
+
+@pytest.mark.asyncio
+async def test_writes_waiting_for_a_full_stdin_are_bounded_and_answered_when_it_ends() -> None:
+    host = host_with(1024)
+    chunk = "z" * (1024 * 1024)  # more than a pipe holds: a process not reading blocks it
+    async with host.running(), open_memory_client(host) as client:
+        await spawn(client, "exec sleep 30")
+        for n in range(MAX_PENDING_WRITES + 1):
+            client.send(ProcWriteRequest(id=f"w{n}", proc_id="p1", data=chunk))
+        busy = await receive(client)
+        assert isinstance(busy, ErrorMessage)
+        assert (busy.code, busy.req_id, busy.retryable) == (
+            "busy", f"w{MAX_PENDING_WRITES}", True)
+        client.send(ProcKillRequest(id="k", proc_id="p1"))
+        replies = {}
+        while "k" not in replies or len(replies) < MAX_PENDING_WRITES + 1:
+            message = await receive(client)
+            if not isinstance(message, ProcReadEvent):
+                replies[getattr(message, "req_id", "")] = message
+    written = [replies[f"w{n}"] for n in range(MAX_PENDING_WRITES)]
+    assert all(isinstance(w, ProcWriteResponse) and not w.ok and w.written == 0
+               for w in written), written
+    killed = replies["k"]
+    assert isinstance(killed, ProcKillResponse)
+    assert (killed.ok, killed.state, killed.exit_code) == (True, "stopped", -15)
