@@ -129,7 +129,7 @@ async def test_writes_waiting_for_a_full_stdin_are_bounded_and_answered_when_it_
         assert (busy.code, busy.req_id, busy.retryable) == (
             "busy", f"w{MAX_PENDING_WRITES}", True)
         client.send(ProcKillRequest(id="k", proc_id="p1"))
-        replies = {}
+        replies: dict[str, Message] = {}
         while "k" not in replies or len(replies) < MAX_PENDING_WRITES + 1:
             message = await receive(client)
             if not isinstance(message, ProcReadEvent):

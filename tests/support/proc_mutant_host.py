@@ -22,7 +22,7 @@ def read_seq_frozen() -> None:
         self._seq = 0
         original(self, sink, kind, stream, data)
 
-    process.LiveProcess._send = send  # type: ignore[method-assign]
+    process.LiveProcess._send = send
 
 
 def kill_reports_running() -> None:
@@ -33,7 +33,7 @@ def kill_reports_running() -> None:
         await original(self, signum)
         self.state = "running"
 
-    process.LiveProcess.kill = kill  # type: ignore[method-assign]
+    process.LiveProcess.kill = kill
 
 
 MUTANTS: dict[str, tuple[Callable[[], None], str]] = {
