@@ -30,6 +30,7 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..chains.messages import ChainCancel, ChainNode, ChainRequest, ChainResponse
+from ..chains.proc_messages import ProcStatusRequest, ProcStatusResponse
 from ..chains.skill_messages import SkillDefinition
 from ..exceptions import A2EError
 from ..messages import (
@@ -43,6 +44,8 @@ from ..messages import (
 )
 from .chains import RESPONSE_GRACE, ChainRun
 from .errors import ConnectionLost, HandshakeFailed, HostError, unwrap_group
+from .procs import ProcHandle
+from .procs import spawn as spawn_proc
 from .skills import SkillCall, discover_skills, skill_call_request
 
 if TYPE_CHECKING:
@@ -207,6 +210,20 @@ class Client:
         return SkillCall(self, skill_call_request(
             name, arguments, timeout=timeout, streaming=streaming,
             correlation_id=correlation_id, session_id=self.session_id))
+
+    async def spawn_proc(self, cmd: Sequence[str], **options: Any) -> ProcHandle:
+        """Start a process on the host (``proc/spawn/req``, PROTOCOL.md §10); see
+        :func:`.procs.spawn` for ``cwd``, ``env``, ``stdin_mode``, ``timeout``,
+        ``wait_timeout`` and what it raises."""
+        return await spawn_proc(self, list(cmd), session_id=self.session_id, **options)
+
+    async def proc_status(self, proc_id: str = "", *, wait_timeout: float = 10.0
+                          ) -> ProcStatusResponse:
+        """``proc/status/req``: one process (``procs`` has it), or every process of the
+        session (``proc_id`` ``""``)."""
+        reply = await self._request(ProcStatusRequest(proc_id=proc_id), wait_timeout)
+        assert isinstance(reply, ProcStatusResponse)
+        return reply
 
     async def cancel(self, req_id: str) -> None:
         """Send ``chain/cancel`` for a running chain (PROTOCOL.md §5, *extension*).
