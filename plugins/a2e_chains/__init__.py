@@ -39,7 +39,9 @@ import anyio.lowlevel
 from a2e_host.chains import kinds
 from a2e_host.chains.messages import (
     CHAIN_MESSAGE_TYPES,
+    ChainAttach,
     ChainCancel,
+    ChainDetach,
     ChainNode,
     ChainRequest,
     ChainResponse,
@@ -62,7 +64,10 @@ from a2e_host.messages import Message
 from a2e_host.plugin import Plugin, PluginContext, RunHandle, SessionInfo
 from a2e_host.runtime.limiters import loop_limiter
 
-__all__ = ["ChainPlugin", "NODE_KIND_GATES", "THREAD_PLANNING_NODES", "worst_case_node_count"]
+from .durable_handlers import DurableChains, forget_durable_runs
+from .runs import RunsPlugin
+
+__all__ = ["ChainPlugin", "RunsPlugin", "NODE_KIND_GATES", "THREAD_PLANNING_NODES", "worst_case_node_count"]
 
 NODE_KIND_GATES = kinds.gates()
 """The gates of ``chains``, from the node-kind table: names in ``agent_caps`` that unlock
@@ -85,7 +90,7 @@ _planning_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel
 )
 
 
-class ChainPlugin(Plugin):
+class ChainPlugin(DurableChains, Plugin):
     """Validates and runs chains.
 
     Args:
@@ -106,6 +111,7 @@ class ChainPlugin(Plugin):
         "chain/node.timeout",
         "chain/node.fallback",
         "chain/cache",
+        "chain/durable",
     )
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
@@ -127,23 +133,39 @@ class ChainPlugin(Plugin):
         return meta
 
     async def handle(self, message: Message, ctx: PluginContext) -> None:
-        """Start a chain (``chain/req``) or cancel one (``chain/cancel``).
+        """Start a chain (``chain/req``) or cancel one (``chain/cancel``); attach to or
+        detach from a durable one (``chain/attach``, ``chain/detach``, §5 Durable runs).
 
         Raises:
             Busy: ``max_parallel`` chains are in flight, or the host is shutting down.
             InvalidMessage: a ``chain/cancel`` for no chain in flight, or a message type
                 this plugin does not take from agents.
+            StoreRequired: a durable ``chain/req`` on a host without a run store.
+            UnknownRun / RunExpired / BadSinceSeq: an attach, detach or cancel naming
+                no run of this principal, an expired one, or a ``since_seq`` outside it.
         """
         if isinstance(message, ChainRequest):
-            self._start(message, ctx)
+            if message.durable:
+                await self._start_durable(message, ctx)
+            else:
+                self._start(message, ctx)
         elif isinstance(message, ChainCancel):
-            self._cancel(message, ctx)
+            await self._cancel(message, ctx)
+        elif isinstance(message, ChainAttach):
+            await self._attach(message, ctx)
+        elif isinstance(message, ChainDetach):
+            await self._detach(message, ctx)
         else:
             raise InvalidMessage(
                 f"{message.TYPE!r} is sent by hosts, not agents; send chain/req or chain/cancel"
             )
 
     def _start(self, request: ChainRequest, ctx: PluginContext) -> None:
+        self._check_admission(request, ctx)
+        ctx.start_run(self._run, request, ctx.session, ctx.log, time.monotonic(),
+                      name=f"chain {request.id}")
+
+    def _check_admission(self, request: ChainRequest, ctx: PluginContext) -> None:
         if ctx.closing:
             raise Busy("the host is shutting down and takes no new chains", retryable=True)
         in_flight = len(ctx.runs)
@@ -157,16 +179,16 @@ class ChainPlugin(Plugin):
             raise InvalidMessage(
                 f"a chain with request id {request.id!r} is already running; use a fresh id"
             )
-        ctx.start_run(self._run, request, ctx.session, ctx.log, time.monotonic(),
-                      name=f"chain {request.id}")
 
-    def _cancel(self, message: ChainCancel, ctx: PluginContext) -> None:
+    async def _cancel(self, message: ChainCancel, ctx: PluginContext) -> None:
         session = ctx.session
         if message.session_id and message.session_id != session.session_id:
             raise UnknownSession(
                 f"session {message.session_id!r} is not this connection's session"
             )
-        run = ctx.runs.get(message.req_id)
+        run = None if message.run_id else ctx.runs.get(message.req_id)
+        if run is None and await self._cancel_durable(message, ctx):
+            return
         if run is None:
             raise InvalidMessage(
                 f"no chain in flight with req_id {message.req_id!r} on this session "
@@ -181,17 +203,24 @@ class ChainPlugin(Plugin):
         session: SessionInfo,
         log: Any,
         started: float,
+        run_id: str = "",
     ) -> None:
         log = log.bind(chain_id=request.chain_id)
         sink = run.sink
         runner: ChainRunner | None = None
         responded = False
+        live = self.durable.live.get(run_id) if run_id else None
+
+        def emit(message: Message) -> None:
+            if live is not None and isinstance(message, ChainResponse):
+                self.durable.finished(live, message)  # its status commits first
+            sink.send_nowait(message)
 
         def respond(response: ChainResponse) -> None:
             nonlocal responded
             responded = True
             run.release()
-            sink.send_nowait(response)
+            emit(response)
 
         def before_response() -> None:  # the runner sends its own response
             nonlocal responded
@@ -218,7 +247,7 @@ class ChainPlugin(Plugin):
                 plan,
                 executors=self.toolbox.executors,
                 limits=session.limits,
-                emit=sink.send_nowait,
+                emit=emit,
                 wait_writable=sink.wait_writable,
                 granted=session.granted,
                 subchain_planner=self._planner(session),
@@ -247,6 +276,13 @@ class ChainPlugin(Plugin):
             log.error("the chain failed inside the host", exc_info=exc)
             stage = "running" if runner is not None else "validating"
             respond(_answer(request, started, chain_failure_of(exc, stage=stage)))
+        finally:
+            if live is not None:
+                await self.durable.ended(live)
+
+    def _refused(self, request: ChainRequest, exc: Exception) -> ChainResponse:
+        """The ``chain/resp`` refusing ``request`` before it runs (``nodes_run`` 0)."""
+        return _answer(request, time.monotonic(), chain_failure_of(exc))
 
     async def _plan(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
         """Validate ``request`` and hold its worst case to ``max_total_nodes``; in a worker
@@ -354,8 +390,13 @@ class ChainPlugin(Plugin):
 
     async def session_closed(self, session: SessionInfo) -> None:
         """Forget the session's skill plans (its chains, runs of the host, were
-        cancelled when its connection detached from them)."""
+        cancelled when its connection detached from them; its durable runs keep the plans
+        they hold)."""
         self._skill_plans.pop(session.session_id, None)
+
+    async def aclose(self) -> None:
+        """The host is stopping: close the run store (committing what is queued)."""
+        await forget_durable_runs(self.config)
 
 
 def worst_case_node_count(
