@@ -326,7 +326,8 @@ class ChainDetached(Message, tag="chain/detached", kw_only=True):
     follows it on this connection.
 
     Attributes:
-        req_id / run_id: the run's.
+        req_id: the ``chain/detach`` id it answers.
+        run_id: the run's.
         last_seq: the last event ``seq`` sent before it (attach with it to go on).
     """
 

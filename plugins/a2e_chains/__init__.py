@@ -30,7 +30,6 @@ Life of one ``chain/req``, each step keeping "exactly one ``chain/resp``":
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -59,15 +58,18 @@ from a2e_host.exceptions import (
     InvalidMessage,
     UnknownSession,
 )
-from a2e_host.limits import SessionLimits
 from a2e_host.messages import Message
 from a2e_host.plugin import Plugin, PluginContext, RunHandle, SessionInfo
 from a2e_host.runtime.limiters import loop_limiter
 
+from .counting import check_total_nodes, worst_case_node_count
 from .durable_handlers import DurableChains, forget_durable_runs
 from .runs import RunsPlugin
 
-__all__ = ["ChainPlugin", "RunsPlugin", "NODE_KIND_GATES", "THREAD_PLANNING_NODES", "worst_case_node_count"]
+__all__ = [
+    "ChainPlugin", "RunsPlugin", "NODE_KIND_GATES", "THREAD_PLANNING_NODES",
+    "worst_case_node_count",
+]
 
 NODE_KIND_GATES = kinds.gates()
 """The gates of ``chains``, from the node-kind table: names in ``agent_caps`` that unlock
@@ -84,7 +86,6 @@ THREAD_PLANNING_CHARS = 16_384
 costs by text, not by node (one node may declare 120 expressions of 65,000 characters)."""
 
 _PLANNING_THREADS = 2  # chains validated at once in worker threads, host-wide
-_COUNT_CEILING = 2**62  # worst-case node counts saturate here
 _planning_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
     "a2e_chains_planning_limiter"
 )
@@ -304,7 +305,7 @@ class ChainPlugin(DurableChains, Plugin):
 
     def _plan_now(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
         plan = validate_chain(request, self.toolbox, session.limits, granted=session.granted)
-        _check_total_nodes(
+        check_total_nodes(
             request.nodes, self.toolbox.skills.declared, session.limits
         )
         return plan
@@ -397,94 +398,6 @@ class ChainPlugin(DurableChains, Plugin):
     async def aclose(self) -> None:
         """The host is stopping: close the run store (committing what is queued)."""
         await forget_durable_runs(self.config)
-
-
-def worst_case_node_count(
-    nodes: Sequence[ChainNode], skills: Mapping[str, Any], max_depth: int
-) -> int:
-    """Node executions a chain makes at most through its declared skills, before running.
-
-    Every declared node counts once, as if every branch side ran (as ``max_nodes``
-    counts declared nodes); a ``skill`` node naming a declarative skill adds that skill's
-    own count one level deeper, down to ``max_depth`` (a skill node past it counts once:
-    it fails when it starts). Map templates count nothing here: their items are unknown
-    until the map runs, and counted then (PROTOCOL.md §6 ``max_total_nodes``). Work is
-    linear in the chain's nodes plus, per skill and depth reached, that skill's nodes.
-
-    Args:
-        nodes: the chain's declared nodes (depth 0).
-        skills: declarative skills by name, each with ``nodes`` (a list of ChainNode).
-        max_depth: the effective ``max_depth``.
-
-    Returns:
-        The count, int (at most :data:`_COUNT_CEILING`).
-    """
-    counted: dict[tuple[str, int], int] = {}  # (skill, depth it runs at) → its count
-    subchain_kinds = kinds.NODE_KINDS.subchain_kinds
-    templates_of: dict[str, set[str]] = {}
-
-    def calls(chain: Sequence[ChainNode], depth: int, name: str) -> tuple[int, list[Any]]:
-        """Nodes that run at ``depth`` and the (skill, depth + 1) sub-chains they start."""
-        templates = templates_of.get(name)
-        if templates is None:
-            templates = {n.map_node for n in chain if n.map_node}  # a validated chain's maps
-            if name:
-                templates_of[name] = templates
-        own = 0
-        subs: list[tuple[str, int]] = []
-        for node in chain:
-            if node.node_id in templates:
-                continue
-            own += 1
-            if node.kind in subchain_kinds and node.name in skills and depth < max_depth:
-                subs.append((node.name, depth + 1))
-        return own, subs
-
-    top_own, top_subs = calls(nodes, 0, "")
-    stack: list[tuple[str, int]] = list(top_subs)
-    while stack:
-        key = stack[-1]
-        if key in counted:
-            stack.pop()
-            continue
-        own, subs = calls(skills[key[0]].nodes, key[1], key[0])
-        missing = [sub for sub in subs if sub not in counted]
-        if missing:
-            stack.extend(missing)
-            continue
-        stack.pop()
-        counted[key] = min(_COUNT_CEILING, own + sum(counted[sub] for sub in subs))
-    return min(_COUNT_CEILING, top_own + sum(counted[sub] for sub in top_subs))
-
-
-def _check_total_nodes(
-    nodes: Sequence[ChainNode], skills: Mapping[str, Any], limits: SessionLimits
-) -> None:
-    """Refuse, before it runs, a chain whose declared skills alone would make it run
-    more than ``max_total_nodes`` nodes (see :func:`worst_case_node_count`).
-
-    Raises:
-        ChainInvalid: code ``chain_limit``, ``details`` ``{ceiling, scope, limit,
-            requested, errors}``.
-    """
-    effective = limits.effective
-    if len(nodes) <= effective.max_total_nodes and not skills:
-        return
-    count = worst_case_node_count(nodes, skills, effective.max_depth)
-    err = limits.refusal("max_total_nodes", count)
-    if err is None:
-        return
-    message = (
-        f"the chain would run up to {count} nodes, counting its skills' sub-chains at "
-        f"every depth (map items not included), over max_total_nodes "
-        f"{err.details['limit']} at {err.details['scope']} scope"
-    )
-    hint = "split the work into smaller chains, or call fewer skills per chain"
-    problem = {"code": "chain_limit", "node_id": "", "field": "nodes", "message": message,
-               "hint": hint, **err.details}
-    raise ChainInvalid(
-        message, code="chain_limit", details={**err.details, "errors": [problem]}
-    )
 
 
 def _refusal(request: ChainRequest, exc: ChainInvalid, started: float) -> ChainResponse:

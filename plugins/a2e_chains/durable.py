@@ -140,9 +140,10 @@ class DurableRuns:
         return await store.by_idempotency_key(principal, key)
 
     async def create(
-        self, request: ChainRequest, session: SessionInfo, *, timeout: int, retention: int
+        self, request: ChainRequest, session: SessionInfo, *, run_seconds: int, retention: int
     ) -> RunRecord | None:
-        """Record a new durable run.
+        """Record a new durable run that may run ``run_seconds`` (its timeout) and is kept
+        ``retention`` seconds after that.
 
         Returns:
             The new record, or None when the principal's ``idempotency_key`` was taken
@@ -156,11 +157,11 @@ class DurableRuns:
             req_id=request.id,
             chain_id=request.chain_id,
             request=encode_message(request),
-            deadline=now + timeout,
+            deadline=now + run_seconds,
             created=now,
             updated=now,
             idempotency_key=request.idempotency_key or None,
-            retention_until=now + timeout + retention,
+            retention_until=now + run_seconds + retention,
         )
         if request.idempotency_key:
             stored, created = await store.create_or_get(record)

@@ -13,6 +13,7 @@ from typing import Any
 
 from a2e_host.chains.messages import (
     DEFAULT_RETENTION,
+    ChainAccepted,
     ChainAttach,
     ChainCancel,
     ChainDetach,
@@ -20,9 +21,8 @@ from a2e_host.chains.messages import (
     ChainRequest,
 )
 from a2e_host.config import HostConfig
-from a2e_host.errors import chain_failure_of
 from a2e_host.exceptions import InvalidMessage, UnknownRun
-from a2e_host.plugin import PluginContext, RunHandle
+from a2e_host.plugin import PluginContext
 from a2e_host.store import RunRecord
 
 from .durable import DurableRuns, LiveRun
@@ -86,7 +86,7 @@ class DurableChains:
             return
         self._check_admission(request, ctx)  # type: ignore[attr-defined]
         timeout = min(request.timeout_within(effective.max_timeout), effective.max_timeout)
-        record = await durable.create(request, session, timeout=timeout, retention=retention)
+        record = await durable.create(request, session, run_seconds=timeout, retention=retention)
         if record is None:  # the key was taken meanwhile: attach to that run
             existing = await durable.existing(session.principal, request.idempotency_key)
             if existing is None:
@@ -95,8 +95,6 @@ class DurableChains:
             return
         self._check_admission(request, ctx)  # type: ignore[attr-defined]
         sink = durable.make_sink(record.run_id, ctx.log)
-        from a2e_host.chains.messages import ChainAccepted
-
         ctx.outbox.send_nowait(ChainAccepted(req_id=request.id, run_id=record.run_id))
         handle = ctx.start_run(
             self._run, request, session, ctx.log.bind(run_id=record.run_id),  # type: ignore[attr-defined]
@@ -129,7 +127,7 @@ class DurableChains:
             )
         sink: Any = found.sink
         ctx.outbox.send_nowait(ChainDetached(
-            req_id=found.req_id, run_id=found.run_id,
+            req_id=message.id, run_id=found.run_id,
             last_seq=getattr(sink, "released", sink.position),
         ))
 
@@ -160,11 +158,6 @@ class DurableChains:
             store.request_cancel(found.run_id)
         return True
 
-    def _durable_run_of(self, run: RunHandle, run_id: str) -> LiveRun | None:
-        return self.durable.live.get(run_id) if run_id else None
-
-    def _refused_now(self, request: ChainRequest, exc: Exception, started: float) -> Any:
-        return chain_failure_of(exc)
 
 
 def _run_id(found: LiveRun | RunRecord) -> str:
