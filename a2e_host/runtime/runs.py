@@ -418,8 +418,7 @@ class RunRegistry:
             outbox: attach its sink to this outbox before it starts.
             on_end: with ``outbox``: called with the run when it ends attached.
             append: the sink's store hook (see :class:`RunSink`).
-            sink: the run's sink, when not a plain :class:`RunSink` (a durable run's,
-                which keeps its frames in a store); ``append`` is then unused.
+            sink: its sink (a durable run's); a :class:`RunSink` with ``append`` if None.
 
         Returns:
             The run (its task starts at the next checkpoint).

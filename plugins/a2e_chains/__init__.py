@@ -214,8 +214,9 @@ class ChainPlugin(DurableChains, Plugin):
 
         def emit(message: Message) -> None:
             if live is not None and isinstance(message, ChainResponse):
-                self.durable.finished(live, message)  # its status commits first
-            sink.send_nowait(message)
+                self.durable.finished(live, message)  # stored with its status, then sent
+            else:
+                sink.send_nowait(message)
 
         def respond(response: ChainResponse) -> None:
             nonlocal responded
@@ -397,7 +398,7 @@ class ChainPlugin(DurableChains, Plugin):
 
     async def aclose(self) -> None:
         """The host is stopping: close the run store (committing what is queued)."""
-        await forget_durable_runs(self.config)
+        forget_durable_runs(self.config)
 
 
 def _refusal(request: ChainRequest, exc: ChainInvalid, started: float) -> ChainResponse:

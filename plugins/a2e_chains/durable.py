@@ -1,8 +1,8 @@
 """Durable chains: runs recorded in the host's run store that outlive their connection
 (PROTOCOL.md §5 Durable runs).
 
-The chains plugin keeps one :class:`DurableRuns` for the host. It opens the run store
-(``config.store``) on first use, starts durable runs with a store-backed sink
+The chains and runs plugins share one :class:`DurableRuns` per host. It uses the run
+store the host opened (``Plugin.store``), starts durable runs with a store-backed sink
 (:class:`a2e_host.runtime.durable.DurableSink`: a frame reaches the wire only once its
 batch is committed, and a later attach replays the stored frames before the live ones),
 finds a principal's runs for ``chain/attach``, ``chain/detach``, ``chain/cancel``,
@@ -27,16 +27,14 @@ from a2e_host.codec import encode_message
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import BadSinceSeq, RunExpired, StoreRequired, UnknownRun
 from a2e_host.plugin import PluginContext, RunHandle, SessionInfo
+from a2e_host.runtime.durable import DurableSink, replay_stored
 from a2e_host.runtime.runs import FrameOutbox
-from a2e_host.store import RunRecord, RunStatus, RunStore, open_store
+from a2e_host.store import RunRecord, RunStatus, RunStore, StoreError
 
 __all__ = ["DurableRuns", "LiveRun", "status_of"]
 
 FINISH_WAIT = 5.0
 """Seconds a durable run's task waits, at its end, for its status to be committed."""
-
-REPLAY_PAGE = 512
-"""Stored frames read per page when replaying a finished run."""
 
 _STATUS_BY_CODE = {
     "cancelled": RunStatus.CANCELLED,
@@ -65,7 +63,7 @@ class LiveRun:
         handle: the run of the host (attach, cancel).
         sink: its store-backed sink.
         ended: its ``chain/resp`` was sent (``last_seq`` is its last event's ``seq``).
-        finish_ticket: the store ticket of its end.
+        spawn: ``start_soon`` of the connection attached last (replays run there).
     """
 
     run_id: str
@@ -73,61 +71,45 @@ class LiveRun:
     req_id: str
     idempotency_key: str
     handle: RunHandle
-    sink: Any
+    sink: DurableSink
     ended: bool = False
     last_seq: int = 0
-    finish_ticket: int = 0
+    spawn: Any = None
 
 
 class DurableRuns:
     """The host's durable chains (one per chains plugin).
 
     Args:
-        config: the host configuration (``store``, ``durability``).
+        config: the host configuration.
     """
 
     def __init__(self, config: HostConfig) -> None:
         self.config = config
         self.store: RunStore | None = None
-        self._opening: anyio.Lock | None = None
+        """Set from the plugins' ``store`` (the host opens and closes it)."""
         self.live: dict[str, LiveRun] = {}
         self._by_key: dict[tuple[str, str], LiveRun] = {}
         self._by_req: dict[tuple[str, str], LiveRun] = {}
 
     @property
     def configured(self) -> bool:
-        """Whether the host has a run store (``--store``)."""
-        return bool(getattr(self.config, "store", ""))
+        """Whether the host runs with a run store (``--store``)."""
+        return self.store is not None
 
     async def open(self) -> RunStore:
-        """The run store, opened on first use.
+        """The host's run store.
 
         Raises:
             StoreRequired: the host has no store configured.
         """
-        if self.store is not None:
-            return self.store
-        if not self.configured:
+        if self.store is None:
             raise StoreRequired(
                 "this host keeps no run store, so it cannot run durable chains; start it "
                 "with --store PATH (or A2E_STORE, or [store] path in its config), or send "
                 "the chain/req without durable"
             )
-        if self._opening is None:
-            self._opening = anyio.Lock()
-        async with self._opening:
-            if self.store is None:
-                self.store = await open_store(
-                    self.config.store,  # type: ignore[attr-defined]
-                    durability=getattr(self.config, "durability", "normal"),
-                )
         return self.store
-
-    async def aclose(self) -> None:
-        """Close the store (committing what is queued)."""
-        store, self.store = self.store, None
-        if store is not None:
-            await store.aclose()
 
     # ── starting ───────────────────────────────────────────────────────────
 
@@ -143,7 +125,7 @@ class DurableRuns:
         self, request: ChainRequest, session: SessionInfo, *, run_seconds: int, retention: int
     ) -> RunRecord | None:
         """Record a new durable run that may run ``run_seconds`` (its timeout) and is kept
-        ``retention`` seconds after that.
+        ``retention`` seconds after it ends.
 
         Returns:
             The new record, or None when the principal's ``idempotency_key`` was taken
@@ -161,7 +143,7 @@ class DurableRuns:
             created=now,
             updated=now,
             idempotency_key=request.idempotency_key or None,
-            retention_until=now + run_seconds + retention,
+            retention_until=now + retention,  # the store moves it to end + retention
         )
         if request.idempotency_key:
             stored, created = await store.create_or_get(record)
@@ -169,36 +151,50 @@ class DurableRuns:
         store.create(record)
         return record
 
-    def started(self, record: RunRecord, handle: RunHandle, sink: Any) -> LiveRun:
+    def started(self, record: RunRecord, handle: RunHandle, sink: DurableSink,
+                spawn: Any) -> LiveRun:
         """List a run just started for lookups by run id, request id and key."""
         live = LiveRun(record.run_id, record.principal, record.req_id,
-                       record.idempotency_key or "", handle, sink)
+                       record.idempotency_key or "", handle, sink, spawn=spawn)
         self.live[live.run_id] = live
         self._by_req[(live.principal, live.req_id)] = live
         if live.idempotency_key:
             self._by_key[(live.principal, live.idempotency_key)] = live
         return live
 
-    def finished(self, live: LiveRun, response: ChainResponse) -> None:
-        """Queue the run's end (status, response) *before* its ``chain/resp`` is sent, so
-        the response reaches the wire only once the status is committed."""
-        live.ended = True
+    def make_sink(self, record: RunRecord) -> DurableSink:
+        """The store-backed sink of a new run: the replay an attach behind the live
+        position needs runs on the attaching connection (cancelled if it drops)."""
         store = self.store
-        if store is not None:
-            live.last_seq = _last_seq(live.sink)
-            live.finish_ticket = store.finish(live.run_id, status_of(response),
-                                              encode_message(response), live.last_seq)
+        assert store is not None  # create() opened it
+        run_id = record.run_id
+
+        def start_soon(fn: Any) -> None:
+            live = self.live.get(run_id)
+            if live is None or live.spawn is None:
+                raise RuntimeError(f"durable run {run_id!r} has no attaching connection")
+            live.spawn(fn, name=f"replay {run_id}")
+
+        return DurableSink(store, run_id, req_id=record.req_id, capability="chains",
+                           start_soon=start_soon)
+
+    def finished(self, live: LiveRun, response: ChainResponse) -> None:
+        """The run's ``chain/resp`` is being sent: stored as its response with its status
+        (the sink queues both, and sends the frame once they are committed)."""
+        live.ended = True
+        live.last_seq = live.sink.position
+        live.sink.send_nowait(response, status=status_of(response))
 
     async def ended(self, live: LiveRun) -> None:
-        """The run's task is ending: once its status is committed (bounded, shielded),
+        """The run's task is ending: once its end is committed (bounded, shielded),
         forget it, so later lookups read the store and find it finished."""
         store = self.store
         with anyio.CancelScope(shield=True), anyio.move_on_after(FINISH_WAIT):
-            if store is not None and live.finish_ticket:
+            if store is not None:
                 try:
-                    await store.wait_committed(live.finish_ticket)
-                except Exception:  # noqa: BLE001 — a broken store is logged by the store
-                    pass
+                    await store.flush()
+                except StoreError:
+                    pass  # the sink told the attached connection; the store logged it
         self.forget(live)
 
     def forget(self, live: LiveRun) -> None:
@@ -258,7 +254,8 @@ class DurableRuns:
         _check_since(since_seq, last, live.run_id)
         ctx.outbox.send_nowait(ChainAccepted(req_id=live.req_id, run_id=live.run_id,
                                              last_seq=last, attach_id=attach_id))
-        ctx.attach_run(live.handle, after=since_seq)  # type: ignore[attr-defined]
+        live.spawn = ctx.start_soon
+        ctx.attach_run(live.handle, after=since_seq)
 
     async def replay(self, record: RunRecord, ctx: PluginContext, since_seq: int,
                      attach_id: str) -> None:
@@ -270,21 +267,10 @@ class DurableRuns:
         """
         _check_since(since_seq, record.last_seq, record.run_id)
         store = await self.open()
-        outbox = cast(FrameOutbox, ctx.outbox)
         ctx.outbox.send_nowait(ChainAccepted(req_id=record.req_id, run_id=record.run_id,
                                              last_seq=record.last_seq, attach_id=attach_id))
-        after = since_seq
-        while True:
-            frames = await store.frames(record.run_id, after=after, limit=REPLAY_PAGE)
-            for frame in frames:
-                outbox.send_frame_nowait(frame.frame)
-                after = frame.seq
-            if outbox.full:
-                await outbox.wait_writable()
-            if len(frames) < REPLAY_PAGE:
-                break
-        if record.response is not None:
-            outbox.send_frame_nowait(record.response)
+        await replay_stored(store, record.run_id, cast(FrameOutbox, ctx.outbox),
+                            after=since_seq)
 
 
 def _check_since(since_seq: int, last: int, run_id: str) -> None:
@@ -296,11 +282,9 @@ def _check_since(since_seq: int, last: int, run_id: str) -> None:
         )
 
 
-def _last_seq(sink: Any) -> int:
-    """The last event ``seq`` a run's sink has emitted (frames counted, not the
-    response)."""
-    position: int = sink.position
-    return position
+def _last_seq(sink: DurableSink) -> int:
+    """The last event ``seq`` a running run's sink has emitted."""
+    return sink.position
 
 
 async def _newest_with_req_id(store: RunStore, principal: str, req_id: str

@@ -27,7 +27,7 @@ from a2e_host.store import RunRecord
 
 from .durable import DurableRuns, LiveRun
 
-__all__ = ["DurableChains", "durable_runs_for", "forget_durable_runs"]
+__all__ = ["DurableChains", "durable_runs_for", "forget_durable_runs", "shared_durable_runs"]
 
 _SHARED: dict[int, tuple[HostConfig, DurableRuns]] = {}
 
@@ -42,22 +42,30 @@ def durable_runs_for(config: HostConfig) -> DurableRuns:
     return entry[1]
 
 
-async def forget_durable_runs(config: HostConfig) -> None:
-    """The host is stopping: close its store, forget its durable runs."""
-    entry = _SHARED.pop(id(config), None)
+def shared_durable_runs(config: HostConfig, store: Any) -> DurableRuns:
+    """:func:`durable_runs_for` with the host's run store (``Plugin.store``) set."""
+    runs = durable_runs_for(config)
+    runs.store = store
+    return runs
+
+
+def forget_durable_runs(config: HostConfig) -> None:
+    """The host is stopping: forget its durable runs (the host closes the store)."""
+    entry = _SHARED.get(id(config))
     if entry is not None and entry[0] is config:
-        await entry[1].aclose()
+        del _SHARED[id(config)]
 
 
 class DurableChains:
     """What :class:`a2e_chains.ChainPlugin` does for durable runs (a mixin)."""
 
     config: HostConfig
+    store: Any
 
     @property
     def durable(self) -> DurableRuns:
-        """The host's durable runs."""
-        return durable_runs_for(self.config)
+        """The host's durable runs, over the store the host gave the plugin."""
+        return shared_durable_runs(self.config, self.store)
 
     async def _start_durable(self, request: ChainRequest, ctx: PluginContext) -> None:
         """Accept a durable ``chain/req``: refuse it without a store, attach to the
@@ -72,7 +80,8 @@ class DurableChains:
                 await self._attach_found(existing, ctx, 0, request.id)
                 return
         effective = session.limits.effective
-        retention = request.retention or min(DEFAULT_RETENTION, effective.max_retention)
+        default = int(getattr(self.config, "store_retention", DEFAULT_RETENTION))
+        retention = request.retention or min(default, effective.max_retention)
         refusal = None
         if request.retention < 0:
             refusal = InvalidMessage(
@@ -94,13 +103,13 @@ class DurableChains:
             await self._attach_found(existing, ctx, 0, request.id)
             return
         self._check_admission(request, ctx)  # type: ignore[attr-defined]
-        sink = durable.make_sink(record.run_id, ctx.log)
+        sink = durable.make_sink(record)
         ctx.outbox.send_nowait(ChainAccepted(req_id=request.id, run_id=record.run_id))
         handle = ctx.start_run(
             self._run, request, session, ctx.log.bind(run_id=record.run_id),  # type: ignore[attr-defined]
             time.monotonic(), record.run_id, name=f"durable chain {request.id}", sink=sink,
         )
-        durable.started(record, handle, sink)
+        durable.started(record, handle, sink, ctx.start_soon)
 
     async def _attach(self, message: ChainAttach, ctx: PluginContext) -> None:
         """``chain/attach``: stream the principal's run here from ``since_seq``."""
@@ -128,7 +137,7 @@ class DurableChains:
         sink: Any = found.sink
         ctx.outbox.send_nowait(ChainDetached(
             req_id=message.id, run_id=found.run_id,
-            last_seq=getattr(sink, "released", sink.position),
+            last_seq=sink.delivered,
         ))
 
     async def _cancel_durable(self, message: ChainCancel, ctx: PluginContext) -> bool:

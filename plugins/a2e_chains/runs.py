@@ -29,7 +29,7 @@ from a2e_host.messages import Message
 from a2e_host.plugin import Plugin, PluginContext
 from a2e_host.store import RunRecord, RunStatus
 
-from .durable_handlers import durable_runs_for, forget_durable_runs
+from .durable_handlers import forget_durable_runs, shared_durable_runs
 
 __all__ = ["RunsPlugin", "run_info"]
 
@@ -81,7 +81,7 @@ class RunsPlugin(Plugin):
                 f"{', '.join(RUN_STATUSES)}, or leave it out for all",
                 detail={"path": "$.status", "type": message.TYPE},
             )
-        store = await durable_runs_for(self.config).open()
+        store = await shared_durable_runs(self.config, self.store).open()
         try:
             records, cursor = await store.list(
                 principal=ctx.session.principal,
@@ -111,7 +111,7 @@ class RunsPlugin(Plugin):
                 f"run/get.since_seq is {message.since_seq}; give 0 or the last seq seen",
                 detail={"path": "$.since_seq", "type": message.TYPE},
             )
-        runs = durable_runs_for(self.config)
+        runs = shared_durable_runs(self.config, self.store)
         try:
             found = await runs.find(ctx.session.principal, message.run_id, "")
         except RunExpired:
@@ -140,8 +140,8 @@ class RunsPlugin(Plugin):
         ))
 
     async def aclose(self) -> None:
-        """The host is stopping: close the run store if the chains plugin did not."""
-        await forget_durable_runs(self.config)
+        """The host is stopping: forget its durable runs."""
+        forget_durable_runs(self.config)
 
 
 def run_info(record: RunRecord, *, with_response: bool) -> RunInfo:
