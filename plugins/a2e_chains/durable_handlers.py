@@ -60,7 +60,7 @@ class DurableChains:
     """What :class:`a2e_chains.ChainPlugin` does for durable runs (a mixin)."""
 
     config: HostConfig
-    store: Any
+    store: Any = None  # the host's run store, set by the host (Plugin.store)
 
     @property
     def durable(self) -> DurableRuns:
