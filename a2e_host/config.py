@@ -89,6 +89,16 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         step_cache_max_bytes: JSON-encoded bytes of the outputs it keeps at most (int
             bytes, default 16 MiB); an output over an eighth of it is never kept. 0 turns
             the cache off.
+        store: the run store's file (SQLite) for durable runs; "" (the default): no
+            store, and durable runs are refused. TOML ``[store] path``.
+        durability: ``normal`` (a commit survives a crash of the host process) or
+            ``full`` (also an OS crash or power loss: an fsync per commit, slower).
+        store_retention: float seconds a finished run is kept after its end before its
+            events are pruned and it reads ``expired`` (default 7 days); a request's own
+            ``retention`` may ask for another.
+        store_prune_interval: float seconds between two retention sweeps (each bounded).
+        store_commit_delay: float seconds the store's writer waits for more writes before
+            a commit (bigger batches, later frames); 0 (default) commits at once.
         log_format: ``auto`` (console on a TTY, JSON otherwise), ``console`` or ``json``.
         log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
             for ``a2e-host stdio`` (an agent that spawns the host may never read its
@@ -119,6 +129,11 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     outbox_high_water_bytes: int = 8 * 1024 * 1024
     step_cache_max_entries: int = 1024
     step_cache_max_bytes: int = 16 * 1024 * 1024
+    store: str = ""
+    durability: str = "normal"
+    store_retention: float = 7 * 24 * 3600.0
+    store_prune_interval: float = 60.0
+    store_commit_delay: float = 0.0
     log_format: str = "auto"
     log_level: str = "auto"
 
@@ -140,7 +155,12 @@ _LOG_LEVELS = ("auto", "debug", "info", "warning", "error")
 _LIST_FIELDS = (
     "tools", "skills_dirs", "allow_proc", "proc_env_allow", "proc_env_keys", "allowed_origins"
 )
-_PATH_FIELDS = ("root", "skills_dirs")
+_PATH_FIELDS = ("root", "skills_dirs", "store")
+_STORE_TABLE = {
+    "path": "store", "durability": "durability", "retention": "store_retention",
+    "prune_interval": "store_prune_interval", "commit_delay": "store_commit_delay",
+}
+"""``[store]`` key → HostConfig field."""
 
 
 def load_config(
@@ -215,6 +235,9 @@ def _read_file(path: Path) -> list[_Item]:
         if key == "auth":
             items.extend(_auth_table(value, source))
             continue
+        if key == "store" and isinstance(value, dict):
+            items.extend(_store_table(path, value, source))
+            continue
         if key in _PATH_FIELDS:
             value = _relative_to(path.parent, key, value)
         items.append((key, value, source))
@@ -238,7 +261,22 @@ def _auth_table(value: Any, source: str) -> list[_Item]:
     return items
 
 
+def _store_table(path: Path, table: dict[str, Any], source: str) -> list[_Item]:
+    items: list[_Item] = []
+    for name, value in table.items():
+        if name not in _STORE_TABLE:
+            raise ValueError(f"unknown key {name!r} in [store] of {source}; known keys: "
+                             + ", ".join(_STORE_TABLE))
+        field = _STORE_TABLE[name]
+        if field == "store":
+            value = _relative_to(path.parent, field, value)
+        items.append((field, value, f"[store] of {source}"))
+    return items
+
+
 def _relative_to(base: Path, key: str, value: Any) -> Any:
+    if isinstance(value, str) and value == "":
+        return value
     if isinstance(value, str):
         return str(base / value)
     if isinstance(value, list):
@@ -439,6 +477,11 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "outbox_high_water_bytes": _positive_int,
     "step_cache_max_entries": _count,
     "step_cache_max_bytes": _count,
+    "store": _string,
+    "durability": _choice(("normal", "full")),
+    "store_retention": _positive_seconds,
+    "store_prune_interval": _positive_seconds,
+    "store_commit_delay": _seconds,
     "log_format": _choice(_LOG_FORMATS),
     "log_level": _choice(_LOG_LEVELS),
 }

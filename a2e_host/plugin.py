@@ -26,6 +26,7 @@ from .config import HostConfig
 from .exceptions import UnknownType
 from .limits import SessionLimits
 from .messages import Message
+from .store import RunStore
 
 __all__ = ["Plugin", "PluginContext", "Outbox", "SessionInfo", "RunHandle", "RunsView"]
 
@@ -204,6 +205,11 @@ class Plugin:
     priority: ClassVar[int] = 100
     features: ClassVar[tuple[str, ...]] = ()
     message_types: ClassVar[tuple[type[Message], ...]] = ()
+
+    store: RunStore | None = None
+    """The host's run store (:mod:`a2e_host.store`) while the host runs with one
+    (``HostConfig.store``): set by the host before it serves, None again once it closed
+    the store at stop; None on a host without a store (durable runs are refused)."""
 
     def __init__(self, config: HostConfig) -> None:
         self.config = config
