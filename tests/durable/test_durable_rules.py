@@ -4,6 +4,7 @@ connection, the newest attach taking a run over, and run/get paging."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +147,37 @@ async def test_run_get_pages_through_the_events(tmp_path: Path) -> None:
                     since = page.next_since_seq
     assert [[e["seq"] for e in p.events] for p in pages] == [[1, 2, 3, 4], [5, 6]]
     assert [p.next_since_seq for p in pages] == [4, 0]
+
+
+@pytest.mark.asyncio
+async def test_an_expired_run_refuses_attach_and_resubmission_and_shows_its_status(
+    tmp_path: Path,
+) -> None:
+    gates = Gates()
+    gates.gate("g").set()
+    with anyio.fail_after(WAIT):
+        async with durable_host(tmp_path / "runs.db", gates) as host:
+            async with open_memory_client(host) as client:
+                await handshake_as(client)
+                client.send(ChainRequest(id="r", nodes=GATED, entry_node="a", durable=True,
+                                         idempotency_key="k"))
+                accepted = (await _until_response(client))[0]
+                assert isinstance(accepted, ChainAccepted)
+                store = host.plugins[0].store
+                assert await store.prune(time.time() + 10**7) == 1  # its retention passed
+                answers: list[Message] = []
+                for message in (
+                    ChainAttach(id="att", run_id=accepted.run_id),
+                    ChainRequest(id="again", nodes=GATED, entry_node="a", durable=True,
+                                 idempotency_key="k"),
+                    RunGet(id="ev", run_id=accepted.run_id, events=True),
+                    RunGet(id="rec", run_id=accepted.run_id),
+                ):
+                    client.send(message)
+                    answers.append(await client.receive())
+    assert [(a.req_id, a.code) for a in answers if isinstance(a, ErrorMessage)] == [
+        ("att", "run_expired"), ("again", "run_expired"), ("ev", "run_expired")]
+    record = answers[-1]
+    assert isinstance(record, RunGetResponse) and record.run is not None
+    assert (record.run.run_id, record.run.status, record.events) == (
+        accepted.run_id, "expired", [])
