@@ -181,3 +181,19 @@ async def test_an_expired_run_refuses_attach_and_resubmission_and_shows_its_stat
     assert isinstance(record, RunGetResponse) and record.run is not None
     assert (record.run.run_id, record.run.status, record.events) == (
         accepted.run_id, "expired", [])
+
+
+@pytest.mark.asyncio
+async def test_a_negative_retention_is_refused_naming_the_field(tmp_path: Path) -> None:
+    with anyio.fail_after(WAIT):
+        async with durable_host(tmp_path / "runs.db", Gates()) as host:
+            async with open_memory_client(host) as client:
+                await handshake_as(client)
+                client.send(ChainRequest(id="r", nodes=GATED, entry_node="a", durable=True,
+                                         retention=-5))
+                refused = await client.receive()
+    assert isinstance(refused, ChainResponse) and refused.error is not None
+    assert refused.error.code == "chain_invalid"
+    [problem] = refused.error.details["errors"]
+    assert (problem["field"], problem["message"]) == (
+        "retention", "retention must be positive seconds, got -5")
