@@ -207,6 +207,10 @@ class DurableRuns:
 
     # ── finding ────────────────────────────────────────────────────────────
 
+    def live_by_req(self, principal: str, req_id: str) -> LiveRun | None:
+        """The principal's run in flight on this host serving ``req_id``, else None."""
+        return self._by_req.get((principal, req_id))
+
     async def find(self, principal: str, run_id: str, req_id: str) -> LiveRun | RunRecord:
         """The principal's run named by ``run_id`` (or, when empty, ``req_id``).
 

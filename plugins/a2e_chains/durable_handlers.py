@@ -142,21 +142,20 @@ class DurableChains:
             False when there is no such run and the message named no ``run_id`` (the
             caller answers as before).
         """
-        if not message.run_id and not self.durable.configured:
-            return False
-        try:
-            found = await self.durable.find(ctx.session.principal, message.run_id,
-                                            message.req_id)
-        except UnknownRun:
-            if message.run_id:
-                raise
-            return False
+        durable = self.durable
+        found: LiveRun | RunRecord | None
+        if message.run_id:
+            found = await durable.find(ctx.session.principal, message.run_id, "")
+        else:  # only a run in flight can be cancelled: no store read for a stray req_id
+            found = durable.live_by_req(ctx.session.principal, message.req_id)
+            if found is None:
+                return False
         if not isinstance(found, LiveRun) or found.ended:
             raise InvalidMessage(
                 f"durable run {_run_id(found)!r} has ended already; nothing to cancel"
             )
         found.handle.cancel()
-        store = self.durable.store
+        store = durable.store
         if store is not None:
             store.request_cancel(found.run_id)
         return True
