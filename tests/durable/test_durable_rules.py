@@ -20,7 +20,7 @@ from a2e_host.chains.messages import (
     ChainRequest,
     ChainResponse,
 )
-from a2e_host.chains.run_messages import RunGet, RunGetResponse
+from a2e_host.chains.run_messages import RunGet, RunGetResponse, RunList, RunListResponse
 from a2e_host.config import HostConfig
 from a2e_host.errors import ChainFailure
 from a2e_host.limits import limits_from_mapping
@@ -197,3 +197,38 @@ async def test_a_negative_retention_is_refused_naming_the_field(tmp_path: Path) 
     [problem] = refused.error.details["errors"]
     assert (problem["field"], problem["message"]) == (
         "retention", "retention must be positive seconds, got -5")
+
+
+@pytest.mark.asyncio
+async def test_run_list_pages_newest_first_and_refuses_a_cursor_it_did_not_give(
+    tmp_path: Path,
+) -> None:
+    gates = Gates()
+    gates.gate("g").set()
+    with anyio.fail_after(WAIT):
+        async with durable_host(tmp_path / "runs.db", gates) as host:
+            async with open_memory_client(host) as client:
+                await handshake_as(client)
+                run_ids = []
+                for n in range(3):
+                    client.send(ChainRequest(id=f"r{n}", nodes=GATED, entry_node="a",
+                                             durable=True))
+                    accepted = (await _until_response(client))[0]
+                    assert isinstance(accepted, ChainAccepted)
+                    run_ids.append(accepted.run_id)
+                client.send(RunList(id="p1", limit=2))
+                first = await client.receive()
+                assert isinstance(first, RunListResponse) and first.next_cursor
+                client.send(RunList(id="p2", limit=2, cursor=first.next_cursor))
+                second = await client.receive()
+                client.send(RunList(id="bad", cursor="not-a-cursor"))
+                refused = await client.receive()
+                client.send(RunList(id="big", limit=501))
+                too_many = await client.receive()
+    assert isinstance(second, RunListResponse)
+    assert [r.run_id for r in first.runs] == run_ids[:0:-1]  # newest first
+    assert ([r.run_id for r in second.runs], second.next_cursor) == ([run_ids[0]], "")
+    assert isinstance(refused, ErrorMessage) and refused.code == "invalid_message"
+    assert "next_cursor" in refused.message
+    assert isinstance(too_many, ErrorMessage) and too_many.code == "schema_violation"
+    assert too_many.detail["path"] == "$.limit"
