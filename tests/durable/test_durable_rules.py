@@ -232,3 +232,32 @@ async def test_run_list_pages_newest_first_and_refuses_a_cursor_it_did_not_give(
     assert "next_cursor" in refused.message
     assert isinstance(too_many, ErrorMessage) and too_many.code == "schema_violation"
     assert too_many.detail["path"] == "$.limit"
+
+
+@pytest.mark.asyncio
+async def test_a_host_that_stops_leaves_its_durable_runs_running_in_the_store(
+    tmp_path: Path,
+) -> None:
+    from a2e_host.store import open_store
+
+    gates = Gates()
+    with anyio.fail_after(WAIT):
+        async with durable_host(tmp_path / "runs.db", gates) as host:
+            async with open_memory_client(host) as client:
+                await handshake_as(client)
+                client.send(ChainRequest(id="long", nodes=GATED, entry_node="a",
+                                         durable=True))
+                accepted = await client.receive()
+                assert isinstance(accepted, ChainAccepted)
+                await gates.reached("g").wait()
+            # the host stops (its runs are cancelled) with the run waiting in g
+        store = await open_store(str(tmp_path / "runs.db"))
+        try:
+            record = await store.get(accepted.run_id)
+            frames = await store.frames(accepted.run_id)
+        finally:
+            await store.aclose()
+    assert record is not None
+    assert (record.status, record.response) == (RunStatus.RUNNING, None)
+    assert [(f.seq, f.node_id, f.phase) for f in frames] == [
+        (1, "a", "start"), (2, "a", "done"), (3, "g", "start")]
