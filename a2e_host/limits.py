@@ -44,6 +44,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     proc_limit: int = 8
     """Processes one session may have alive at once through the ``proc`` capability
     (PROTOCOL.md §10): ``proc/spawn/req`` past it is refused with error ``proc_limit``."""
+    max_retention: int = 7 * 86_400
+    """Seconds a durable run's record and events may be kept after it ends
+    (``chain/req.retention``, PROTOCOL.md §5 Durable runs); a request asking for more is
+    refused before it runs."""
 
     def to_dict(self) -> dict[str, int]:
         """The ceilings as a plain dict, e.g. for the handshake's ``chains`` metadata."""

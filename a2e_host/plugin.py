@@ -59,6 +59,12 @@ class SessionInfo(Protocol):
     @property
     def limits(self) -> SessionLimits: ...
 
+    @property
+    def principal(self) -> str:
+        """Who authenticated (:attr:`a2e_host.session.Session.principal`): the runs a
+        session may attach to, cancel, list and get are its principal's."""
+        ...
+
 
 class RunHandle(Protocol):
     """A run of the host, as the plugin that started it sees it (implemented by
@@ -90,6 +96,11 @@ class RunHandle(Protocol):
 
     def release(self) -> None:
         """Leave the in-flight table before the run's last frame (it stops counting)."""
+        ...
+
+    @property
+    def host_stopping(self) -> bool:
+        """The host is stopping and cancels every run (no agent asked)."""
         ...
 
 
@@ -134,16 +145,40 @@ class PluginContext(Protocol):
     def runs(self) -> RunsView: ...
 
     def start_run(
-        self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = ""
+        self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "",
+        sink: Any = None,
     ) -> RunHandle:
         """Start ``fn(run, *args)`` as a run of the host for this message, listed under
         its id in :attr:`runs`, its sink attached to this connection: cancelled when the
         connection drops, awaited (within the grace period) when it closes in order. An
         exception it raises is sent as an ``error`` with this message's id.
 
+        With ``sink`` (a :class:`a2e_host.runtime.runs.RunSink`, e.g. a durable run's
+        that keeps its frames in a store) the run *outlives* its connection: a dropped
+        connection only detaches it (PROTOCOL.md §5 Durable runs).
+
         Raises:
             ValueError: a run of this capability is already in flight for this
                 message's id (``runs.get`` finds it).
+        """
+        ...
+
+    def attach_run(self, run: Any, *, after: int | None = None) -> None:
+        """Stream a durable run (one started with a ``sink``, from any connection) to
+        this connection: its frames after position ``after``, then the live ones. The
+        connection it was attached to, if any, stops receiving them.
+
+        Raises:
+            RuntimeError: the run is not durable and attached elsewhere.
+            ValueError: the sink does not keep the frames after ``after``.
+        """
+        ...
+
+    def detach_run(self, run: Any) -> bool:
+        """Stop streaming ``run`` to this connection without cancelling it.
+
+        Returns:
+            False when it was not attached to this connection.
         """
         ...
 
