@@ -185,6 +185,13 @@ class Plugin:
             return message_type.startswith(ns[:-1])
         return message_type == ns
 
+    def serves(self) -> bool:
+        """Whether this plugin serves its capability under its configuration (default
+        True). One that returns False (``tools`` on a host that enables no tool) is
+        loaded and its message types decode, but its capability is never granted: its
+        messages get ``capability_missing``."""
+        return True
+
     def gates(self) -> tuple[str, ...]:
         """The gates this plugin owns under its configuration (PROTOCOL.md §8): names an
         agent lists in ``agent_caps`` to unlock parts of this capability (``chains``:

@@ -33,6 +33,8 @@ re-exported here.
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 import anyio
@@ -47,6 +49,7 @@ from .nodes import NodeContext
 from .outcome import LATE, NOT_STARTED, Outcome, OutcomeKind
 from .recovery import run_recovering
 from .recovery_policy import Report
+from .reports import NodeReports
 from .run_state import KindRunner, RunState
 from .subchains import subchain_runner
 from .validation import PlanNode
@@ -149,6 +152,12 @@ async def execute(
     executor = config.executors.get(pnode.kind)
     if executor is None:
         raise NodeError(f"node {shown!r}: no executor for kind {pnode.kind!r} on this host")
+    events = run.events
+
+    def deliver(kind: str, data: dict[str, Any]) -> None:
+        events.send_data(shown, "start", {"report": kind, **data}, kind="progress")
+
+    reports = NodeReports(deliver)
     ctx = NodeContext(
         node_id=shown,
         chain_id=run.plan.request.chain_id,
@@ -162,13 +171,29 @@ async def execute(
             else None
         ),
         log=run.log,
+        run_key=config.run_key,
+        deadline=_deadline(run, pnode),
+        sink=reports,
     )
     recovery = pnode.recovery
-    if recovery is None:
-        return await executor(pnode.node, args, ctx), None
-    output = await run_recovering(run, shown, pnode.node, pnode.kind, recovery, executor,
-                                  args, ctx)
-    return output, None
+    try:
+        if recovery is None:
+            return await executor(pnode.node, args, ctx), None
+        output = await run_recovering(run, shown, pnode.node, pnode.kind, recovery, executor,
+                                      args, ctx)
+        return output, None
+    finally:
+        reports.close()
+
+
+def _deadline(run: RunState, pnode: PlanNode) -> float | None:
+    """When the node must end, ``time.monotonic()`` seconds: the run's deadline, or the
+    node's own ``timeout`` from now when that is sooner; None for neither."""
+    left = run.deadline - run.config.clock.now()
+    timeout = pnode.node.timeout
+    if timeout is not None and timeout < left:
+        left = timeout
+    return None if math.isinf(left) else time.monotonic() + left
 
 
 async def run_branch(

@@ -119,6 +119,8 @@ class ChainRunner:
         tool_of: the host's tool by name, for retries and caching (see
             :class:`~a2e_host.chains.run_state.RunConfig`).
         step_cache: the host's step cache, None for none (PROTOCOL.md §5 Recovery).
+        run_key: the run's key, whence its nodes' idempotency keys (``RunConfig``);
+            ``""``: ``"/<req_id>"`` (the chains plugin passes ``"<session_id>/<req_id>"``).
 
     It is the :class:`~a2e_host.chains.run_state.RunState` the run's parts (``attempt``,
     ``mapping``, ``subchains``) are given; they know it only through that protocol.
@@ -156,6 +158,7 @@ class ChainRunner:
         clock: Clock | None = None,
         tool_of: Callable[[str], Tool | None] | None = None,
         step_cache: StepCache | None = None,
+        run_key: str = "",
     ) -> None:
         scoped = limits if isinstance(limits, SessionLimits) else SessionLimits(limits)
         config = RunConfig(
@@ -169,6 +172,7 @@ class ChainRunner:
             clock=clock if clock is not None else LOOP_CLOCK,
             tool_of=tool_of,
             step_cache=step_cache,
+            run_key=run_key or f"/{plan.request.id}",
         )
         request = plan.request
         events = EventStream(emit, request.id, request.streaming, request.event_outputs)

@@ -40,8 +40,10 @@ from ..messages import (
     Pong,
     Shutdown,
 )
+from ..tools.messages import ToolCallResponse, ToolDefinition, ToolListResponse
 from .chains import RESPONSE_GRACE, ChainRun
 from .errors import ConnectionLost, HandshakeFailed, HostError, unwrap_group
+from .tools import ToolCall, list_tools, tool_call
 
 if TYPE_CHECKING:
     from anyio.abc import Process
@@ -188,6 +190,45 @@ class Client:
             receive_timeout = max(request.timeout, 1) + RESPONSE_GRACE
         return ChainRun(self, request, receive_timeout)
 
+    async def list_tools(
+        self,
+        *,
+        query: str = "",
+        filter_tags: Sequence[str] = (),
+        filter_kind: str = "",
+        include_deferred: bool = False,
+        wait_timeout: float = 30.0,
+    ) -> list[ToolDefinition]:
+        """The host's tools (``tool/list/req``; see :func:`a2e_host.client.tools.list_tools`)."""
+        return await list_tools(self, query=query, filter_tags=filter_tags,
+                                filter_kind=filter_kind, include_deferred=include_deferred,
+                                wait_timeout=wait_timeout)
+
+    def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        streaming: bool = True,
+        timeout: int | None = None,
+        correlation_id: str = "",
+        receive_timeout: float | None = None,
+    ) -> ToolCall:
+        """Call tool ``name`` directly (``tool/call/req``); iterate the result for its
+        events and response, or ``await call.result()`` (a
+        :class:`~a2e_host.client.tools.ToolCall`).
+
+        Args:
+            name: the tool.
+            arguments: its input (default ``{}``).
+            streaming: receive its reports as ``tool/event`` while it runs.
+            timeout: int seconds; None (left out) is ``min(30, max_timeout)``.
+            correlation_id: ties the call to an agent turn.
+            receive_timeout: seconds to wait for any one message; default timeout + 30.
+        """
+        return tool_call(self, name, arguments, streaming=streaming, timeout=timeout,
+                         correlation_id=correlation_id, receive_timeout=receive_timeout)
+
     async def cancel(self, req_id: str) -> None:
         """Send ``chain/cancel`` for a running chain (PROTOCOL.md §5, *extension*).
 
@@ -307,7 +348,8 @@ class Client:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self._routes.pop(req_id, None)
             return
-        if isinstance(message, ChainResponse | ErrorMessage | Pong | HandshakeResponse):
+        if isinstance(message, ChainResponse | ErrorMessage | Pong | HandshakeResponse
+                      | ToolCallResponse | ToolListResponse):
             self._close_route(req_id)
 
     async def _read_loop(self) -> None:

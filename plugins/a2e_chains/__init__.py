@@ -225,6 +225,7 @@ class ChainPlugin(Plugin):
                 log=log,
                 tool_of=self.toolbox.tools.get,
                 step_cache=self.step_cache,
+                run_key=f"{session.session_id}/{request.id}",
             )
             run.on_cancel(runner.cancel)  # at once when cancelled while it was planned
             log.info("chain started", nodes=len(plan.nodes))
