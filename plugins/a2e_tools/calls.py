@@ -131,11 +131,15 @@ async def run_call(
         respond(_failed(name, chain_failure_of(exc, stage="running"), started))
 
 
-def _cleaned(message: str) -> str:
-    """A node failure's message without the one-node chain's ``node 'call' …`` prefix."""
+def _cleaned(message: str, name: str) -> str:
+    """A node failure's message without the one-node chain's ``node 'call' …`` prefix
+    (``node 'call' output …`` reads ``tool '<name>' output …``)."""
     for prefix in _PREFIXES:
         if message.startswith(prefix):
             return message[len(prefix):]
+    node = f"node {NODE_ID!r} "
+    if message.startswith(node):
+        return f"tool {name!r} {message[len(node):]}"
     return message
 
 
@@ -153,7 +157,7 @@ def _result_of(
         message = (f"tool {name!r} did not finish within the call's timeout of {timeout} s; "
                    "send a larger timeout (within max_timeout) or ask for less work")
     else:
-        message = _cleaned(failure.message)
+        message = _cleaned(failure.message, name)
     if code == "chain_node_error":
         own = own_codes[-1] if own_codes else ""
         code = own if own and own != "chain_node_error" else _TOOL_ERROR
