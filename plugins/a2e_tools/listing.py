@@ -28,6 +28,7 @@ MAX_FILTER_TAGS = 100
 """The most ``filter_tags`` a ``tool/list/req`` may send."""
 
 _NUMERIC = {"integer", "number"}
+_JSON_TYPE = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
 
 
 def _resolve(schema: Any, root: dict[str, Any]) -> dict[str, Any]:
@@ -43,8 +44,9 @@ def _resolve(schema: Any, root: dict[str, Any]) -> dict[str, Any]:
 
 def _type_of(schema: dict[str, Any], root: dict[str, Any]) -> str:
     """The one JSON type a parameter has: ``type`` (the first non-null of a list), the
-    common type of ``anyOf`` / ``oneOf`` alternatives (``number`` for int | float), else
-    ``object`` for a schema with ``properties``, else ``any``."""
+    common type of ``anyOf`` / ``oneOf`` alternatives (``number`` for int | float),
+    ``object`` for a schema with ``properties``, the common type of ``enum`` values, else
+    ``any``."""
     kind = schema.get("type")
     if isinstance(kind, str):
         return kind
@@ -61,6 +63,10 @@ def _type_of(schema: dict[str, Any], root: dict[str, Any]) -> str:
         return "any"
     if "properties" in schema:
         return "object"
+    values = schema.get("enum")
+    if isinstance(values, list) and values:
+        types = {_JSON_TYPE.get(type(v), "any") for v in values}
+        return types.pop() if len(types) == 1 else "any"
     return "any"
 
 

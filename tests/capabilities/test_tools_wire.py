@@ -85,7 +85,7 @@ async def test_over_stdio_an_agent_lists_tools_with_schemas_and_calls_one_with_p
 
 
 @pytest.mark.asyncio
-async def test_over_websocket_an_agent_lists_tools_with_schemas_and_calls_one_with_progress() -> None:
+async def test_over_websocket_an_agent_lists_tools_and_calls_one_with_progress() -> None:
     async with serving() as (url, _), connect(url) as ws:
         hello = await call(ws, {"type": "handshake/req", "id": "h", "agent_caps": list(TOOL_CAPS)})
         assert [c["capability"] for c in hello["accepted_caps"]] == ["chains", "tools"]
