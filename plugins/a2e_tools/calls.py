@@ -151,11 +151,13 @@ def _result_of(
     if response.success:
         return ToolResult(success=True, tool_name=name, data=response.final_output,
                           duration_ms=response.duration_ms)
-    failure = response.error or ChainFailure(code="runtime_error", message="the call failed")
-    code = failure.code
+    failure = response.error
+    code = failure.code if failure is not None else "runtime_error"
     if code == "timeout":
         message = (f"tool {name!r} did not finish within the call's timeout of {timeout} s; "
                    "send a larger timeout (within max_timeout) or ask for less work")
+    elif failure is None:
+        message = "the call failed inside the host; see the host log"
     else:
         message = _cleaned(failure.message, name)
     if code == "chain_node_error":
