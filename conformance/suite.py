@@ -41,6 +41,7 @@ CONDITIONS = {
     "auth": "the host was started with an auth token, given as --auth-token",
     "other_cap": "the host serves a capability besides chains (found by the probe)",
     "host_defaults": "the host runs with PROTOCOL.md §6 default ceilings (--host-defaults)",
+    "cap:NAME": "the host serves the capability NAME (found by the probe), e.g. cap:tools",
 }
 _PROBE_CAPS = ["chains", "tools", "proc", "skill", "memory", "context", "events"]
 
@@ -120,9 +121,13 @@ def skip_reason(case: Case, target: Target, probe: Probe) -> str | None:
         return f"host does not publish the ceiling {', '.join(unpublished)}"
     met = {"auth": bool(target.auth_token), "host_defaults": target.host_defaults,
            "other_cap": any(c != "chains" for c in probe.served)}
+    met.update((n, n.removeprefix("cap:") in probe.served) for n in case.needs
+               if n.startswith("cap:"))
     unmet = [n for n in case.needs if not met.get(n, False)]
     if unmet:
-        return f"needs {', '.join(unmet)}: {'; '.join(CONDITIONS.get(n, n) for n in unmet)}"
+        why = [CONDITIONS.get(n, f"the host serves the capability {n.removeprefix('cap:')!r}")
+               for n in unmet]
+        return f"needs {', '.join(unmet)}: {'; '.join(why)}"
     return None
 
 

@@ -106,6 +106,7 @@ class ChainPlugin(Plugin):
         "chain/node.timeout",
         "chain/node.fallback",
         "chain/cache",
+        "chain/event.report",
     )
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from a2e_host.chains import events, recovery, scheduler
+from a2e_host.chains import events, recovery, reports, scheduler
 from a2e_host.chains.messages import ChainEvent
 from a2e_host.chains.typecheck import TypeChecks
 from a2e_host.chains.validation import _Validator
@@ -95,6 +95,11 @@ def static_checks_off() -> None:
     TypeChecks.run = lambda self: self.warnings  # type: ignore[method-assign]
 
 
+def tool_reports_dropped() -> None:
+    """A running tool's reports never reach the wire (no ``tool/event``, no progress)."""
+    reports.NodeReports._send = lambda self, kind, data: False  # type: ignore[method-assign]
+
+
 MUTANTS: dict[str, tuple[Callable[[], None], str]] = {
     "seq_not_incremented": (seq_not_incremented, "CHAIN-EVT-SEQ"),
     "skip_never_sent": (skip_never_sent, "CHAIN-EVT-LIFECYCLE"),
@@ -104,6 +109,7 @@ MUTANTS: dict[str, tuple[Callable[[], None], str]] = {
     "retry_ignored": (retry_ignored, "RECOVERY-RETRY"),
     "progress_as_status": (progress_as_status, "CHAIN-EVT-LIFECYCLE"),
     "static_checks_off": (static_checks_off, "VAL-STATIC-INFERRED"),
+    "tool_reports_dropped": (tool_reports_dropped, "TOOLS-CALL-EVENTS"),
 }
 """mutant name → (patch, a requirement the conformance kit must report failed)."""
 
