@@ -33,7 +33,6 @@ re-exported here.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -152,12 +151,7 @@ async def execute(
     executor = config.executors.get(pnode.kind)
     if executor is None:
         raise NodeError(f"node {shown!r}: no executor for kind {pnode.kind!r} on this host")
-    events = run.events
-
-    def deliver(kind: str, data: dict[str, Any]) -> None:
-        events.send_data(shown, "start", {"report": kind, **data}, kind="progress")
-
-    reports = NodeReports(deliver)
+    reports = NodeReports(run.events, shown)
     ctx = NodeContext(
         node_id=shown,
         chain_id=run.plan.request.chain_id,
@@ -189,11 +183,13 @@ async def execute(
 def _deadline(run: RunState, pnode: PlanNode) -> float | None:
     """When the node must end, ``time.monotonic()`` seconds: the run's deadline, or the
     node's own ``timeout`` from now when that is sooner; None for neither."""
-    left = run.deadline - run.config.clock.now()
+    deadline = run.monotonic_deadline
     timeout = pnode.node.timeout
-    if timeout is not None and timeout < left:
-        left = timeout
-    return None if math.isinf(left) else time.monotonic() + left
+    if timeout is not None:
+        own = time.monotonic() + timeout
+        if deadline is None or own < deadline:
+            return own
+    return deadline
 
 
 async def run_branch(

@@ -8,18 +8,22 @@ A tool reports through :meth:`~a2e_host.chains.nodes.NodeContext.report`, which 
 the kind and the size of the data, then calls the node's sink: this object. It counts
 the reports against :data:`~a2e_host.chains.nodes.MAX_REPORTS` on the event loop (so
 the count needs no lock), drops every report once :meth:`close` was called (the node's
-terminal event is on its way), and hands the rest to ``deliver``.
+terminal event is on its way), and sends the rest as ``chain/event`` frames of kind
+``progress`` (phase ``start``, ``data: {"report": kind, …}``) through the run's event
+stream (a direct call's plugin turns them into ``tool/event`` frames).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.from_thread
 
 from .nodes import MAX_REPORTS
+
+if TYPE_CHECKING:
+    from .events import EventStream
 
 __all__ = ["NodeReports"]
 
@@ -28,7 +32,8 @@ class NodeReports:
     """A node execution's report sink (a :data:`~a2e_host.chains.nodes.ReportSink`).
 
     Args:
-        deliver: ``deliver(kind, data)`` on the event loop: sends one checked report.
+        events: the run's event stream.
+        node_id: the node's display id (``t[3]``, ``outer/inner``).
 
     Attributes:
         sent: reports delivered.
@@ -36,10 +41,11 @@ class NodeReports:
         closed: whether :meth:`close` was called.
     """
 
-    __slots__ = ("_deliver", "_thread", "sent", "dropped", "closed")
+    __slots__ = ("_events", "_node_id", "_thread", "sent", "dropped", "closed")
 
-    def __init__(self, deliver: Callable[[str, dict[str, Any]], None]) -> None:
-        self._deliver = deliver
+    def __init__(self, events: EventStream, node_id: str) -> None:
+        self._events = events
+        self._node_id = node_id
         self._thread = threading.get_ident()
         self.sent = 0
         self.dropped = 0
@@ -66,5 +72,8 @@ class NodeReports:
             self.dropped += 1
             return False
         self.sent += 1
-        self._deliver(kind, data)
+        payload = {"report": kind}
+        payload.update(data)
+        payload["report"] = kind
+        self._events.send_data(self._node_id, "start", payload, kind="progress")
         return True

@@ -158,6 +158,10 @@ class RunState(Protocol):
         (``inf`` before the run starts)."""
 
     @property
+    def monotonic_deadline(self) -> float | None:
+        """:attr:`deadline` on ``time.monotonic()``; None before the run starts."""
+
+    @property
     def end(self) -> EndReason | None:
         """Why the run ended; None while it runs."""
 

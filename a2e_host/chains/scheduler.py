@@ -138,6 +138,8 @@ class ChainRunner:
             node and item.
         reports: display id → recovery report of a started node with recovery fields,
             until its terminal event carries it.
+        monotonic_deadline: the same on ``time.monotonic()`` (None until it starts), for
+            a tool's context (:attr:`~a2e_host.chains.nodes.NodeContext.deadline`).
         deadline: when the chain's timeout passes, on ``config.clock`` (``inf`` until
             the run starts; a sub-chain's is its parent's).
         end: why the run ended, None while it runs.
@@ -221,6 +223,9 @@ class ChainRunner:
         self.running: dict[str, bool] = {}
         self.reports: dict[str, Report] = {}
         self.deadline: float = parent.deadline if parent is not None else math.inf
+        self.monotonic_deadline: float | None = (
+            parent.monotonic_deadline if parent is not None else None
+        )
         self.end: EndReason | None = None
         self.closed = False
         self._state = PlanState(plan)
@@ -288,6 +293,7 @@ class ChainRunner:
             return result
         if chain_timeout is not None:
             self.deadline = self.config.clock.now() + chain_timeout
+            self.monotonic_deadline = time.monotonic() + chain_timeout
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._drive)
             try:

@@ -14,6 +14,7 @@ from a2e_chains import ChainPlugin
 from a2e_tools import ToolsPlugin
 
 from a2e_host import tools
+from a2e_host.chains.events import EventStream
 from a2e_host.chains.nodes import MAX_REPORTS, NodeContext
 from a2e_host.chains.reports import NodeReports
 from a2e_host.chains.toolbox import Toolbox
@@ -192,14 +193,26 @@ def test_a_report_of_an_unknown_kind_or_unencodable_data_is_refused() -> None:
 
 
 def test_reports_past_the_cap_or_after_the_node_ended_are_dropped() -> None:
-    got: list[tuple[str, dict]] = []
-    sink = NodeReports(lambda kind, data: got.append((kind, data)))
+    sent: list[Any] = []
+    events = EventStream(sent.append, "r1", streaming=True)
+    sink = NodeReports(events, "t[2]")
     assert all(sink("progress", {"pct": i}) for i in range(MAX_REPORTS))
     assert sink("progress", {"pct": 0}) is False
-    assert (len(got), sink.sent, sink.dropped) == (MAX_REPORTS, MAX_REPORTS, 1)
-    late = NodeReports(lambda kind, data: got.append((kind, data)))
+    assert (len(sent), sink.sent, sink.dropped) == (MAX_REPORTS, MAX_REPORTS, 1)
+    first = sent[0]
+    assert (first.seq, first.node_id, first.phase, first.kind, first.data) == (
+        1, "t[2]", "start", "progress", {"report": "progress", "pct": 0})
+    late = NodeReports(events, "t[3]")
     late.close()
-    assert late("log", {}) is False and late.dropped == 1
+    assert late("log", {"report": "x"}) is False and late.dropped == 1
+    assert len(sent) == MAX_REPORTS
+
+
+def test_a_report_keeps_its_kind_even_when_its_data_has_a_report_key() -> None:
+    sent: list[Any] = []
+    sink = NodeReports(EventStream(sent.append, "r1", streaming=True), "n")
+    assert sink("log", {"report": "progress", "message": "m"})
+    assert sent[0].data == {"report": "log", "message": "m"}
 
 
 @pytest.mark.asyncio
