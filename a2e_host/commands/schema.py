@@ -1,8 +1,9 @@
 """``a2e-host schema``: a JSON Schema for every message, generated from the Structs.
 
 Layer: command (file and stdout I/O around a pure generator). The schemas are what
-``msgspec.json.schema`` says of every type :data:`a2e_host.chains.messages.chain_codec`
-decodes (the core and the chains messages), so they cannot drift from the decoder; the
+``msgspec.json.schema`` says of every type :data:`a2e_host.client.codec.client_codec`
+decodes (the core messages and those the first-party capability plugins declare:
+``chain/*``, ``tool/*``), so they cannot drift from the decoder; the
 committed copies in ``schemas/`` are regenerated and compared byte for byte by the test
 suite (STYLE.md: generated artifacts)."""
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from ..chains.messages import chain_codec
+from ..client.codec import client_codec
 
 __all__ = ["INDEX_FILE", "schema_file_name", "message_schemas", "render_schemas", "schema_main"]
 
@@ -37,8 +38,8 @@ def message_schemas() -> dict[str, dict[str, Any]]:
         hold the nested models, e.g. ``ChainNode``) with a ``$schema`` key added.
     """
     out: dict[str, dict[str, Any]] = {}
-    for message_type in sorted(chain_codec.types):
-        schema = msgspec.json.schema(chain_codec.types[message_type])
+    for message_type in sorted(client_codec.types):
+        schema = msgspec.json.schema(client_codec.types[message_type])
         out[message_type] = {"$schema": _DIALECT, **schema}
     return out
 
