@@ -116,12 +116,14 @@ async def test_a_host_serving_no_tools_does_not_grant_tools() -> None:
         await host.send(list_req("l1"))
         err = await host.receive()
         assert (err["code"], err["req_id"]) == ("capability_missing", "l1")
+        assert err["message"].endswith("which this session was not granted; this host does "
+                                      "not serve it")
 
 
 @pytest.mark.asyncio
 async def test_hostile_calls_get_clear_errors_and_the_session_goes_on() -> None:
-    async with stdio_host(caps=TOOL_CAPS, max_output_bytes=1_000_000,
-                          max_timeout=60) as client:
+    async with stdio_host(caps=TOOL_CAPS, max_output_bytes=1_000_000, max_timeout=60,
+                          max_message_bytes=3_000_000) as client:
         async def ask(message: dict) -> dict:
             await client.send(message)
             events, resp = await call_events(client.host.receive, message["id"])
@@ -148,6 +150,12 @@ async def test_hostile_calls_get_clear_errors_and_the_session_goes_on() -> None:
         assert (huge["success"], huge["error_code"]) == (False, "chain_limit")
         assert huge["error"] == ("tool 'echo' output is at least 2000011 bytes, over "
                                 "max_output_bytes 1000000")
+
+        await client.send(call_req("x", "echo", {"text": "x" * 4_000_000}))
+        too_large = await client.host.receive()
+        assert_sdk_accepts(too_large)
+        assert (too_large["type"], too_large["code"]) == ("error", "message_too_large")
+        assert "3000000" in too_large["message"]
 
         slow = (await ask(call_req("t", "sleep", {"seconds": 30}, timeout=1)))["data"]
         assert (slow["success"], slow["error_code"]) == (False, "timeout")
