@@ -88,6 +88,8 @@ async def run_call(
         if answered:
             return
         answered = True
+        log.info("tool call finished", success=result.success, code=result.error_code or "",
+                 duration_ms=result.duration_ms, reports=len(events))
         if not request.streaming:
             result.events = events
         run.release()
@@ -109,8 +111,15 @@ async def run_call(
     try:
         plan = validate_chain(chain, toolbox, session.limits, granted=session.granted)
     except ChainInvalid as exc:
-        log.info("tool call refused", tool=name, code=exc.code)
         respond(_refused(name, exc, started))
+        return
+    except RecursionError:
+        respond(_refused(name, ChainInvalid(
+            "the arguments are nested too deeply to check; flatten them"), started))
+        return
+    except Exception as exc:  # noqa: BLE001 — a bug must still answer the call, once
+        log.error("the tool call failed inside the host while checking it", exc_info=exc)
+        respond(_failed(name, chain_failure_of(exc, stage="validating"), started))
         return
     runner = ChainRunner(
         plan,
