@@ -213,7 +213,7 @@ def _named(what: str) -> Required:
 
 
 LISTING_MESSAGE = {"tool": "tool/list/req", "skill": "skill/discover/req"}
-"""The message that lists what a kind's ``name`` may be (PROTOCOL.md §9)."""
+"""The message that lists what a kind's ``name`` may be (PROTOCOL.md §9, §10)."""
 
 
 TOOL = KindSpec("tool", own_fields=("retry", "timeout", "fallback", "cache"),

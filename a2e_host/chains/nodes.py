@@ -100,7 +100,7 @@ class NodeContext:
 
         Inside a chain it travels as a ``chain/event`` with ``kind: "progress"``, the
         node's phase (``start``) unchanged and ``data: {"report": kind, **data}``; in a
-        direct ``tool/call/req`` as a ``tool/event`` of that ``kind`` (PROTOCOL.md §9).
+        direct ``tool/call/req`` as a ``tool/event`` of that ``kind`` (PROTOCOL.md §10).
         Callable from the tool's worker thread. At most :data:`MAX_REPORTS` per node
         execution and :data:`MAX_REPORT_BYTES` of JSON each; past either, or once the
         node has ended, the report is dropped.

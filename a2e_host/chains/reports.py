@@ -1,7 +1,7 @@
 """Where a running tool's reports go: :class:`NodeReports`, one per node execution.
 
 Layer: runtime (anyio: a report made in a tool's worker thread is handed to the event
-loop). Source: PROTOCOL.md §5 (a ``chain/event`` with ``kind: "progress"``), §9 (a
+loop). Source: PROTOCOL.md §5 (a ``chain/event`` with ``kind: "progress"``), §10 (a
 direct call's ``tool/event``).
 
 A tool reports through :meth:`~a2e_host.chains.nodes.NodeContext.report`, which checks

@@ -1,23 +1,21 @@
-"""The codec clients decode with: the core messages and every capability's the client
-speaks (PROTOCOL.md §1–§2, §4–§5, §9).
+"""The one decoder the client reads host messages with.
 
-Layer: client. The transports (:mod:`.websocket`, :mod:`.stdio`, :mod:`.memory`) decode
-each incoming message with :data:`client_codec`.
+Layer: client (no I/O). The core messages and those of every capability the client
+speaks (``chain/*``, ``skill/*``, ``tool/*``); a type it does not know ends the
+connection as unreadable, so each capability the client serves is listed here.
 """
 
 from __future__ import annotations
 
 from ..chains.messages import CHAIN_MESSAGE_TYPES
+from ..chains.skill_messages import SKILL_MESSAGE_TYPES
 from ..codec import MessageCodec
-from ..messages import CORE_MESSAGE_TYPES, Message
+from ..messages import CORE_MESSAGE_TYPES
 from ..tools.messages import TOOL_MESSAGE_TYPES
 
-__all__ = ["CLIENT_MESSAGE_TYPES", "client_codec"]
+__all__ = ["client_codec"]
 
-CLIENT_MESSAGE_TYPES: tuple[type[Message], ...] = (
-    CORE_MESSAGE_TYPES + CHAIN_MESSAGE_TYPES + TOOL_MESSAGE_TYPES
+client_codec = MessageCodec(
+    CORE_MESSAGE_TYPES + CHAIN_MESSAGE_TYPES + SKILL_MESSAGE_TYPES + TOOL_MESSAGE_TYPES
 )
-"""Every message type a client decodes."""
-
-client_codec = MessageCodec(CLIENT_MESSAGE_TYPES)
-"""Decodes what a host sends a client (core, ``chain/*``, ``tool/*``)."""
+"""Decodes every message a host sends this client."""

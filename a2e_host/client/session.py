@@ -30,6 +30,7 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ..chains.messages import ChainCancel, ChainNode, ChainRequest, ChainResponse
+from ..chains.skill_messages import SkillDefinition
 from ..exceptions import A2EError
 from ..messages import (
     ErrorMessage,
@@ -43,6 +44,7 @@ from ..messages import (
 from ..tools.messages import ToolCallResponse, ToolDefinition, ToolListResponse
 from .chains import RESPONSE_GRACE, ChainRun
 from .errors import ConnectionLost, HandshakeFailed, HostError, unwrap_group
+from .skills import SkillCall, discover_skills, skill_call_request
 from .tools import ToolCall, list_tools, tool_call
 
 if TYPE_CHECKING:
@@ -228,6 +230,24 @@ class Client:
         """
         return tool_call(self, name, arguments, streaming=streaming, timeout=timeout,
                          correlation_id=correlation_id, receive_timeout=receive_timeout)
+
+    async def discover_skills(
+        self, *, tags: Sequence[str] = (), categories: Sequence[str] = ()
+    ) -> list[SkillDefinition]:
+        """Every skill version the host serves, with version and lifecycle
+        (``skill/discover/req``, PROTOCOL.md §9); see :func:`.skills.discover_skills`."""
+        return await discover_skills(self, tags=tags, categories=categories)
+
+    def call_skill(
+        self, name: str, arguments: dict[str, Any] | None = None, *,
+        timeout: int | None = None, streaming: bool = True, correlation_id: str = "",
+    ) -> SkillCall:
+        """Call skill ``name`` (``name`` or ``name@version``) with ``arguments``
+        (``skill/call/req``, PROTOCOL.md §9); iterate the result for its events and
+        response, or ``await client.call_skill(…).result()``."""
+        return SkillCall(self, skill_call_request(
+            name, arguments, timeout=timeout, streaming=streaming,
+            correlation_id=correlation_id, session_id=self.session_id))
 
     async def cancel(self, req_id: str) -> None:
         """Send ``chain/cancel`` for a running chain (PROTOCOL.md §5, *extension*).

@@ -1,5 +1,5 @@
 """The ``tools`` capability as the client speaks it: :func:`list_tools` and
-:class:`ToolCall`, one ``tool/call/req`` in flight (PROTOCOL.md §9).
+:class:`ToolCall`, one ``tool/call/req`` in flight (PROTOCOL.md §10).
 
 Layer: client (anyio). Like :mod:`.chains`, it knows its client only through a protocol
 (:class:`ToolsClient`) and must not import :mod:`.session`; the

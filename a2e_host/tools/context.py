@@ -1,4 +1,4 @@
-"""The running tool's context: :func:`context` and :func:`report` (PROTOCOL.md §5, §9).
+"""The running tool's context: :func:`context` and :func:`report` (PROTOCOL.md §5, §10).
 
 A tool function sees only its input; while it runs as a ``tool`` node or a direct
 ``tool/call/req``, :func:`context` gives it the node's

@@ -1,5 +1,5 @@
 """The ``tools`` capability's messages (A2E ``a2e/caps/tools/protocol.py``, SDK commit
-c8fc1f87; PROTOCOL.md §9).
+c8fc1f87; PROTOCOL.md §10).
 
 Layer: core (plain msgspec Structs). The ``tools`` plugin (``plugins/a2e_tools``)
 declares :data:`TOOL_MESSAGE_TYPES`; clients decode them with the same Structs. Field

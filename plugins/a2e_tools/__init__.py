@@ -1,5 +1,5 @@
 """The ``tools`` capability: ``tool/list/req`` and direct ``tool/call/req`` (A2E
-``a2e/caps/tools``, SDK commit c8fc1f87; PROTOCOL.md §9).
+``a2e/caps/tools``, SDK commit c8fc1f87; PROTOCOL.md §10).
 
 A first-party plugin on the public plugin API, registered by entry point as
 ``tools = "a2e_tools:ToolsPlugin"``. It serves the tools of the packs the configuration

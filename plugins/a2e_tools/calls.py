@@ -1,6 +1,6 @@
 """``tool/call/req``: one tool run directly, through the chain engine's own tool path.
 
-Source: PROTOCOL.md §9. A direct call is run as a chain of one ``tool`` node whose
+Source: PROTOCOL.md §10. A direct call is run as a chain of one ``tool`` node whose
 ``input`` is the call's ``arguments``: it is validated against the tool's input schema
 (statically, then by the tool), held to the session's ceilings (``max_output_bytes``,
 ``max_timeout``), run by the same executor (:meth:`~a2e_host.chains.toolbox.Toolbox.run_tool`,

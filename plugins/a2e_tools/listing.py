@@ -1,6 +1,6 @@
 """``tool/list/req``: the tools as the SDK's ``ToolDefinition`` and how a request filters them.
 
-Source: PROTOCOL.md §9; SDK ``a2e/caps/tools/protocol.py`` (commit c8fc1f87). A
+Source: PROTOCOL.md §10; SDK ``a2e/caps/tools/protocol.py`` (commit c8fc1f87). A
 definition is derived once per tool when the plugin starts (tools do not change while a
 host runs): ``input_parameters`` / ``output_parameters`` are the top-level fields of the
 tool's JSON Schemas (nested object fields down to :data:`PARAMETER_DEPTH` levels), and the
@@ -152,7 +152,7 @@ class ToolCatalog:
         return sorted({d.toolkit for _, d, _ in self._entries if d.toolkit})
 
     def select(self, request: ToolListRequest) -> list[ToolDefinition]:
-        """The definitions ``request`` asks for, sorted by name (PROTOCOL.md §9):
+        """The definitions ``request`` asks for, sorted by name (PROTOCOL.md §10):
         deferred tools only with ``include_deferred``; only those whose ``side_effects``
         is ``filter_kind`` (when set), that have every tag of ``filter_tags``, and whose
         name, description or a tag contains ``query`` (case-insensitive; when set).

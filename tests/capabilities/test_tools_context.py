@@ -1,4 +1,4 @@
-"""The tool context (PROTOCOL.md §5, §9): a running tool's idempotency key, deadline and
+"""The tool context (PROTOCOL.md §5, §10): a running tool's idempotency key, deadline and
 reports, in a chain and in a direct call, on an in-process host."""
 
 from __future__ import annotations

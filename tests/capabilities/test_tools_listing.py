@@ -1,4 +1,4 @@
-"""``tool/list/req`` (PROTOCOL.md §9): how the SDK's filters select tools, how a tool's
+"""``tool/list/req`` (PROTOCOL.md §10): how the SDK's filters select tools, how a tool's
 schemas become ``ToolParameter`` lists, and the bounded handshake metadata."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``tools`` capability over the real transports (PROTOCOL.md §9): the real CLI over
+"""The ``tools`` capability over the real transports (PROTOCOL.md §10): the real CLI over
 stdio and a real server on 127.0.0.1 over WebSocket, every response checked against the
 public SDK's models."""
 

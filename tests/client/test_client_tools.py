@@ -1,5 +1,5 @@
 """The client's ``list_tools()`` / ``call_tool()`` against the real CLI over stdio and a
-real WebSocket server (PROTOCOL.md §9)."""
+real WebSocket server (PROTOCOL.md §10)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Raw ``tool/*`` frames for the real hosts (stdio and WebSocket), and a reader that
-keeps one call's ``tool/event`` frames apart from its response (PROTOCOL.md §9)."""
+keeps one call's ``tool/event`` frames apart from its response (PROTOCOL.md §10)."""
 
 from __future__ import annotations
 
