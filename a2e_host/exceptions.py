@@ -265,3 +265,33 @@ class ProcLimit(RemoteProtocolError):
 
     code = "proc_limit"
     retryable = True
+# ── the tools capability (PROTOCOL.md §11) ──────────────────────────────────
+
+
+class UnknownTool(RemoteProtocolError):
+    """A ``tool/call/req`` names a tool this host does not serve (``detail``:
+    ``{"tool", "suggestions"}``)."""
+
+    code = "unknown_tool"
+
+
+class ToolDenied(RemoteProtocolError):
+    """A ``tool/call/req`` names a tool this session may not call (``detail``:
+    ``{"tool"}``)."""
+
+    code = "tool_denied"
+
+
+class ToolFailed(RemoteProtocolError):
+    """A ``tool/*`` request the host could not serve for a reason of the tool's
+    (``tool_error``); a tool that ran and failed answers ``tool/call/resp`` with
+    ``success: false`` instead."""
+
+    code = "tool_error"
+
+
+class CallLimitExceeded(RemoteProtocolError):
+    """A direct call (``tool/call/req``) asked past a ceiling, e.g. a ``timeout`` over
+    ``max_timeout`` (``detail``: ``{ceiling, scope, limit, requested}``, PROTOCOL.md §6)."""
+
+    code = "chain_limit"

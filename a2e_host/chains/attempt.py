@@ -33,6 +33,7 @@ re-exported here.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -47,6 +48,7 @@ from .nodes import NodeContext
 from .outcome import LATE, NOT_STARTED, Outcome, OutcomeKind
 from .recovery import run_recovering
 from .recovery_policy import Report
+from .reports import NodeReports
 from .run_state import KindRunner, RunState
 from .subchains import subchain_runner
 from .validation import PlanNode
@@ -152,6 +154,7 @@ async def execute(
     executor = config.executors.get(pnode.kind)
     if executor is None:
         raise NodeError(f"node {shown!r}: no executor for kind {pnode.kind!r} on this host")
+    reports = NodeReports(run.events, shown)
     ctx = NodeContext(
         node_id=shown,
         chain_id=run.plan.request.chain_id,
@@ -165,13 +168,31 @@ async def execute(
             else None
         ),
         log=run.log,
+        run_key=config.run_key,
+        deadline=_deadline(run, pnode),
+        sink=reports,
     )
     recovery = pnode.recovery
-    if recovery is None:
-        return await executor(pnode.node, args, ctx), None
-    output = await run_recovering(run, shown, pnode.node, pnode.kind, recovery, executor,
-                                  args, ctx)
-    return output, None
+    try:
+        if recovery is None:
+            return await executor(pnode.node, args, ctx), None
+        output = await run_recovering(run, shown, pnode.node, pnode.kind, recovery, executor,
+                                      args, ctx)
+        return output, None
+    finally:
+        reports.close()
+
+
+def _deadline(run: RunState, pnode: PlanNode) -> float | None:
+    """When the node must end, ``time.monotonic()`` seconds: the run's deadline, or the
+    node's own ``timeout`` from now when that is sooner; None for neither."""
+    deadline = run.monotonic_deadline
+    timeout = pnode.node.timeout
+    if timeout is not None:
+        own = time.monotonic() + timeout
+        if deadline is None or own < deadline:
+            return own
+    return deadline
 
 
 async def run_branch(

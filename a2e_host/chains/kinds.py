@@ -47,6 +47,7 @@ from .messages import ChainNode
 
 __all__ = [
     "BRANCH",
+    "LISTING_MESSAGE",
     "COMMON_EDGES",
     "FALSE_NODE",
     "MAP",
@@ -208,7 +209,11 @@ class KindSpec:
 
 def _named(what: str) -> Required:
     return Required(("name",), f"{what} node has no name",
-                    f"set 'name' to a registered {what} (see `a2e-host tools`)")
+                    f"set 'name' to a registered {what} ({LISTING_MESSAGE[what]} lists them)")
+
+
+LISTING_MESSAGE = {"tool": "tool/list/req", "skill": "skill/discover/req"}
+"""The message that lists what a kind's ``name`` may be (PROTOCOL.md §9, §11)."""
 
 
 TOOL = KindSpec("tool", own_fields=("retry", "timeout", "fallback", "cache"),

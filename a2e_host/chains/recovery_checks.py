@@ -142,4 +142,4 @@ def _check_fallback(checks: RecoveryChecked, nid: str, node: ChainNode) -> None:
     elif checks.catalog is not None and name not in checks.tool_names():
         checks.invalid(nid, "fallback", f"fallback names {name!r}, which is not a registered "
                        f"tool{checks.suggest(name, 'tools')}",
-                       "name a registered tool (see `a2e-host tools`), or remove fallback")
+                       "name a registered tool (tool/list/req lists them), or remove fallback")

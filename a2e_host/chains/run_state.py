@@ -73,6 +73,9 @@ class RunConfig:
             ``cacheable`` and ``version`` decide retries and caching), None when the
             host cannot say: then every tool counts as free of effects and uncacheable.
         step_cache: the host's step cache, None for none.
+        run_key: what the run's idempotency keys derive from
+            (:attr:`~a2e_host.chains.nodes.NodeContext.idempotency_key`):
+            ``"<session_id>/<req_id>"`` by default, a durable run's ``run_id``.
     """
 
     executors: Mapping[str, Executor]
@@ -85,6 +88,7 @@ class RunConfig:
     clock: Clock
     tool_of: Callable[[str], Tool | None] | None = None
     step_cache: StepCache | None = None
+    run_key: str = ""
 
 
 class RunState(Protocol):
@@ -152,6 +156,10 @@ class RunState(Protocol):
     def deadline(self) -> float:
         """When the chain's ``timeout`` passes, on :attr:`RunConfig.clock`'s ``now``
         (``inf`` before the run starts)."""
+
+    @property
+    def monotonic_deadline(self) -> float | None:
+        """:attr:`deadline` on ``time.monotonic()``; None before the run starts."""
 
     @property
     def end(self) -> EndReason | None:

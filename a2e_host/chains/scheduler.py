@@ -119,6 +119,8 @@ class ChainRunner:
         tool_of: the host's tool by name, for retries and caching (see
             :class:`~a2e_host.chains.run_state.RunConfig`).
         step_cache: the host's step cache, None for none (PROTOCOL.md §5 Recovery).
+        run_key: the run's key, whence its nodes' idempotency keys (``RunConfig``);
+            ``""``: ``"/<req_id>"`` (the chains plugin passes ``"<session_id>/<req_id>"``).
 
     It is the :class:`~a2e_host.chains.run_state.RunState` the run's parts (``attempt``,
     ``mapping``, ``subchains``) are given; they know it only through that protocol.
@@ -136,6 +138,8 @@ class ChainRunner:
             node and item.
         reports: display id → recovery report of a started node with recovery fields,
             until its terminal event carries it.
+        monotonic_deadline: the same on ``time.monotonic()`` (None until it starts), for
+            a tool's context (:attr:`~a2e_host.chains.nodes.NodeContext.deadline`).
         deadline: when the chain's timeout passes, on ``config.clock`` (``inf`` until
             the run starts; a sub-chain's is its parent's).
         end: why the run ended, None while it runs.
@@ -156,6 +160,7 @@ class ChainRunner:
         clock: Clock | None = None,
         tool_of: Callable[[str], Tool | None] | None = None,
         step_cache: StepCache | None = None,
+        run_key: str = "",
     ) -> None:
         scoped = limits if isinstance(limits, SessionLimits) else SessionLimits(limits)
         config = RunConfig(
@@ -169,6 +174,7 @@ class ChainRunner:
             clock=clock if clock is not None else LOOP_CLOCK,
             tool_of=tool_of,
             step_cache=step_cache,
+            run_key=run_key or f"/{plan.request.id}",
         )
         request = plan.request
         events = EventStream(emit, request.id, request.streaming, request.event_outputs)
@@ -217,6 +223,9 @@ class ChainRunner:
         self.running: dict[str, bool] = {}
         self.reports: dict[str, Report] = {}
         self.deadline: float = parent.deadline if parent is not None else math.inf
+        self.monotonic_deadline: float | None = (
+            parent.monotonic_deadline if parent is not None else None
+        )
         self.end: EndReason | None = None
         self.closed = False
         self._state = PlanState(plan)
@@ -284,6 +293,7 @@ class ChainRunner:
             return result
         if chain_timeout is not None:
             self.deadline = self.config.clock.now() + chain_timeout
+            self.monotonic_deadline = time.monotonic() + chain_timeout
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._drive)
             try:

@@ -50,12 +50,14 @@ from ..messages import (
     Pong,
     Shutdown,
 )
+from ..tools.messages import ToolCallResponse, ToolDefinition, ToolListResponse
 from .chains import RESPONSE_GRACE, ChainRun
 from .errors import ConnectionLost, HandshakeFailed, HostError, unwrap_group
 from .procs import ProcHandle
 from .procs import spawn as spawn_proc
 from .runs import alias_route, attach, detach, get_run, list_runs
 from .skills import SkillCall, discover_skills, skill_call_request
+from .tools import ToolCall, list_tools, tool_call
 
 if TYPE_CHECKING:
     from anyio.abc import Process
@@ -210,6 +212,45 @@ class Client:
         if receive_timeout is None:
             receive_timeout = max(request.timeout, 1) + RESPONSE_GRACE
         return ChainRun(self, request, receive_timeout)
+
+    async def list_tools(
+        self,
+        *,
+        query: str = "",
+        filter_tags: Sequence[str] = (),
+        filter_kind: str = "",
+        include_deferred: bool = False,
+        wait_timeout: float = 30.0,
+    ) -> list[ToolDefinition]:
+        """The host's tools (``tool/list/req``; see :func:`a2e_host.client.tools.list_tools`)."""
+        return await list_tools(self, query=query, filter_tags=filter_tags,
+                                filter_kind=filter_kind, include_deferred=include_deferred,
+                                wait_timeout=wait_timeout)
+
+    def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        streaming: bool = True,
+        timeout: int | None = None,
+        correlation_id: str = "",
+        receive_timeout: float | None = None,
+    ) -> ToolCall:
+        """Call tool ``name`` directly (``tool/call/req``); iterate the result for its
+        events and response, or ``await call.result()`` (a
+        :class:`~a2e_host.client.tools.ToolCall`).
+
+        Args:
+            name: the tool.
+            arguments: its input (default ``{}``).
+            streaming: receive its reports as ``tool/event`` while it runs.
+            timeout: int seconds; None (left out) is ``min(30, max_timeout)``.
+            correlation_id: ties the call to an agent turn.
+            receive_timeout: seconds to wait for any one message; default timeout + 30.
+        """
+        return tool_call(self, name, arguments, streaming=streaming, timeout=timeout,
+                         correlation_id=correlation_id, receive_timeout=receive_timeout)
 
     async def discover_skills(
         self, *, tags: Sequence[str] = (), categories: Sequence[str] = ()
@@ -392,7 +433,8 @@ class Client:
             return
         if isinstance(message, ChainAccepted):
             alias_route(self._routes, message)
-        if isinstance(message, ChainResponse | ErrorMessage | Pong | HandshakeResponse):
+        if isinstance(message, ChainResponse | ErrorMessage | Pong | HandshakeResponse
+                      | ToolCallResponse | ToolListResponse):
             self._close_route(req_id)
 
     async def _read_loop(self) -> None:

@@ -116,6 +116,7 @@ class ChainPlugin(DurableChains, Plugin):
         "chain/node.timeout",
         "chain/node.fallback",
         "chain/cache",
+        "chain/event.report",
     )
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
@@ -266,6 +267,7 @@ class ChainPlugin(DurableChains, Plugin):
                 log=log,
                 tool_of=self.toolbox.tools.get,
                 step_cache=self.step_cache,
+                run_key=f"{session.session_id}/{request.id}",
             )
             run.on_cancel(runner.cancel)  # at once when cancelled while it was planned
             log.info("chain started", nodes=len(plan.nodes))
