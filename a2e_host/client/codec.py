@@ -1,8 +1,8 @@
 """The one decoder the client reads host messages with.
 
 Layer: client (no I/O). The core messages and those of every capability the client
-speaks (``chain/*``, ``run/*``, ``skill/*``, ``proc/*``, ``tool/*``); a type it does not know ends the
-connection as unreadable, so each capability the client serves is listed here.
+speaks (``chain/*``, ``run/*``, ``skill/*``, ``proc/*``, ``tool/*``); a type it does not
+know ends the connection as unreadable, so each capability the client serves is listed here.
 """
 
 from __future__ import annotations
