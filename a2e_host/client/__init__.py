@@ -46,7 +46,7 @@ Modules, one job each:
 * :mod:`.errors`, :mod:`.lines` (NDJSON lines from a byte stream), :mod:`.processes`
   (ending a child).
 
-Their imports point one way, lowest first: errors / lines / processes → chains, tools,
+Their imports point one way, lowest first: errors / lines / processes / streams → chains, tools,
 codec → procs → session → websocket / stdio / memory → server (a module never imports one
 after it).
 """

@@ -57,6 +57,7 @@ from .procs import ProcHandle
 from .procs import spawn as spawn_proc
 from .runs import alias_route, attach, detach, get_run, list_runs
 from .skills import SkillCall, discover_skills, skill_call_request
+from .streams import MessageStream
 from .tools import ToolCall, list_tools, tool_call
 
 if TYPE_CHECKING:
@@ -66,20 +67,6 @@ __all__ = ["DEFAULT_AGENT_CAPS", "Client", "MessageStream", "RunningServer", "op
 
 DEFAULT_AGENT_CAPS: tuple[str, ...] = ("chains", "tools", "proc", "skill")
 """Capabilities asked for when the caller names none (PROTOCOL.md §2)."""
-
-
-class MessageStream(Protocol):
-    """A connection as the client sees it: whole messages in and out.
-
-    ``receive`` raises :class:`anyio.EndOfStream` (or any exception, treated alike) when the
-    connection is gone.
-    """
-
-    async def send(self, message: Message) -> None: ...
-
-    async def receive(self) -> Message: ...
-
-    async def aclose(self) -> None: ...
 
 
 class RunningServer(Protocol):
