@@ -190,3 +190,12 @@ class NodeTimeout(NodeError):
     """A node's own deadline (tool ``timeout`` or proc ``timeout``) passed."""
 
     retryable = True
+
+
+class NodeInterrupted(NodeError):
+    """A node was running when the host restarted and may not run again (a durable run
+    resumed, PROTOCOL.md §5 Resume): its tool is not declared idempotent and the node
+    did not set ``resume: "rerun"``."""
+
+    code = "interrupted"
+    retryable = True

@@ -10,13 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import ChainFailure
 from ..messages import Message
 from .messages import ChainEvent
 
-__all__ = ["Emit", "EventStream"]
+__all__ = ["Checkpoint", "Emit", "EventStream"]
 
 Emit = Callable[[Message], None]
 """Hands one message to the connection's outbox; never blocks, never drops."""
+
+Checkpoint = Callable[[ChainEvent, str, Any, "ChainFailure | None"], None]
+"""A durable run's emit for a node's terminal event: ``checkpoint(event, phase, output,
+failure)`` sends the event and keeps the node's output (``done``) or failure (``error``)
+with it, even when the event carries none (PROTOCOL.md §5 Resume); never blocks."""
+
+_TERMINAL = frozenset({"done", "error", "skip"})
 
 
 class EventStream:
@@ -33,19 +41,39 @@ class EventStream:
         streaming: ``chain/req.streaming``; false sends no event at all.
         outputs: ``chain/req.event_outputs``; false sends ``done`` events' output null.
         closed: set once the ``chain/resp`` is sent: nothing follows it.
+        checkpoint: a durable run's :data:`Checkpoint`, through which its terminal events
+            go (with the node's output or failure); None (every other run) sends them
+            through ``emit`` like any event and keeps nothing.
     """
 
-    __slots__ = ("emit", "req_id", "seq", "streaming", "outputs", "closed")
+    __slots__ = ("emit", "req_id", "seq", "streaming", "outputs", "closed", "checkpoint")
 
-    def __init__(self, emit: Emit, req_id: str, streaming: bool, outputs: bool = True) -> None:
+    def __init__(
+        self,
+        emit: Emit,
+        req_id: str,
+        streaming: bool,
+        outputs: bool = True,
+        *,
+        checkpoint: Checkpoint | None = None,
+        seq: int = 0,
+    ) -> None:
         self.emit = emit
         self.req_id = req_id
-        self.seq = 0
+        self.seq = seq
         self.streaming = streaming
         self.outputs = outputs
         self.closed = False
+        self.checkpoint = checkpoint
 
-    def send(self, node_id: str, phase: str, output: Any = None, error: str = "") -> None:
+    def send(
+        self,
+        node_id: str,
+        phase: str,
+        output: Any = None,
+        error: str = "",
+        failure: ChainFailure | None = None,
+    ) -> None:
         """Send one ``chain/event`` (nothing once closed, or when not streaming).
 
         Args:
@@ -53,20 +81,24 @@ class EventStream:
             phase: ``start``, ``done``, ``skip`` or ``error``.
             output: the output, for ``done``.
             error: the message, for ``error``.
+            failure: the failure, for ``error`` (kept by a durable run's checkpoint).
         """
         if self.closed or not self.streaming:
             return
         self.seq += 1
-        self.emit(
-            ChainEvent(
-                req_id=self.req_id,
-                seq=self.seq,
-                node_id=node_id,
-                phase=phase,
-                output=output if self.outputs else None,
-                error=error,
-            )
+        event = ChainEvent(
+            req_id=self.req_id,
+            seq=self.seq,
+            node_id=node_id,
+            phase=phase,
+            output=output if self.outputs else None,
+            error=error,
         )
+        checkpoint = self.checkpoint
+        if checkpoint is None or phase not in _TERMINAL:
+            self.emit(event)
+        else:
+            checkpoint(event, phase, output, failure)
 
     def send_data(
         self,
@@ -77,6 +109,7 @@ class EventStream:
         kind: str = "status",
         output: Any = None,
         error: str = "",
+        failure: ChainFailure | None = None,
     ) -> None:
         """:meth:`send` an event whose A2EEvent fields are not the default ``"status"``
         and ``{}``: a node with recovery fields' ``kind: "progress"`` events and its
@@ -87,19 +120,23 @@ class EventStream:
             node_id / phase / output / error: as :meth:`send`.
             data: the event's ``data``.
             kind: ``"status"`` or ``"progress"``.
+            failure: as :meth:`send`.
         """
         if self.closed or not self.streaming:
             return
         self.seq += 1
-        self.emit(
-            ChainEvent(
-                kind=kind,
-                req_id=self.req_id,
-                data=data,
-                seq=self.seq,
-                node_id=node_id,
-                phase=phase,
-                output=output if self.outputs else None,
-                error=error,
-            )
+        event = ChainEvent(
+            kind=kind,
+            req_id=self.req_id,
+            data=data,
+            seq=self.seq,
+            node_id=node_id,
+            phase=phase,
+            output=output if self.outputs else None,
+            error=error,
         )
+        checkpoint = self.checkpoint
+        if checkpoint is None or kind != "status" or phase not in _TERMINAL:
+            self.emit(event)
+        else:
+            checkpoint(event, phase, output, failure)

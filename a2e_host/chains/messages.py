@@ -21,6 +21,7 @@ from ..messages import CORE_MESSAGE_TYPES, Message, new_chain_id
 __all__ = [
     "DEFAULT_TIMEOUT",
     "JITTERS",
+    "RESUME_MODES",
     "ChainCancel",
     "ChainEvent",
     "ChainNode",
@@ -44,6 +45,9 @@ _OMITTED_TIMEOUT: int = int(str(DEFAULT_TIMEOUT))
 
 JITTERS: tuple[str, ...] = ("full", "none")
 """The values of :attr:`RetryPolicy.jitter`."""
+
+RESUME_MODES: tuple[str, ...] = ("", "rerun")
+"""The values of :attr:`ChainNode.resume` (PROTOCOL.md §5 Resume)."""
 
 
 class RetryPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -100,6 +104,11 @@ class ChainNode(msgspec.Struct, kw_only=True):
             failed (``tool`` nodes); ``""`` for none.
         cache: *extension*: answer from the host's step cache when the tool is pure
             (``tool`` nodes; the request's ``cache`` sets it for all of them).
+        resume: *extension* (PROTOCOL.md §5 Resume): what a durable run resumed after a
+            restart does with this node when it had started but not finished: ``""``
+            (the default) runs it again only when its tool is declared ``idempotent``,
+            else ends it with an ``interrupted`` error; ``"rerun"`` runs it again, with
+            the same idempotency key (``tool`` and ``proc`` nodes).
     """
 
     node_id: str
@@ -118,6 +127,7 @@ class ChainNode(msgspec.Struct, kw_only=True):
     timeout: float | None = None
     fallback: str = ""
     cache: bool = False
+    resume: str = ""
 
 
 class ChainRequest(Message, tag="chain/req", kw_only=True):

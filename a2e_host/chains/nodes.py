@@ -8,6 +8,7 @@ into the node's error) and must let cancellation propagate. Source: PROTOCOL.md 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any, Protocol
 from ..limits import SessionLimits
 from .messages import ChainNode
 
-__all__ = ["NodeContext", "Executor", "SubchainRunner", "current_node"]
+__all__ = ["NodeContext", "Executor", "SubchainRunner", "current_node", "idempotency_key"]
 
 SubchainRunner = Callable[[str, list[ChainNode], str, dict[str, Any]], Awaitable[Any]]
 """``run_subchain(skill_name, nodes, entry_node, initial_input) -> final_output``: runs a
@@ -40,6 +41,8 @@ class NodeContext:
             ceiling and must name its scope (PROTOCOL.md §6); None outside a session.
         run_subchain: see :data:`SubchainRunner`.
         log: a structlog logger bound with the chain's ids.
+        run_key: the run's key (``RunConfig.run_key``: ``"<session_id>/<req_id>"``, a
+            durable run's ``run_id``), from which :attr:`idempotency_key` is derived.
     """
 
     node_id: str
@@ -51,6 +54,19 @@ class NodeContext:
     limits: SessionLimits | None = None
     run_subchain: SubchainRunner | None = None
     log: Any = None
+    run_key: str = ""
+
+    @property
+    def idempotency_key(self) -> str:
+        """sha256 hex of the run key and the node's display id (which holds its skill
+        prefix and map item index): the same for every attempt of this node in this run,
+        and after the run resumes; a tool passes it on to make a call idempotent."""
+        return idempotency_key(self.run_key, self.node_id)
+
+
+def idempotency_key(run_key: str, node_id: str) -> str:
+    """sha256 hex of ``run_key`` and ``node_id`` (see :attr:`NodeContext.idempotency_key`)."""
+    return hashlib.sha256(f"{run_key}\n{node_id}".encode()).hexdigest()
 
 
 current_node: ContextVar[NodeContext | None] = ContextVar("a2e_current_node", default=None)
