@@ -58,9 +58,14 @@ from .run_state import KindRunner, RunState
 from .subchains import subchain_runner
 from .validation import PlanNode
 
-__all__ = ["KindRunner", "execute", "run_attempt", "run_branch"]
+__all__ = ["STOPPED_ITEM", "KindRunner", "execute", "run_attempt", "run_branch"]
 
 _DONE, _FAILED = OutcomeKind.DONE, OutcomeKind.FAILED  # enum lookups cost ~0.1 µs each
+
+STOPPED_ITEM = Outcome(OutcomeKind.LATE)
+"""A map item a resumed run's log shows stopped, not failed (another item's failure, or
+the run's end, cancelled it): the map passes over it; the failure that stopped it, on the
+log too, fails the map as it did (PROTOCOL.md §5 Resume)."""
 
 async def run_attempt(
     run: RunState, shown: str, pnode: PlanNode, context: ContextView, *, item: bool = False
@@ -161,7 +166,9 @@ async def run_attempt(
 def _restored(run: RunState, shown: str, pnode: PlanNode, record: Record) -> Outcome:
     """A map item whose terminal event is on a resumed run's log: its outcome as
     recorded, counted in the budgets as when it ran; no event, nothing runs."""
-    if record.failure is not None:
+    if record.phase == "error":
+        if record.failure is None:
+            return STOPPED_ITEM
         return Outcome(_FAILED, error=failure_error(record.failure), failure=record.failure)
     run.budget.restore(1, record.size)
     return Outcome(_DONE, record.output, record.size)

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 import msgspec
 
 from ..errors import ChainFailure, chain_failure_of
-from ..exceptions import ChainError, NodeError, NodeInterrupted
+from ..exceptions import ChainError, NodeInterrupted
 from . import kinds
 from .outcome import NodeFailure
 from .plan import NodeStatus, PlanState
@@ -116,7 +116,9 @@ class Record(msgspec.Struct, frozen=True):
         seq: the event's ``seq``.
         output: a ``done`` node's output, else None.
         size: the encoded size of that output, bytes (0 for none).
-        failure: an ``error`` node's failure, else None.
+        failure: an ``error`` node's failure; None for a ``done`` or ``skip``, and for
+            an ``error`` that is a *stop* (the run ending, or another map item failing,
+            cancelled it): a durable run keeps a failure with every real one.
     """
 
     phase: str
@@ -200,8 +202,8 @@ def read_log(frames: Iterable[FrameLike]) -> ResumeLog:
     A ``start`` (or a ``kind: "progress"`` event, phase ``start``) marks its node in
     flight; its terminal event records it. A ``done`` node's output is its checkpoint
     when one was kept, else the frame's ``output``; an ``error``'s failure is its
-    checkpoint, else ``chain_node_error`` with the frame's message. Frames about no node
-    (``chain/accepted``, an ``error``) only move ``last_seq``.
+    checkpoint, and one without (a stop, see :attr:`Record.failure`) has none. Frames
+    about no node (``chain/accepted``, an ``error``) only move ``last_seq``.
 
     Raises:
         msgspec.DecodeError: a frame or checkpoint is not what this host writes.
@@ -232,10 +234,7 @@ def read_log(frames: Iterable[FrameLike]) -> ResumeLog:
                 size = len(_encoder.encode(output))
             records[shown] = Record("done", stored.seq, output, size)
         elif phase == "error":
-            if kept is not None:
-                failure = _failure_decoder.decode(kept)
-            else:
-                failure = chain_failure_of(NodeError(_view_decoder.decode(stored.frame).error))
+            failure = _failure_decoder.decode(kept) if kept is not None else None
             records[shown] = Record("error", stored.seq, failure=failure)
         else:
             records[shown] = Record("skip", stored.seq)
@@ -363,8 +362,10 @@ def fold_plan(
             kept += record.size
             made_ready, skipped = state.node_done(i, _taken(plan, pnode, record.output))
         else:
-            assert record.failure is not None
             context[node_id] = {"output": None, "status": "error"}
+            if record.failure is None:  # stopped: the run had ended (timeout, cancel)
+                state.status[i] = NodeStatus.ERROR
+                continue
             failure = NodeFailure(i, record.failure)
             if pnode.on_error == "abort":
                 state.status[i] = NodeStatus.ERROR  # the run ends here

@@ -350,8 +350,7 @@ class ChainRunner:
             report = self.reports.pop(shown, None) if self.reports else None
             resume = self.config.resume
             if resume is not None and shown in resume.resumed:
-                data = report.data(False) if report is not None else {}
-                data["resumed"] = True
+                data = {**(report.data(False) if report is not None else {}), "resumed": True}
                 self.events.send_data(shown, "error", data, error=message, failure=failure)
             elif report is None:
                 self.events.send(shown, "error", error=message, failure=failure)
@@ -384,17 +383,18 @@ class ChainRunner:
             self._drive_done.set()
 
     def _resumed(self) -> list[int]:
-        """A resumed run's first nodes: the skips the log lost are sent, a recorded
-        abort ends the run at once, the ready nodes run (PROTOCOL.md §5 Resume)."""
+        """A resumed run's first nodes: the skips the log lost are sent; a recorded abort,
+        or a deadline passed while the host was down, ends the run at once; else the
+        ready nodes run (PROTOCOL.md §5 Resume)."""
         starting = self._starting
         assert starting is not None
         for s in starting.unsent_skips:
             self.events.send(self.prefix + self.plan.nodes[s].node_id, "skip")
-        if starting.abort is not None:
-            self.end = EndReason.ABORT
-            self._stop.set()
-            return []
-        return starting.ready
+        if starting.abort is None and self.config.clock.now() < self.deadline:
+            return starting.ready
+        self.end = EndReason.ABORT if starting.abort is not None else EndReason.TIMEOUT
+        self._stop.set()
+        return []
 
     def _ended(self) -> bool:
         return self.end is not None
