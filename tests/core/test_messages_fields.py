@@ -11,7 +11,11 @@ import msgspec
 import pytest
 
 from a2e_host.chains.messages import (
+    ChainAccepted,
+    ChainAttach,
     ChainCancel,
+    ChainDetach,
+    ChainDetached,
     ChainEvent,
     ChainNode,
     ChainRequest,
@@ -19,6 +23,7 @@ from a2e_host.chains.messages import (
     RetryPolicy,
     chain_codec,
 )
+from a2e_host.chains.run_messages import RunGet, RunGetResponse, RunList, RunListResponse
 from a2e_host.errors import ChainFailure
 from a2e_host.messages import (
     Capability,
@@ -59,6 +64,9 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("include_outputs", bool, True),  # extension (PROTOCOL.md §5)
         ("event_outputs", bool, True),  # extension (PROTOCOL.md §5)
         ("cache", bool, False),  # extension (PROTOCOL.md §5 Recovery)
+        ("durable", bool, False),  # extension (PROTOCOL.md §5 Durable runs)
+        ("idempotency_key", str, ""),  # extension
+        ("retention", int, 0),  # extension
     ],
     ChainEvent: ENVELOPE + [
         ("kind", str, "status"),
@@ -135,7 +143,7 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("retryable", bool, False),
         ("capability_name", str, ""),
     ],
-    ChainCancel: ENVELOPE + [("session_id", str, ""), ("req_id", str, "")],
+    ChainCancel: ENVELOPE + [("session_id", str, ""), ("req_id", str, ""), ("run_id", str, "")],
 }
 
 TAGS = {
@@ -149,6 +157,14 @@ TAGS = {
     "chain/event": ChainEvent,
     "chain/resp": ChainResponse,
     "chain/cancel": ChainCancel,
+    "chain/accepted": ChainAccepted,
+    "chain/attach": ChainAttach,
+    "chain/detach": ChainDetach,
+    "chain/detached": ChainDetached,
+    "run/list": RunList,
+    "run/list/resp": RunListResponse,
+    "run/get": RunGet,
+    "run/get/resp": RunGetResponse,
 }
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
