@@ -64,6 +64,7 @@ from a2e_host.runtime.limiters import loop_limiter
 
 from .counting import check_total_nodes, worst_case_node_count
 from .durable_handlers import DurableChains, forget_durable_runs
+from .resume import ResumedChains, checkpoint_for
 from .runs import RunsPlugin
 
 __all__ = [
@@ -91,7 +92,7 @@ _planning_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel
 )
 
 
-class ChainPlugin(DurableChains, Plugin):
+class ChainPlugin(ResumedChains, DurableChains, Plugin):
     """Validates and runs chains.
 
     Args:
@@ -256,6 +257,8 @@ class ChainPlugin(DurableChains, Plugin):
                 log=log,
                 tool_of=self.toolbox.tools.get,
                 step_cache=self.step_cache,
+                run_key=run_id or f"{session.session_id}/{request.id}",
+                checkpoint=checkpoint_for(live.sink) if live is not None else None,
             )
             run.on_cancel(runner.cancel)  # at once when cancelled while it was planned
             log.info("chain started", nodes=len(plan.nodes))

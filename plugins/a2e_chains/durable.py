@@ -122,10 +122,12 @@ class DurableRuns:
         return await store.by_idempotency_key(principal, key)
 
     async def create(
-        self, request: ChainRequest, session: SessionInfo, *, run_seconds: int, retention: int
+        self, request: ChainRequest, session: SessionInfo, *, run_seconds: int, retention: int,
+        plan_hash: str = "",
     ) -> RunRecord | None:
         """Record a new durable run that may run ``run_seconds`` (its timeout) and is kept
-        ``retention`` seconds after it ends.
+        ``retention`` seconds after it ends; ``plan_hash`` is what a resume compares
+        (PROTOCOL.md §5 Resume).
 
         Returns:
             The new record, or None when the principal's ``idempotency_key`` was taken
@@ -139,6 +141,7 @@ class DurableRuns:
             req_id=request.id,
             chain_id=request.chain_id,
             request=encode_message(request),
+            plan_hash=plan_hash,
             deadline=now + run_seconds,
             created=now,
             updated=now,
