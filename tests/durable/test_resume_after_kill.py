@@ -5,7 +5,8 @@ The recording tools (``tests.support.recording_host``) append a line per call (n
 idempotency key) to a file, which proves what ran how often; the blocking ones wait on a
 FIFO, so the test decides when they return. The host is killed once the client has seen
 both blocking nodes' ``start`` — a durable run's frames reach the client only once they
-are committed, so the store holds them too."""
+are committed, so the store holds them too — and both tools have recorded their call
+(each says so on a FIFO of its own the test reads)."""
 
 from __future__ import annotations
 
@@ -29,16 +30,29 @@ from tests.support.ws import LISTENING, serving_argv
 HOST = [sys.executable, "-m", "tests.support.recording_host", "serve", "--port", "0"]
 
 
-def _chain(rec: Path, idem_gate: Path, gate: Path, on_error: str) -> list[dict[str, Any]]:
+class Fifos:
+    """The FIFOs of one test: gates the blocking tools wait on, and where each says it
+    recorded its call."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.b_gate, self.c_gate = tmp_path / "b_gate", tmp_path / "c_gate"
+        self.b_started, self.c_started = tmp_path / "b_started", tmp_path / "c_started"
+        for fifo in (self.b_gate, self.c_gate, self.b_started, self.c_started):
+            os.mkfifo(fifo)
+
+
+def _chain(rec: Path, fifos: Fifos, on_error: str) -> list[dict[str, Any]]:
     """a → (b: idempotent, blocks; c: not idempotent, blocks) ; b → d."""
     return [
         {"node_id": "a", "kind": "tool", "name": "record", "input": {"path": str(rec)}},
         {"node_id": "b", "kind": "tool", "name": "record_block_idempotent",
-         "input": {"path": str(rec), "until": str(idem_gate)},
+         "input": {"path": str(rec), "until": str(fifos.b_gate),
+                   "started": str(fifos.b_started)},
          "input_map": {"after": "a.output"}, "next_node": "d"},
         {"node_id": "c", "kind": "tool", "name": "record_block",
-         "input": {"path": str(rec), "until": str(gate)}, "input_map": {"after": "a.output"},
-         "on_error": on_error},
+         "input": {"path": str(rec), "until": str(fifos.c_gate),
+                   "started": str(fifos.c_started)},
+         "input_map": {"after": "a.output"}, "on_error": on_error},
         {"node_id": "d", "kind": "tool", "name": "record", "input": {"path": str(rec)},
          "input_map": {"after": "b.output"}},
     ]
@@ -54,11 +68,21 @@ async def _open_gate(fifo: Path) -> None:
     await anyio.to_thread.run_sync(write)
 
 
+async def _recorded(fifo: Path) -> str:
+    """Wait until a blocking tool says (on ``fifo``) it recorded its call."""
+
+    def read() -> str:
+        with open(fifo, encoding="utf-8") as signal:
+            return signal.read()
+
+    return await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+
+
 def _calls(rec: Path) -> list[tuple[str, str]]:
     return [tuple(line.split()) for line in rec.read_text().splitlines()]  # type: ignore[misc]
 
 
-async def _start_and_kill(argv: list[str], nodes: list[dict[str, Any]]
+async def _start_and_kill(argv: list[str], nodes: list[dict[str, Any]], fifos: Fifos
                           ) -> tuple[str, list[ChainEvent]]:
     """Start the durable chain on a fresh host, wait for both blocking nodes to start,
     ``kill -9`` the host. Returns the run id and the events the client saw."""
@@ -77,6 +101,8 @@ async def _start_and_kill(argv: list[str], nodes: list[dict[str, Any]]
                         break
                 run_id = run.run_id
                 await run.aclose()
+                assert await _recorded(fifos.b_started) == "b"
+                assert await _recorded(fifos.c_started) == "c"
                 host.process.kill()  # SIGKILL: no cleanup, no flush, no response
                 assert await host.wait() == -9
         tg.cancel_scope.cancel()
@@ -88,11 +114,9 @@ async def test_a_killed_hosts_durable_run_resumes_on_restart_and_runs_each_node_
     tmp_path: Path,
 ) -> None:
     rec, db = tmp_path / "calls.txt", tmp_path / "runs.db"
-    idem_gate, gate = tmp_path / "idem_gate", tmp_path / "gate"
-    os.mkfifo(idem_gate)
-    os.mkfifo(gate)
+    fifos = Fifos(tmp_path)
     argv = [*HOST, "--store", str(db)]
-    run_id, before = await _start_and_kill(argv, _chain(rec, idem_gate, gate, "skip"))
+    run_id, before = await _start_and_kill(argv, _chain(rec, fifos, "skip"), fifos)
     assert Counter(node for node, _ in _calls(rec)) == {"a": 1, "b": 1, "c": 1}
     last = before[-1].seq
 
@@ -104,8 +128,9 @@ async def test_a_killed_hosts_durable_run_resumes_on_restart_and_runs_each_node_
                 async for message in attached:
                     rest.append(message)
                     if isinstance(message, ChainEvent) and message.node_id == "c":
-                        break  # c ended; b waits in its re-run
-                await _open_gate(idem_gate)
+                        break  # c ended
+                assert await _recorded(fifos.b_started) == "b"  # b runs again
+                await _open_gate(fifos.b_gate)
                 rest += [m async for m in attached]
                 listed = await client.list_runs()
 
@@ -147,11 +172,9 @@ async def test_a_killed_run_whose_in_flight_node_may_not_rerun_ends_interrupted(
     tmp_path: Path,
 ) -> None:
     rec, db = tmp_path / "calls.txt", tmp_path / "runs.db"
-    idem_gate, gate = tmp_path / "idem_gate", tmp_path / "gate"
-    os.mkfifo(idem_gate)
-    os.mkfifo(gate)
+    fifos = Fifos(tmp_path)
     argv = [*HOST, "--store", str(db)]
-    run_id, before = await _start_and_kill(argv, _chain(rec, idem_gate, gate, "abort"))
+    run_id, before = await _start_and_kill(argv, _chain(rec, fifos, "abort"), fifos)
 
     async with serving_argv(argv) as (url, _host):
         with anyio.fail_after(WAIT * 2):

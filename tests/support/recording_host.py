@@ -6,8 +6,10 @@ idempotency key (``NodeContext.idempotency_key``), so a test proves which node r
 often, and with which key, across a ``kill -9``.
 
 - ``record``: records, returns ``{"node": …}``.
-- ``record_block``: records, then blocks its worker thread reading the FIFO ``until``
-  (returns once a writer wrote and closed it); not idempotent.
+- ``record_block``: records, then (when ``started`` names a FIFO) writes to it, which
+  waits for the test to read it — so the test knows the call was recorded — then blocks
+  its worker thread reading the FIFO ``until`` (returns once a writer wrote and closed
+  it); not idempotent.
 - ``record_block_idempotent``: the same, declared ``idempotent``.
 """
 
@@ -37,20 +39,28 @@ def record(path: str, after: Any = None) -> dict[str, Any]:
     return {"node": _record(path)}
 
 
-@tool(side_effects="write")
-def record_block(path: str, until: str, after: Any = None) -> dict[str, Any]:
-    """Records the call, then blocks until the FIFO ``until`` is written and closed."""
+def _record_block(path: str, until: str, started: str) -> dict[str, Any]:
     node = _record(path)
+    if started:
+        with open(started, "w", encoding="utf-8") as signal:
+            signal.write(node)
     with open(until, encoding="utf-8") as fifo:
         return {"node": node, "read": fifo.read()}
+
+
+@tool(side_effects="write")
+def record_block(path: str, until: str, started: str = "", after: Any = None
+                 ) -> dict[str, Any]:
+    """Records the call, says so on ``started``, then blocks until the FIFO ``until`` is
+    written and closed."""
+    return _record_block(path, until, started)
 
 
 @tool(side_effects="write", idempotent=True)
-def record_block_idempotent(path: str, until: str, after: Any = None) -> dict[str, Any]:
+def record_block_idempotent(path: str, until: str, started: str = "", after: Any = None
+                            ) -> dict[str, Any]:
     """As ``record_block``, declared idempotent."""
-    node = _record(path)
-    with open(until, encoding="utf-8") as fifo:
-        return {"node": node, "read": fifo.read()}
+    return _record_block(path, until, started)
 
 
 def main(argv: list[str]) -> None:
