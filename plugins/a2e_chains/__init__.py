@@ -114,6 +114,7 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         "chain/node.fallback",
         "chain/cache",
         "chain/durable",
+        "chain/resume",
     )
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
