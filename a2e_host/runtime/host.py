@@ -176,7 +176,9 @@ class Host:
         Every entry point enters it before serving (the ``serve`` and ``stdio`` commands,
         :func:`~a2e_host.runtime.memory.open_memory_client`). Re-entrant: an entry while
         the host runs joins it, and the block that started it waits for those that
-        joined to leave; on leaving, runs still alive are cancelled and awaited.
+        joined to leave; on leaving, runs still alive are cancelled and awaited. The
+        outermost entry calls every plugin's :meth:`~a2e_host.plugin.Plugin.host_started`
+        once the registry (and the store) is open, before anything is served.
 
         With ``config.store`` the outermost entry opens the run store first (every
         plugin's :attr:`~a2e_host.plugin.Plugin.store` is set), prunes it every

@@ -261,3 +261,33 @@ async def test_an_abort_on_the_log_ends_the_run_with_it_and_runs_nothing() -> No
     assert resumed.response.error.code == "chain_node_error"
     assert resumed.response.error.node_id == "a"
     check_resumed_stream([*first.events[: len(prefix)], *resumed.events], "req-1")
+
+
+@pytest.mark.asyncio
+async def test_a_map_resumed_after_an_item_failed_fails_at_that_item_not_a_stopped_one(
+) -> None:
+    from a2e_host.chains.messages import ChainEvent
+    from a2e_host.chains.resume import checkpoint_of
+    from a2e_host.codec import encode_message
+    from a2e_host.errors import ChainFailure
+
+    plan = plan_of(MAP, initial_input={"xs": [1, 2, 3]})
+    failed = ChainFailure(code="chain_node_error", message="item one broke", node_id="t")
+
+    def stored(seq: int, node: str, phase: str, error: str = "",
+               failure: ChainFailure | None = None) -> StoredFrame:
+        event = ChainEvent(req_id="req-1", seq=seq, node_id=node, phase=phase, error=error)
+        return StoredFrame(seq, node, phase, encode_message(event),
+                           checkpoint_of(phase, None, failure))
+
+    prefix = [stored(1, "m", "start"), stored(2, "t[0]", "start"), stored(3, "t[1]", "start"),
+              stored(4, "t[1]", "error", "item one broke", failed),
+              stored(5, "t[0]", "error", "cancelled: another item of the map failed")]
+    tool = Recorder()
+    resumed = await run_durable(plan, {"tool": tool}, prefix=prefix,
+                                idempotent=lambda name: True)
+    assert tool.calls == [], "no item runs again: each one's end is on the log"
+    assert resumed.response is not None and resumed.response.error is not None
+    assert resumed.response.error.details == {"index": 1}
+    assert "item one broke" in resumed.response.error.message
+    assert [(e.node_id, e.phase) for e in resumed.events] == [("m", "error")]
