@@ -12,9 +12,9 @@ from typing import Any
 
 from ..errors import ChainFailure
 from ..messages import Message
-from .messages import ChainEvent
+from .messages import ChainEvent, ChainRequest
 
-__all__ = ["Checkpoint", "Emit", "EventStream"]
+__all__ = ["Checkpoint", "CheckpointedEventStream", "Emit", "EventStream", "stream_for"]
 
 Emit = Callable[[Message], None]
 """Hands one message to the connection's outbox; never blocks, never drops."""
@@ -41,39 +41,21 @@ class EventStream:
         streaming: ``chain/req.streaming``; false sends no event at all.
         outputs: ``chain/req.event_outputs``; false sends ``done`` events' output null.
         closed: set once the ``chain/resp`` is sent: nothing follows it.
-        checkpoint: a durable run's :data:`Checkpoint`, through which its terminal events
-            go (with the node's output or failure); None (every other run) sends them
-            through ``emit`` like any event and keeps nothing.
     """
 
-    __slots__ = ("emit", "req_id", "seq", "streaming", "outputs", "closed", "checkpoint")
+    __slots__ = ("emit", "req_id", "seq", "streaming", "outputs", "closed")
 
-    def __init__(
-        self,
-        emit: Emit,
-        req_id: str,
-        streaming: bool,
-        outputs: bool = True,
-        *,
-        checkpoint: Checkpoint | None = None,
-        seq: int = 0,
-    ) -> None:
+    def __init__(self, emit: Emit, req_id: str, streaming: bool, outputs: bool = True,
+                 *, seq: int = 0) -> None:
         self.emit = emit
         self.req_id = req_id
         self.seq = seq
         self.streaming = streaming
         self.outputs = outputs
         self.closed = False
-        self.checkpoint = checkpoint
 
-    def send(
-        self,
-        node_id: str,
-        phase: str,
-        output: Any = None,
-        error: str = "",
-        failure: ChainFailure | None = None,
-    ) -> None:
+    def send(self, node_id: str, phase: str, output: Any = None, error: str = "",
+             failure: ChainFailure | None = None) -> None:
         """Send one ``chain/event`` (nothing once closed, or when not streaming).
 
         Args:
@@ -81,24 +63,21 @@ class EventStream:
             phase: ``start``, ``done``, ``skip`` or ``error``.
             output: the output, for ``done``.
             error: the message, for ``error``.
-            failure: the failure, for ``error`` (kept by a durable run's checkpoint).
+            failure: the failure, for ``error`` (kept by a durable run's stream).
         """
         if self.closed or not self.streaming:
             return
         self.seq += 1
-        event = ChainEvent(
-            req_id=self.req_id,
-            seq=self.seq,
-            node_id=node_id,
-            phase=phase,
-            output=output if self.outputs else None,
-            error=error,
+        self.emit(
+            ChainEvent(
+                req_id=self.req_id,
+                seq=self.seq,
+                node_id=node_id,
+                phase=phase,
+                output=output if self.outputs else None,
+                error=error,
+            )
         )
-        checkpoint = self.checkpoint
-        if checkpoint is None or phase not in _TERMINAL:
-            self.emit(event)
-        else:
-            checkpoint(event, phase, output, failure)
 
     def send_data(
         self,
@@ -125,18 +104,78 @@ class EventStream:
         if self.closed or not self.streaming:
             return
         self.seq += 1
-        event = ChainEvent(
-            kind=kind,
-            req_id=self.req_id,
-            data=data,
-            seq=self.seq,
-            node_id=node_id,
-            phase=phase,
-            output=output if self.outputs else None,
-            error=error,
+        self.emit(
+            ChainEvent(
+                kind=kind,
+                req_id=self.req_id,
+                data=data,
+                seq=self.seq,
+                node_id=node_id,
+                phase=phase,
+                output=output if self.outputs else None,
+                error=error,
+            )
         )
-        checkpoint = self.checkpoint
-        if checkpoint is None or kind != "status" or phase not in _TERMINAL:
-            self.emit(event)
+
+
+class CheckpointedEventStream(EventStream):
+    """A durable run's :class:`EventStream`: each node's terminal event (``done``,
+    ``error``, ``skip``, of ``kind: "status"``) goes through ``checkpoint`` with the
+    node's output or failure, so the store keeps them beside the event even when the event
+    carries none (PROTOCOL.md §5 Resume); every other event through ``emit``. A run that
+    is not durable uses the plain :class:`EventStream` and pays nothing for this.
+
+    Args:
+        checkpoint: the run's :data:`Checkpoint`; the rest as :class:`EventStream`.
+    """
+
+    __slots__ = ("checkpoint",)
+
+    def __init__(self, emit: Emit, req_id: str, streaming: bool, outputs: bool = True,
+                 *, checkpoint: Checkpoint, seq: int = 0) -> None:
+        super().__init__(emit, req_id, streaming, outputs, seq=seq)
+        self.checkpoint = checkpoint
+
+    def send(self, node_id: str, phase: str, output: Any = None, error: str = "",
+             failure: ChainFailure | None = None) -> None:
+        if phase not in _TERMINAL:
+            super().send(node_id, phase, output, error)
         else:
-            checkpoint(event, phase, output, failure)
+            self._checkpointed("status", {}, node_id, phase, output, error, failure)
+
+    def send_data(
+        self,
+        node_id: str,
+        phase: str,
+        data: dict[str, Any],
+        *,
+        kind: str = "status",
+        output: Any = None,
+        error: str = "",
+        failure: ChainFailure | None = None,
+    ) -> None:
+        if kind != "status" or phase not in _TERMINAL:
+            super().send_data(node_id, phase, data, kind=kind, output=output, error=error)
+        else:
+            self._checkpointed(kind, data, node_id, phase, output, error, failure)
+
+    def _checkpointed(self, kind: str, data: dict[str, Any], node_id: str, phase: str,
+                      output: Any, error: str, failure: ChainFailure | None) -> None:
+        if self.closed or not self.streaming:
+            return
+        self.seq += 1
+        event = ChainEvent(kind=kind, req_id=self.req_id, data=data, seq=self.seq,
+                           node_id=node_id, phase=phase,
+                           output=output if self.outputs else None, error=error)
+        self.checkpoint(event, phase, output, failure)
+
+
+def stream_for(emit: Emit, request: ChainRequest, checkpoint: Checkpoint | None = None,
+               seq: int = 0) -> EventStream:
+    """The event stream of one request: a :class:`CheckpointedEventStream` for a durable
+    run (``checkpoint``), else a plain :class:`EventStream`; ``seq`` is the last one sent
+    before (a resumed run's last stored)."""
+    if checkpoint is None:
+        return EventStream(emit, request.id, request.streaming, request.event_outputs, seq=seq)
+    return CheckpointedEventStream(emit, request.id, request.streaming, request.event_outputs,
+                                   checkpoint=checkpoint, seq=seq)

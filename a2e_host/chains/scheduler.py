@@ -61,7 +61,7 @@ from ..limits import Limits, SessionLimits
 from ..tools.model import Tool
 from .attempt import run_attempt, run_branch
 from .budget import RequestBudget, RunBudget
-from .events import Checkpoint, Emit, EventStream
+from .events import Checkpoint, Emit, EventStream, stream_for
 from .interpreter import ContextView
 from .mapping import run_map
 from .messages import ChainResponse
@@ -181,9 +181,8 @@ class ChainRunner:
             resume=resume,
         )
         request = plan.request
-        events = EventStream(emit, request.id, request.streaming, request.event_outputs,
-                             checkpoint=checkpoint,
-                             seq=resume.log.last_seq if resume is not None else 0)
+        events = stream_for(emit, request, checkpoint,
+                            resume.log.last_seq if resume is not None else 0)
         self._timeout_left = timeout_left
         self._setup(plan, config, events, RequestBudget(scoped.effective), None,
                     request.initial_input, "")
