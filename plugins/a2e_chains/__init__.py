@@ -64,7 +64,7 @@ from a2e_host.runtime.limiters import loop_limiter
 
 from .counting import check_total_nodes, worst_case_node_count
 from .durable_handlers import DurableChains, forget_durable_runs
-from .resume import ResumedChains, checkpoint_for
+from .resume import RESUME_FEATURE, ResumedChains, checkpoint_for
 from .runs import RunsPlugin
 
 __all__ = [
@@ -85,6 +85,10 @@ and back costs a request of that size in latency and lock contention)."""
 THREAD_PLANNING_CHARS = 16_384
 """Characters of expressions above which a chain is validated in a worker thread: parsing
 costs by text, not by node (one node may declare 120 expressions of 65,000 characters)."""
+
+DURABLE_FEATURE = "chain/durable"
+"""The feature of durable runs: ``chain/req.durable``, ``idempotency_key``, ``retention``,
+``chain/accepted``, ``chain/attach``, ``chain/detach``, ``chain/cancel.run_id``."""
 
 _PLANNING_THREADS = 2  # chains validated at once in worker threads, host-wide
 _planning_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
@@ -113,8 +117,6 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         "chain/node.timeout",
         "chain/node.fallback",
         "chain/cache",
-        "chain/durable",
-        "chain/resume",
     )
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
@@ -130,9 +132,13 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         return tuple(g for g in NODE_KIND_GATES if g != "proc" or self.config.allow_proc)
 
     def metadata(self, session: SessionInfo) -> dict[str, Any]:
-        """Namespace, priority, features and the session's effective ceilings (§2)."""
+        """Namespace, priority, features and the session's effective ceilings (§2); the
+        features ``chain/durable`` and ``chain/resume`` only on a host with a run store
+        (§5 Durable runs, Resume)."""
         meta = super().metadata(session)
         meta["limits"] = session.limits.effective.to_dict()
+        if self.store is not None:
+            meta["features"] += [DURABLE_FEATURE, RESUME_FEATURE]
         return meta
 
     async def handle(self, message: Message, ctx: PluginContext) -> None:
@@ -215,7 +221,11 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         live = self.durable.live.get(run_id) if run_id else None
 
         def emit(message: Message) -> None:
-            if live is not None and isinstance(message, ChainResponse):
+            if live is None:
+                sink.send_nowait(message)
+            elif self.durable.host_stops(live):
+                return  # the host is stopping: the run stays as stored, to be resumed
+            elif isinstance(message, ChainResponse):
                 self.durable.finished(live, message)  # stored with its status, then sent
             else:
                 sink.send_nowait(message)
@@ -259,7 +269,8 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 tool_of=self.toolbox.tools.get,
                 step_cache=self.step_cache,
                 run_key=run_id or f"{session.session_id}/{request.id}",
-                checkpoint=checkpoint_for(live.sink) if live is not None else None,
+                checkpoint=None if live is None else checkpoint_for(
+                    live.sink, lambda: self.durable.host_stops(live)),
             )
             run.on_cancel(runner.cancel)  # at once when cancelled while it was planned
             log.info("chain started", nodes=len(plan.nodes))

@@ -31,7 +31,7 @@ from a2e_host.runtime.durable import DurableSink, replay_stored
 from a2e_host.runtime.runs import FrameOutbox
 from a2e_host.store import RunRecord, RunStatus, RunStore, StoreError
 
-__all__ = ["DurableRuns", "LiveRun", "status_of"]
+__all__ = ["DurableRuns", "LiveRun", "check_not_expired", "status_of"]
 
 FINISH_WAIT = 5.0
 """Seconds a durable run's task waits, at its end, for its status to be committed."""
@@ -181,6 +181,19 @@ class DurableRuns:
         return DurableSink(store, run_id, req_id=record.req_id, capability="chains",
                            start_soon=start_soon)
 
+    def host_stops(self, live: LiveRun) -> bool:
+        """Whether the run is ending only because the host is stopping (it cancels every
+        run) with no ``chain/cancel`` asked. What it emits then (its running nodes'
+        ``error`` events, its ``chain/resp``) is neither stored nor sent: the run stays
+        ``running`` in the store as its log left it, for a restarted host to resume as
+        after a crash (PROTOCOL.md §5 Durable runs)."""
+        handle = live.handle
+        stops = handle.host_stopping and not handle.cancel_requested
+        if stops and not live.ended:
+            live.ended = True
+            live.last_seq = live.sink.position
+        return stops
+
     def finished(self, live: LiveRun, response: ChainResponse) -> None:
         """The run's ``chain/resp`` is being sent: stored as its response with its status
         (the sink queues both, and sends the frame once they are committed)."""
@@ -210,6 +223,10 @@ class DurableRuns:
 
     # ── finding ────────────────────────────────────────────────────────────
 
+    def live_by_req(self, principal: str, req_id: str) -> LiveRun | None:
+        """The principal's run in flight on this host serving ``req_id``, else None."""
+        return self._by_req.get((principal, req_id))
+
     async def find(self, principal: str, run_id: str, req_id: str) -> LiveRun | RunRecord:
         """The principal's run named by ``run_id`` (or, when empty, ``req_id``).
 
@@ -235,12 +252,7 @@ class DurableRuns:
                 f"no durable run with {what} for this session's principal; list yours "
                 "with run/list"
             )
-        if record.status is RunStatus.EXPIRED:
-            raise RunExpired(
-                f"durable run {record.run_id!r} ended and its retention passed: its events "
-                "are gone (ask a longer chain/req.retention next time)",
-                detail={"run_id": record.run_id},
-            )
+        check_not_expired(record)
         return record
 
     # ── attaching ──────────────────────────────────────────────────────────
@@ -274,6 +286,18 @@ class DurableRuns:
                                              last_seq=record.last_seq, attach_id=attach_id))
         await replay_stored(store, record.run_id, cast(FrameOutbox, ctx.outbox),
                             after=since_seq)
+
+
+def check_not_expired(record: RunRecord) -> None:
+    """Raises:
+        RunExpired: the run's retention passed and its events were pruned.
+    """
+    if record.status is RunStatus.EXPIRED:
+        raise RunExpired(
+            f"durable run {record.run_id!r} ended and its retention passed: its events "
+            "are gone (ask a longer chain/req.retention next time)",
+            detail={"run_id": record.run_id},
+        )
 
 
 def _check_since(since_seq: int, last: int, run_id: str) -> None:

@@ -29,6 +29,7 @@ store (:func:`checkpoint_for`), which is what step 2 reads.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,11 @@ from a2e_host.plugin import HostRuns, RunHandle
 from a2e_host.runtime.durable import DurableSink
 from a2e_host.store import RunRecord, RunStore, StoredFrame
 
-__all__ = ["ResumedChains", "checkpoint_for", "plan_hash_of"]
+__all__ = ["RESUME_FEATURE", "ResumedChains", "checkpoint_for", "plan_hash_of"]
+
+RESUME_FEATURE = "chain/resume"
+"""The feature of resume after a restart (``ChainNode.resume``, ``data.resumed``, code
+``interrupted``), advertised with ``chain/durable`` by a host with a run store."""
 
 _PAGE = 1000  # stored frames read per store call
 
@@ -66,13 +71,17 @@ UNRECORDED = "resume_unrecorded"
 stored) no events: ``streaming: false``."""
 
 
-def checkpoint_for(sink: DurableSink) -> Checkpoint:
+def checkpoint_for(sink: DurableSink, stopping: Callable[[], bool]) -> Checkpoint:
     """A durable run's :data:`~a2e_host.chains.events.Checkpoint`: each terminal event
     goes to the store with its node's failure, or its output when the event carries none
-    (``event_outputs: false``); an output the event carries is stored once, in it."""
+    (``event_outputs: false``); an output the event carries is stored once, in it. Nothing
+    goes anywhere once ``stopping()`` (the host stops: the run stays as stored, to be
+    resumed; ``DurableRuns.host_stops``)."""
 
     def checkpoint(event: ChainEvent, phase: str, output: Any,
                    failure: ChainFailure | None) -> None:
+        if stopping():
+            return
         kept = None
         if phase == "error" or (event.output is None and output is not None):
             kept = checkpoint_of(phase, output, failure)
@@ -182,6 +191,8 @@ class ResumedChains:
             )
 
             def emit(m: Any) -> None:
+                if durable.host_stops(live):
+                    return  # the run stays as stored, for the next start to resume
                 if isinstance(m, ChainResponse):
                     durable.finished(live, m)
                 else:
@@ -194,7 +205,8 @@ class ResumedChains:
                 subchain_planner=self._planner(session),  # type: ignore[attr-defined]
                 log=log, tool_of=tools.get,
                 step_cache=self.step_cache,  # type: ignore[attr-defined]
-                run_key=record.run_id, checkpoint=checkpoint_for(sink), resume=resume,
+                run_key=record.run_id, resume=resume,
+                checkpoint=checkpoint_for(sink, lambda: durable.host_stops(live)),
                 timeout_left=left,
             )
             run.on_cancel(runner.cancel)
