@@ -1,5 +1,5 @@
-"""A durable run survives ``kill -9`` of the real ``a2e-host serve``: restarted on the same
-store, the host resumes it and it finishes (PROTOCOL.md §5 Resume).
+"""A durable run survives ``kill -9`` (or SIGTERM) of the real ``a2e-host serve``:
+restarted on the same store, the host resumes it and it finishes (PROTOCOL.md §5 Resume).
 
 The recording tools (``tests.support.recording_host``) append a line per call (node id and
 idempotency key) to a file, which proves what ran how often; the blocking ones wait on a
@@ -11,6 +11,7 @@ are committed, so the store holds them too — and both tools have recorded thei
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections import Counter
 from pathlib import Path
@@ -82,10 +83,12 @@ def _calls(rec: Path) -> list[tuple[str, str]]:
     return [tuple(line.split()) for line in rec.read_text().splitlines()]  # type: ignore[misc]
 
 
-async def _start_and_kill(argv: list[str], nodes: list[dict[str, Any]], fifos: Fifos
+async def _start_and_kill(argv: list[str], nodes: list[dict[str, Any]], fifos: Fifos,
+                          how: signal.Signals = signal.SIGKILL
                           ) -> tuple[str, list[ChainEvent]]:
     """Start the durable chain on a fresh host, wait for both blocking nodes to start,
-    ``kill -9`` the host. Returns the run id and the events the client saw."""
+    stop the host with ``how`` (``kill -9`` by default). Returns the run id and the events
+    the client saw."""
     host = await open_host(argv)
     seen: list[ChainEvent] = []
     async with anyio.create_task_group() as tg:
@@ -103,20 +106,21 @@ async def _start_and_kill(argv: list[str], nodes: list[dict[str, Any]], fifos: F
                 await run.aclose()
                 assert await _recorded(fifos.b_started) == "b"
                 assert await _recorded(fifos.c_started) == "c"
-                host.process.kill()  # SIGKILL: no cleanup, no flush, no response
-                assert await host.wait() == -9
+                host.process.send_signal(how)  # SIGKILL: no cleanup, no flush, no response
+                assert await host.wait() == (-9 if how is signal.SIGKILL else 0)
         tg.cancel_scope.cancel()
     return run_id, seen
 
 
 @pytest.mark.asyncio
-async def test_a_killed_hosts_durable_run_resumes_on_restart_and_runs_each_node_once(
-    tmp_path: Path,
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+async def test_a_durable_run_resumes_after_its_host_is_killed_or_stopped_and_runs_nodes_once(
+    tmp_path: Path, how: signal.Signals,
 ) -> None:
     rec, db = tmp_path / "calls.txt", tmp_path / "runs.db"
     fifos = Fifos(tmp_path)
     argv = [*HOST, "--store", str(db)]
-    run_id, before = await _start_and_kill(argv, _chain(rec, fifos, "skip"), fifos)
+    run_id, before = await _start_and_kill(argv, _chain(rec, fifos, "skip"), fifos, how)
     assert Counter(node for node, _ in _calls(rec)) == {"a": 1, "b": 1, "c": 1}
     last = before[-1].seq
 
