@@ -253,6 +253,13 @@ class Plugin:
             return message_type.startswith(ns[:-1])
         return message_type == ns
 
+    def serves(self) -> bool:
+        """Whether this plugin serves its capability under its configuration (default
+        True). One that returns False (``tools`` on a host that enables no tool) is
+        loaded and its message types decode, but its capability is never granted: its
+        messages get ``capability_missing``."""
+        return True
+
     def gates(self) -> tuple[str, ...]:
         """The gates this plugin owns under its configuration (PROTOCOL.md §8): names an
         agent lists in ``agent_caps`` to unlock parts of this capability (``chains``:
@@ -283,6 +290,14 @@ class Plugin:
         with :meth:`HostRuns.start_detached`. Called once per host start; keep it short
         (long work goes into the runs it starts). An exception is logged and the host
         serves on. Default: nothing."""
+        return None
+
+    async def session_closing(self, session: SessionInfo) -> None:
+        """The session stopped taking work in order (``shutdown``, end of input, the host
+        stopping) and its runs are now given their grace period: a plugin whose runs wait
+        on the agent (a process reading its stdin) winds them down. Not called when the
+        peer vanished (its runs are cancelled at once then). Given at most the
+        connection's cancel grace (5 s). Default: nothing."""
         return None
 
     async def session_closed(self, session: SessionInfo) -> None:

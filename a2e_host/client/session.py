@@ -37,6 +37,7 @@ from ..chains.messages import (
     ChainRequest,
     ChainResponse,
 )
+from ..chains.proc_messages import ProcStatusRequest, ProcStatusResponse
 from ..chains.run_messages import RunGetResponse, RunListResponse
 from ..chains.skill_messages import SkillDefinition
 from ..exceptions import A2EError
@@ -51,6 +52,8 @@ from ..messages import (
 )
 from .chains import RESPONSE_GRACE, ChainRun
 from .errors import ConnectionLost, HandshakeFailed, HostError, unwrap_group
+from .procs import ProcHandle
+from .procs import spawn as spawn_proc
 from .runs import alias_route, attach, detach, get_run, list_runs
 from .skills import SkillCall, discover_skills, skill_call_request
 
@@ -226,6 +229,20 @@ class Client:
             name, arguments, timeout=timeout, streaming=streaming,
             correlation_id=correlation_id, session_id=self.session_id))
 
+    async def spawn_proc(self, cmd: Sequence[str], **options: Any) -> ProcHandle:
+        """Start a process on the host (``proc/spawn/req``, PROTOCOL.md §10); see
+        :func:`.procs.spawn` for ``cwd``, ``env``, ``stdin_mode``, ``timeout``,
+        ``wait_timeout`` and what it raises."""
+        return await spawn_proc(self, list(cmd), session_id=self.session_id, **options)
+
+    async def proc_status(self, proc_id: str = "", *, wait_timeout: float = 10.0
+                          ) -> ProcStatusResponse:
+        """``proc/status/req``: one process (``procs`` has it), or every process of the
+        session (``proc_id`` ``""``)."""
+        reply = await self._request(ProcStatusRequest(proc_id=proc_id), wait_timeout)
+        assert isinstance(reply, ProcStatusResponse)
+        return reply
+
     async def cancel(self, req_id: str) -> None:
         """Send ``chain/cancel`` for a running chain (PROTOCOL.md §5, *extension*).
 
@@ -249,12 +266,14 @@ class Client:
 
     async def list_runs(self, *, status: str = "", cursor: str = "", limit: int = 50
                         ) -> RunListResponse:
-        """A page of this principal's durable runs (``run/list``)."""
+        """A page of this principal's durable runs (``run/list``; the session must have
+        asked for the ``runs`` capability: ``agent_caps=[..., "runs"]``)."""
         return await list_runs(self, status=status, cursor=cursor, limit=limit)
 
     async def get_run(self, run_id: str, *, events: bool = False, since_seq: int = 0
                       ) -> RunGetResponse:
-        """A durable run's record, with a page of its events when ``events``."""
+        """A durable run's record, with a page of its events when ``events``
+        (``run/get``; needs the ``runs`` capability, as :meth:`list_runs`)."""
         return await get_run(self, run_id, events=events, since_seq=since_seq)
 
     async def ping(self, *, wait_timeout: float = 10.0) -> float:

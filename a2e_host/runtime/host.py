@@ -150,7 +150,7 @@ class Host:
         its ``features``."""
         served: dict[str, MetadataFn | None] = {}
         for plugin in self.plugins:
-            if plugin.capability and plugin.capability not in served:
+            if plugin.capability and plugin.capability not in served and plugin.serves():
                 served[plugin.capability] = (
                     _with_gates(plugin.metadata) if plugin.gates() else plugin.metadata
                 )
@@ -162,7 +162,7 @@ class Host:
         priority wins a name two of them claim)."""
         owners: dict[str, str] = {}
         for plugin in self.plugins:
-            if plugin.capability:
+            if plugin.capability and plugin.serves():
                 for gate in plugin.gates():
                     owners.setdefault(gate, plugin.capability)
         return owners
