@@ -115,10 +115,11 @@ class ChainNode(msgspec.Struct, kw_only=True):
         cache: *extension*: answer from the host's step cache when the tool is pure
             (``tool`` nodes; the request's ``cache`` sets it for all of them).
         resume: *extension* (PROTOCOL.md §5 Resume): what a durable run resumed after a
-            restart does with this node when it had started but not finished: ``""``
-            (the default) runs it again only when its tool is declared ``idempotent``,
-            else ends it with an ``interrupted`` error; ``"rerun"`` runs it again, with
-            the same idempotency key (``tool`` and ``proc`` nodes).
+            restart does with this node when it had started but not finished (``tool``,
+            ``skill`` and ``proc`` nodes): ``""`` (the default) runs it again only when
+            that cannot repeat an unknown side effect (a tool declared ``idempotent``, a
+            declarative skill), else ends it with an ``interrupted`` error; ``"rerun"``
+            runs it again, with the same idempotency key.
     """
 
     node_id: str
