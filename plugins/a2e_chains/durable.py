@@ -165,9 +165,10 @@ class DurableRuns:
             self._by_key[(live.principal, live.idempotency_key)] = live
         return live
 
-    def make_sink(self, record: RunRecord) -> DurableSink:
-        """The store-backed sink of a new run: the replay an attach behind the live
-        position needs runs on the attaching connection (cancelled if it drops)."""
+    def make_sink(self, record: RunRecord, position: int = 0) -> DurableSink:
+        """The store-backed sink of a new run (or, with ``position``, of a resumed one
+        whose last stored frame is that): the replay an attach behind the live position
+        needs runs on the attaching connection (cancelled if it drops)."""
         store = self.store
         assert store is not None  # create() opened it
         run_id = record.run_id
@@ -179,7 +180,7 @@ class DurableRuns:
             live.spawn(fn, name=f"replay {run_id}")
 
         return DurableSink(store, run_id, req_id=record.req_id, capability="chains",
-                           start_soon=start_soon)
+                           start_soon=start_soon, position=position)
 
     def host_stops(self, live: LiveRun) -> bool:
         """Whether the run is ending only because the host is stopping (it cancels every

@@ -146,8 +146,7 @@ class ResumedChains:
 
     def _resume_run(self, runs: HostRuns, store: RunStore, record: RunRecord) -> None:
         durable: Any = self.durable  # type: ignore[attr-defined]
-        sink = durable.make_sink(record)
-        sink.position = sink.committed_position = sink.delivered = record.last_seq
+        sink = durable.make_sink(record, position=record.last_seq)
         handle = runs.start_detached(self._resumed, record, store, req_id=record.req_id,
                                      capability="chains", sink=sink,
                                      name=f"resumed chain {record.req_id}")
