@@ -295,3 +295,12 @@ class CallLimitExceeded(RemoteProtocolError):
     ``max_timeout`` (``detail``: ``{ceiling, scope, limit, requested}``, PROTOCOL.md §6)."""
 
     code = "chain_limit"
+
+
+class NodeInterrupted(NodeError):
+    """A node was running when the host restarted and may not run again (a durable run
+    resumed, PROTOCOL.md §5 Resume): its tool is not declared idempotent and the node
+    did not set ``resume: "rerun"``."""
+
+    code = "interrupted"
+    retryable = True
