@@ -175,6 +175,8 @@ async def test_the_host_stopping_ends_every_process_tree_of_its_sessions() -> No
             pids = await _tree(wire)
             host.process.send_signal(signal.SIGTERM)  # the grace period: stdin closed, 2 s
             assert await wait_closed(ws) == 1001
+        with anyio.fail_after(WAIT):  # it stops by itself, not by the context's SIGTERM
+            assert await host.wait() == 0
         try:
             assert [pid for pid in pids if not gone(pid)] == []
         finally:

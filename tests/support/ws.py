@@ -41,7 +41,8 @@ async def serving_argv(
                 found = await host.wait_stderr(LISTENING)
             yield found.group(1), host
         finally:
-            host.process.send_signal(signal.SIGTERM)
+            if host.process.returncode is None:  # a test may have stopped it already
+                host.process.send_signal(signal.SIGTERM)
             code = await host.wait()
             tg.cancel_scope.cancel()
     assert code == 0, host.stderr[-2000:]
