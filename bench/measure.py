@@ -15,8 +15,10 @@ Implementations (``IMPLS``): ``spec`` (a thread per node and per map item, 10 ms
 a pool of 64 threads instead),
 ``minimal`` (asyncio, readiness counters),
 ``minimal_fast`` (+ dotted-path fast path), ``ours`` (a host, over its in-memory
-connection); optional peers ``chainweaver`` and ``langgraph`` (``bench.peers``:
-"unavailable" when not installed, "unsupported" for a chain they cannot express).
+connection), ``ours_durable`` (the same host with a SQLite run store, every request
+``durable``; plus the replay figure: ``bench.durable``); optional peers ``chainweaver``
+and ``langgraph`` (``bench.peers``: "unavailable" when not installed, "unsupported" for a
+chain they cannot express).
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ from bench.impl_ours import Unavailable
 from bench.peers import PEERS, Unsupported, installed
 from bench.workloads import NAMES, Workload, check_response
 
-IMPLS = ["spec", "spec_tick", "spec_pooled_map", "minimal", "minimal_fast", "ours", *PEERS]
+IMPLS = ["spec", "spec_tick", "spec_pooled_map", "minimal", "minimal_fast", "ours",
+         "ours_durable", *PEERS]
 #: The peers join the default run only when their library is installed.
-DEFAULT_IMPLS = ["spec", "minimal", "minimal_fast", "ours",
+DEFAULT_IMPLS = ["spec", "minimal", "minimal_fast", "ours", "ours_durable",
                  *[p for p in PEERS if installed(p)]]
 
 Runner = Callable[[bytes, Callable[[bytes], None]], Any]
@@ -63,6 +66,10 @@ def load(impl: str) -> tuple[bool, Runner]:
         from bench import impl_ours
 
         return True, impl_ours.load()
+    if impl == "ours_durable":
+        from bench import durable
+
+        return True, durable.load()
     if impl in PEERS:
         from bench import peers
 
@@ -132,6 +139,14 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
         return out | {"status": "error", "error": str(exc)}
     except Unsupported as exc:
         return out | {"status": "unsupported", "reason": str(exc)}
+    if impl == "ours_durable":
+        from bench import durable
+
+        try:
+            out["replay"] = asyncio.run(durable.replay_figure())
+        except AssertionError as exc:
+            return out | {"status": "error", "error": str(exc)}
+        out["mode"] = durable.mode()
     med = statistics.median(times)
     per = 1e6 / w.units
     return out | {

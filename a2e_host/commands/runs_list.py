@@ -20,7 +20,6 @@ Exit codes: 0 listed (also when none match), 2 an unknown ``--status``, a bad
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import Any
 

@@ -1,0 +1,300 @@
+"""Durable runs in the benchmark: the ``ours_durable`` slot, the replay figure, the report.
+
+``ours_durable`` is ``ours`` (:mod:`bench.impl_ours`: a host built once per process, one
+in-memory connection) with a run store: SQLite in a fresh temporary directory,
+``synchronous=NORMAL`` (the default durability), and every ``chain/req`` sent with
+``durable: true``. The host then answers ``chain/accepted`` first (dropped from the
+events the harness checks, its ``run_id`` kept) and sends each frame only once its batch
+is committed, the ``chain/resp`` last; the time is taken as for ``ours``, request bytes to
+response bytes, so the ratio ``ours_durable ÷ ours`` of one run of ``python -m bench`` is
+the price of durability (issue target: ≤ 1.5×).
+
+When this ``a2e_host`` has no durable chains yet (no ``durable`` field on ``chain/req``),
+the slot stores the frames itself: each frame the host sends is appended to the store as
+it arrives, and the response waits for the commit of its run's ``finish``. Reported as
+``client-side store`` in the result (``mode``), so such a figure is never mistaken for the
+host's.
+
+Replay (:func:`replay_figure`): after the timed runs, the store's log of the last run is
+read back through :meth:`~a2e_host.store.RunStore.frames` a page of
+:data:`REPLAY_PAGE` at a time, on a read-only connection, as an attaching client's
+catch-up reads it: frames per second, best of :data:`REPLAY_ROUNDS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from bench.impl_ours import (
+    EVENT,
+    OUTBOX_HIGH_WATER,
+    RESPONSE,
+    Call,
+    Unavailable,
+    connection_call,
+)
+
+__all__ = ["DURABLE_KEYS", "MAP_SIZES", "QUICK_MAP_SIZES", "RATIO_TARGET", "REPLAY_PAGE",
+           "host_is_durable", "load", "map_argv", "map_lines", "mode", "replay_figure",
+           "report_lines", "store_path"]
+
+DURABLE_KEYS = ("a", "b", "c", "d")
+"""The workloads whose durable ÷ in-memory ratio has a target (e only sleeps)."""
+RATIO_TARGET = 1.5
+REPLAY_PAGE = 1000
+"""Frames per ``frames()`` call when replaying (what an attach's catch-up reads)."""
+REPLAY_ROUNDS = 3
+MAP_SIZES = (100_000,)
+"""Items of the map ``python -m bench`` runs in memory and durably (``bench.map_memory``)."""
+QUICK_MAP_SIZES = (2_000,)
+REQUEST_HEAD = b'{"type":"chain/req",'
+ACCEPTED = b'{"type":"chain/accepted",'
+
+_state: dict[str, Any] = {"dir": None, "last_run": None, "mode": None}
+
+
+class _Event(msgspec.Struct):
+    seq: int = 0
+    node_id: str = ""
+    phase: str = ""
+
+
+class _Accepted(msgspec.Struct):
+    run_id: str = ""
+
+
+_event = msgspec.json.Decoder(_Event)
+_accepted = msgspec.json.Decoder(_Accepted)
+
+
+def store_path() -> str:
+    """This process's store file (in a temporary directory removed at exit)."""
+    if _state["dir"] is None:
+        _state["dir"] = tempfile.mkdtemp(prefix="a2e-bench-store-")
+        atexit.register(shutil.rmtree, _state["dir"], True)
+    return os.path.join(_state["dir"], "runs.sqlite3")
+
+
+def host_is_durable() -> bool:
+    """Whether this ``a2e_host`` runs durable chains (``chain/req.durable`` exists)."""
+    from a2e_host.chains.messages import ChainRequest
+    from a2e_host.config import HostConfig
+
+    return ("durable" in ChainRequest.__struct_fields__
+            and "store" in HostConfig.__struct_fields__)
+
+
+def load() -> Call:
+    """``async f(request, sink) -> response`` for the ``ours_durable`` slot.
+
+    Raises:
+        Unavailable: ``a2e_host`` or its run store cannot be imported.
+    """
+    try:
+        from a2e_host.config import HostConfig
+        from a2e_host.limits import Limits
+        from a2e_host.logs import configure_logging
+        from a2e_host.runtime.host import Host
+        from a2e_host.store import sqlite  # noqa: F401 - the backend must exist
+    except ImportError as exc:
+        raise Unavailable(f"a2e_host's run store not importable: {exc}") from exc
+    from bench.workloads import HOST_MAX_CONCURRENCY
+
+    configure_logging("json", "info")
+    limits = Limits(max_concurrency=HOST_MAX_CONCURRENCY)
+    if host_is_durable():
+        _state["mode"] = "host"
+        config = HostConfig(tools=("bench",), limits=limits,
+                            outbox_high_water=OUTBOX_HIGH_WATER,
+                            store=store_path())  # type: ignore[call-arg]
+        return durable_call(Host(config))
+    _state["mode"] = "client-side store"
+    config = HostConfig(tools=("bench",), limits=limits, outbox_high_water=OUTBOX_HIGH_WATER)
+    return client_side_store_call(Host(config))
+
+
+def durable_call(host: Any) -> Call:
+    """Send each request with ``durable: true`` to ``host`` (configured with a store);
+    the ``chain/accepted`` frame is kept out of the sink, its ``run_id`` remembered."""
+    inner = connection_call(host, on_frame=_note_accepted)
+
+    async def call(request: bytes, sink: Callable[[bytes], None]) -> bytes:
+        if not request.startswith(REQUEST_HEAD):
+            raise AssertionError("a chain/req must begin with its type")
+        durable = REQUEST_HEAD + b'"durable":true,' + request[len(REQUEST_HEAD):]
+        return await inner(durable, sink)
+
+    return call
+
+
+def _note_accepted(frame: bytes) -> bool:
+    if frame.startswith(ACCEPTED):
+        _state["last_run"] = _accepted.decode(frame).run_id
+        return True
+    return False
+
+
+def client_side_store_call(host: Any) -> Call:
+    """Before the host runs durable chains: store every frame ``host`` sends as it
+    arrives; the response is returned once its run's ``finish`` is committed."""
+    from a2e_host.store import RunRecord, RunStatus, StoredFrame, open_store
+
+    inner = connection_call(host)
+    opened: dict[asyncio.AbstractEventLoop, Any] = {}
+
+    async def store_of_loop() -> Any:
+        loop = asyncio.get_running_loop()
+        if loop not in opened:
+            ready: asyncio.Future[Any] = loop.create_future()
+
+            async def hold() -> None:
+                store = await open_store(store_path())
+                ready.set_result(store)
+                try:
+                    await asyncio.Event().wait()
+                finally:
+                    await asyncio.shield(store.aclose())
+
+            loop.create_task(hold())
+            opened.clear()
+            opened[loop] = await ready
+        return opened[loop]
+
+    async def call(request: bytes, sink: Callable[[bytes], None]) -> bytes:
+        store = await store_of_loop()
+        run_id = os.urandom(8).hex()
+        store.create(RunRecord(run_id=run_id, principal="bench", req_id=run_id,
+                               request=request, created=time.time()))
+        last = 0
+
+        def tee(frame: bytes) -> None:
+            nonlocal last
+            if frame.startswith(EVENT):
+                event = _event.decode(frame)
+                last = event.seq
+                store.append(run_id, StoredFrame(event.seq, event.node_id, event.phase, frame))
+            sink(frame)
+
+        response = await inner(request, tee)
+        if response.startswith(RESPONSE):
+            await store.wait_committed(store.finish(run_id, RunStatus.SUCCEEDED, response, last))
+        _state["last_run"] = run_id
+        return response
+
+    return call
+
+
+def mode() -> str | None:
+    """``host`` (durable chains) or ``client-side store`` once :func:`load` ran."""
+    mode_: str | None = _state["mode"]
+    return mode_
+
+
+async def replay_figure() -> dict[str, Any]:
+    """Read the last run's stored frames back, :data:`REPLAY_PAGE` at a time.
+
+    Returns:
+        ``{"frames", "replay_frames_per_s", "replay_s"}`` (best of
+        :data:`REPLAY_ROUNDS`), or ``{}`` when no run was stored.
+
+    Raises:
+        AssertionError: the log read back is not the run's ``seq`` 1, 2, 3 … gapless.
+    """
+    from a2e_host.store import open_store
+
+    run_id = _state["last_run"]
+    if not run_id:
+        return {}
+    store = await open_store(store_path(), readonly=True)
+    try:
+        best = float("inf")
+        count = 0
+        for _ in range(REPLAY_ROUNDS):
+            started, count, after = time.perf_counter(), 0, 0
+            while True:
+                page = await store.frames(run_id, after=after, limit=REPLAY_PAGE)
+                for frame in page:
+                    count += 1
+                    if frame.seq != count:
+                        raise AssertionError(f"replay: seq {frame.seq} where {count} was due")
+                if len(page) < REPLAY_PAGE:
+                    break
+                after = page[-1].seq
+            best = min(best, time.perf_counter() - started)
+    finally:
+        await store.aclose()
+    return {"frames": count, "replay_s": best,
+            "replay_frames_per_s": count / best if best > 0 else 0.0}
+
+
+def map_argv(sizes: tuple[int, ...]) -> list[str]:
+    """``bench.map_memory``'s arguments for each size in memory, then durably (one JSON
+    line per size and mode)."""
+    return ["-m", "bench.map_memory", *map(str, sizes)]
+
+
+# ── the report ──────────────────────────────────────────────────────────────
+
+
+def map_lines(results: list[dict[str, Any]]) -> list[str]:
+    """The report's lines for the map runs of :func:`map_argv`."""
+    out = ["", "## A map's memory, in memory and durable (`python -m bench.map_memory`, "
+           "one process each)", "",
+           "| items | run | peak RSS added, MB | most tasks alive | wall s | store on disk, MB "
+           "| correct |", "|---|---|---|---|---|---|---|"]
+    for x in results:
+        run = "durable" if x.get("durable") else "in memory"
+        if x.get("status") != "ok":
+            out.append(f"| {x.get('items', '?'):,} | {run} | *{x.get('status')}*: "
+                       f"{x.get('error') or x.get('reason')} | | | | |")
+            continue
+        disk = f"{x['store_mb']:.1f}" if "store_mb" in x else "—"
+        out.append(f"| {x['items']:,} | {run} | {x['peak_rss_added_mb']:+.1f} | "
+                   f"{x['most_tasks_alive']} | {x['wall_s']:.2f} | {disk} | "
+                   f"{'yes' if x.get('correct') else '**no**'} |")
+    return out
+
+
+def report_lines(inp: dict[str, dict[str, Any]], keys: list[str]) -> list[str]:
+    """The report's durable section: per workload ``ours`` and ``ours_durable`` (µs per
+    node), their ratio against :data:`RATIO_TARGET`, and the replay figure; ``[]``
+    when ``ours_durable`` was not measured."""
+    keys = [k for k in keys if "ours_durable" in inp.get(k, {})]
+    if not keys:
+        return []
+    modes = {inp[k]["ours_durable"].get("mode") for k in keys} - {None}
+    how = ("frames stored by the harness as they arrive (this host has no durable chains)"
+           if modes == {"client-side store"} else
+           "`durable: true`, each frame sent once its batch is committed")
+    out = ["", "## Durable runs: SQLite run store, synchronous=NORMAL "
+           f"({how}); same run as the in-memory figures", "",
+           "| workload | in-memory µs/node | durable µs/node | durable ÷ in-memory "
+           f"(target ≤ {RATIO_TARGET}×) | replay frames/s (store `frames()`) |",
+           "|---|---|---|---|---|"]
+    for k in keys:
+        base, dur = inp[k].get("ours") or {}, inp[k]["ours_durable"]
+        if dur.get("status") != "ok":
+            out.append(f"| {k} | — | *{dur.get('status')}*: {dur.get('error') or dur.get('reason')}"
+                       " | — | — |")
+            continue
+        ratio = "—"
+        if base.get("status") == "ok":
+            r = dur["median_s"] / base["median_s"]
+            mark = "✓" if r <= RATIO_TARGET or k not in DURABLE_KEYS else "✗"
+            ratio = f"{r:.2f}× {mark}"
+        replay = dur.get("replay") or {}
+        rate = (f"{replay['replay_frames_per_s']:,.0f} ({replay['frames']:,} frames)"
+                if replay.get("replay_frames_per_s") else "—")
+        in_mem = f"{base['us_per_unit']:.1f}" if base.get("status") == "ok" else "—"
+        out.append(f"| {k} | {in_mem} | {dur['us_per_unit']:.1f} | {ratio} | {rate} |")
+    return out
+
