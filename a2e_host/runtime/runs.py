@@ -183,13 +183,14 @@ class Run:
         policy: DetachPolicy,
         log: Any,
         append: Append | None,
+        sink: RunSink | None = None,
     ) -> None:
         self._registry = registry
         self.key = key
         self.req_id = req_id
         self.capability = capability
         self.name = name
-        self.sink = RunSink(append)
+        self.sink = sink if sink is not None else RunSink(append)
         self.policy = policy
         self.log = log
         self.done = anyio.Event()
@@ -367,6 +368,7 @@ class RunRegistry:
         outbox: FrameOutbox | None = None,
         on_end: Callable[[Run], None] | None = None,
         append: Append | None = None,
+        sink: RunSink | None = None,
     ) -> Run:
         """Start ``fn(run, *args)`` as a run of the host.
 
@@ -387,6 +389,7 @@ class RunRegistry:
             outbox: attach its sink to this outbox before it starts.
             on_end: with ``outbox``: called with the run when it ends attached.
             append: the sink's store hook (see :class:`RunSink`).
+            sink: its sink (a durable run's); a :class:`RunSink` with ``append`` if None.
 
         Returns:
             The run (its task starts at the next checkpoint).
@@ -405,7 +408,7 @@ class RunRegistry:
             raise ValueError(f"a run is already listed for request {key[1]!r}")
         run = Run(self, key, req_id=req_id or (key[1] if key else ""), capability=capability,
                   name=name, policy=policy, log=log if log is not None else self.log,
-                  append=append)
+                  append=append, sink=sink)
         if outbox is not None:
             run.attach(outbox, on_end=on_end)
         if key is not None:

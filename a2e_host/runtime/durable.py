@@ -1,0 +1,403 @@
+"""The durable sink: a run's frames reach the wire only after the store committed them.
+
+Layer: runtime (anyio). A :class:`DurableSink` is the :class:`~a2e_host.runtime.runs.RunSink`
+of a durable run (DURABILITY.md §3.1 "Batching", §3.2). It never awaits the disk per
+event: :meth:`DurableSink.send_nowait` encodes the frame, hands it to the store
+(:meth:`~a2e_host.store.RunStore.append`, which only queues it) and keeps it in memory;
+when the store reports the batch holding it committed (a commit callback, on the loop),
+the sink sends it to the attached outbox. So a frame a client has seen is always on
+disk, and a host that crashes and resumes never reuses a ``seq`` a client saw.
+
+**Ordering.** Frames reach the outbox in ``seq`` order, none lost, none twice: the store
+commits in ticket order and the sink releases frames in the order it made them.
+
+**Outputs and the end.** The engine passes what the store keeps beside the frame as
+keywords of :meth:`DurableSink.send_nowait`:
+
+- ``output=`` the encoded output of a terminal node (:attr:`StoredFrame.output
+  <a2e_host.store.StoredFrame.output>`), kept even when the wire event carries none
+  (``streaming: false``). Pass it only when the frame does not carry the output itself,
+  or it is stored twice.
+- ``status=`` on the run's last frame (its ``chain/resp``): the frame is then stored
+  as the run's response with :meth:`~a2e_host.store.RunStore.finish` (status, last
+  ``seq`` = the position before it), not as an event; it still reaches the wire after
+  its commit, after every event.
+
+A plain :class:`~a2e_host.plugin.Outbox` caller (``send_nowait(message)``) works
+unchanged: every frame is stored as an event with the message's ``node_id`` and
+``phase`` when it has them ("" otherwise).
+
+**Attaching behind the live position** (``attach(outbox, after=n)``, ``chain/attach``
+with ``since_seq``): the sink subscribes first (frames committed from then on are
+counted, not sent), then reads the store page by page (:meth:`RunStore.frames
+<a2e_host.store.RunStore.frames>`, waiting for the outbox between pages), sends every
+frame with ``seq > n``, and switches to live delivery once it has sent everything
+committed — a check made without awaiting, so no frame falls between the two: no gap, no
+duplicate. The replay runs in a task: the ``start_soon`` given to the sink, or the
+caller's own with :meth:`DurableSink.catch_up`.
+
+**Backpressure.** :meth:`DurableSink.wait_writable` waits while the attached outbox is
+over its mark, while the store is :attr:`~a2e_host.store.RunStore.full`, and while this
+run's uncommitted frames exceed ``max_uncommitted`` frames or ``max_uncommitted_bytes``.
+
+**A failing store.** When the store breaks, nothing more is stored nor sent as an
+event: the attached connection gets one wire ``runtime_error`` for the run's
+``req_id``, ``on_store_error`` is called (e.g. to abort the run), and later frames are
+dropped (logged once). :meth:`send_nowait` still never raises.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from ..codec import encode_message
+from ..errors import internal_error_message
+from ..logs import get_logger
+from ..messages import Message
+from ..store import RunStatus, RunStore, StoredFrame, StoreError
+from .runs import Append, FrameOutbox, RunSink
+
+__all__ = ["DurableSink", "replay_stored"]
+
+Spawn = Callable[[Callable[[], Awaitable[None]]], None]
+"""``start_soon(fn)``: run ``fn()`` in a task that outlives the call."""
+
+
+async def replay_stored(
+    store: RunStore, run_id: str, outbox: FrameOutbox, *, after: int = 0,
+    until: int | None = None, page_size: int = 256,
+) -> int:
+    """Send a run's stored frames with ``after < seq <= until`` to ``outbox``, page by
+    page, waiting for the outbox between pages (a finished run's replay: ``chain/attach``
+    after its end). Sends the stored response too when the run is finished and ``until``
+    is None.
+
+    Args:
+        after: the last ``seq`` the client has (0: from the start).
+        until: the last ``seq`` to send; None: every stored frame.
+        page_size: frames read per store call.
+
+    Returns:
+        The last ``seq`` sent (``after`` when none).
+
+    Raises:
+        StoreError: the store failed, or its log has a gap (a ``seq`` missing).
+    """
+    sent = after
+    while until is None or sent < until:
+        limit = page_size if until is None else min(page_size, until - sent)
+        page = await store.frames(run_id, after=sent, limit=limit)
+        if not page:
+            break
+        sent = _send_page(page, sent, outbox, run_id)
+        await outbox.wait_writable()
+    if until is None:
+        record = await store.get(run_id)
+        if record is not None and record.response is not None:
+            outbox.send_frame_nowait(record.response)
+    return sent
+
+
+def _send_page(page: list[StoredFrame], sent: int, outbox: FrameOutbox, run_id: str) -> int:
+    for stored in page:
+        if stored.seq != sent + 1:
+            raise StoreError(f"the stored log of run {run_id!r} has a gap: seq {sent + 1} "
+                             f"is missing (next stored is {stored.seq})")
+        outbox.send_frame_nowait(stored.frame)
+        sent = stored.seq
+    return sent
+
+
+class DurableSink(RunSink):
+    """A durable run's sink: frames are stored first and sent once committed.
+
+    Args:
+        store: the run store (the run's row is created already, or queued before the
+            first frame).
+        run_id: the run whose frames these are.
+        req_id: the request it serves (the ``req_id`` of the error sent when the store
+            fails).
+        capability: named in that error.
+        position: the frames this run emitted before (a resumed run: its ``last_seq``);
+            the next frame is ``position + 1``.
+        start_soon: spawns the replay task of an :meth:`attach` behind the live
+            position; None: such an attach raises and callers use :meth:`catch_up`.
+        max_uncommitted: frames emitted and not yet committed above which
+            :meth:`wait_writable` waits (> 0).
+        max_uncommitted_bytes: their bytes, likewise (> 0).
+        page_size: frames read per store call while replaying.
+        on_store_error: called once with the cause when the store breaks.
+        append: like :class:`RunSink`'s (called with every frame before it is stored).
+
+    Attributes:
+        position: frames emitted (stored or queued), as :class:`RunSink`'s.
+        committed_position: the highest position the store committed.
+        delivered: the last position sent to the attached outbox.
+        live: attached and caught up (committed frames go straight to the outbox).
+    """
+
+    __slots__ = ("store", "run_id", "req_id", "capability", "committed_position",
+                 "delivered", "live", "max_uncommitted", "max_uncommitted_bytes",
+                 "page_size", "_pending", "_pending_bytes", "_unsubscribe", "_gen",
+                 "_final", "_start_soon", "_on_store_error", "_failed", "_drained", "_log")
+
+    def __init__(
+        self,
+        store: RunStore,
+        run_id: str,
+        *,
+        req_id: str = "",
+        capability: str = "",
+        position: int = 0,
+        start_soon: Spawn | None = None,
+        max_uncommitted: int = 4096,
+        max_uncommitted_bytes: int = 8 * 1024 * 1024,
+        page_size: int = 256,
+        on_store_error: Callable[[BaseException], None] | None = None,
+        append: Append | None = None,
+    ) -> None:
+        if max_uncommitted <= 0 or max_uncommitted_bytes <= 0 or page_size <= 0:
+            raise ValueError("max_uncommitted, max_uncommitted_bytes and page_size must be > 0")
+        super().__init__(append)
+        self.store = store
+        self.run_id = run_id
+        self.req_id = req_id
+        self.capability = capability
+        self.position = position
+        self.committed_position = position
+        self.delivered = position
+        self.live = False
+        self.max_uncommitted = max_uncommitted
+        self.max_uncommitted_bytes = max_uncommitted_bytes
+        self.page_size = page_size
+        self._pending: deque[tuple[int, int, bytes]] = deque()  # (ticket, position, frame)
+        self._pending_bytes = 0
+        self._unsubscribe: Callable[[], None] | None = None
+        self._gen = 0
+        self._final = 0  # the position of the response frame, 0: not sent yet
+        self._start_soon = start_soon
+        self._on_store_error = on_store_error
+        self._failed = False
+        self._drained: anyio.Event | None = None
+        self._log = get_logger().bind(run_id=run_id, req_id=req_id)
+
+    @property
+    def uncommitted(self) -> int:
+        """Frames emitted and not yet committed."""
+        return len(self._pending)
+
+    # ── producing ───────────────────────────────────────────────────────────
+
+    def send_nowait(self, message: Message, *, output: bytes | None = None,
+                    status: RunStatus | None = None) -> None:
+        """Emit one message: encoded, counted, queued in the store, and sent to the
+        attached outbox once committed. Never blocks, never raises for the store.
+
+        Args:
+            message: the frame (a ``chain/event``: its ``node_id`` and ``phase`` are
+                stored with it).
+            output: the encoded output of a terminal node, kept beside the frame.
+            status: set on the run's last frame (``chain/resp``): stored as the run's
+                response with this outcome (see the module docstring).
+        """
+        frame = encode_message(message)
+        self.position += 1
+        position = self.position
+        if self.append is not None:
+            self.append(position, frame)
+        if self._failed:
+            return
+        try:
+            if status is None:
+                ticket = self.store.append(self.run_id, StoredFrame(
+                    position, getattr(message, "node_id", "") or "",
+                    getattr(message, "phase", "") or "", frame, output))
+            else:
+                ticket = self.store.finish(self.run_id, status, frame, position - 1)
+                self._final = position
+        except StoreError as exc:
+            self._store_failed(exc)
+            return
+        self._pending.append((ticket, position, frame))
+        self._pending_bytes += len(frame)
+        if self._unsubscribe is None:
+            self._unsubscribe = self.store.on_commit(self._committed)
+
+    def _over(self) -> bool:
+        return (len(self._pending) > self.max_uncommitted
+                or self._pending_bytes > self.max_uncommitted_bytes)
+
+    async def wait_writable(self) -> None:
+        """Wait while the attached outbox is full, the store is full, or this run's
+        uncommitted frames are over their ceilings (at once when the store broke)."""
+        while not self._failed:
+            outbox = self._outbox
+            if outbox is not None and outbox.full:
+                await outbox.wait_writable()
+            elif self.store.full:
+                try:
+                    await self.store.wait_writable()
+                except StoreError:
+                    return
+            elif self._over():
+                if self._drained is None:
+                    self._drained = anyio.Event()
+                await self._drained.wait()
+            else:
+                return
+
+    # ── commits ─────────────────────────────────────────────────────────────
+
+    def _committed(self, committed: int) -> None:
+        """The store committed every ticket up to ``committed`` (on the loop)."""
+        error = self.store.error
+        if error is not None:
+            self._store_failed(error)
+            return
+        pending = self._pending
+        outbox = self._outbox if self.live else None
+        while pending and pending[0][0] <= committed:
+            _, position, frame = pending.popleft()
+            self._pending_bytes -= len(frame)
+            self.committed_position = position
+            if outbox is not None and position > self.delivered:
+                outbox.send_frame_nowait(frame)
+                self.delivered = position
+        if not pending:
+            self._pending_bytes = 0
+            unsubscribe, self._unsubscribe = self._unsubscribe, None
+            if unsubscribe is not None:
+                unsubscribe()
+        drained = self._drained
+        if drained is not None and not self._over():
+            self._drained = None
+            drained.set()
+
+    def _store_failed(self, error: BaseException) -> None:
+        if self._failed:
+            return
+        self._failed = True
+        self._log.error("the run store failed: the run's frames are no longer stored or "
+                        "sent", error=str(error), lost=len(self._pending))
+        self._pending.clear()
+        self._pending_bytes = 0
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
+        if unsubscribe is not None:
+            unsubscribe()
+        outbox = self._outbox
+        if outbox is not None:
+            outbox.send_frame_nowait(encode_message(internal_error_message(
+                req_id=self.req_id, capability_name=self.capability)))
+        drained, self._drained = self._drained, None
+        if drained is not None:
+            drained.set()
+        if self._on_store_error is not None:
+            try:
+                self._on_store_error(error)
+            except Exception as exc:
+                self._log.error("on_store_error failed", exc_info=exc)
+
+    # ── connections ─────────────────────────────────────────────────────────
+
+    def attach(self, outbox: FrameOutbox, *, after: int | None = None) -> None:
+        """Send the frames after position ``after`` to ``outbox``: frames committed
+        already are replayed from the store (in a task of ``start_soon``), then live.
+
+        Args:
+            outbox: the attaching connection's outbox.
+            after: the last position the attaching side has; None: only frames emitted
+                from now on.
+
+        Raises:
+            RuntimeError: another outbox is attached.
+            ValueError: ``after`` is negative or beyond :attr:`position`, or a replay is
+                needed and the sink has no ``start_soon`` (use :meth:`catch_up`).
+        """
+        self._attach(outbox, after)
+        if not self.live:
+            start_soon = self._start_soon
+            if start_soon is None:
+                self.detach()
+                raise ValueError(
+                    f"frames after position {after} must be replayed from the store; "
+                    "give the sink a start_soon, or attach with catch_up()")
+            gen = self._gen
+            start_soon(lambda: self._replay(outbox, gen))
+
+    async def catch_up(self, outbox: FrameOutbox, *, after: int | None = None) -> None:
+        """Attach ``outbox`` like :meth:`attach`, replaying in the calling task; returns
+        once live (or detached meanwhile). Cancelled mid-replay, it detaches.
+
+        Raises:
+            RuntimeError / ValueError: as :meth:`attach`.
+            StoreError: the store failed while replaying (then detached).
+        """
+        self._attach(outbox, after)
+        if not self.live:
+            await self._replay(outbox, self._gen, raise_errors=True)
+
+    def _attach(self, outbox: FrameOutbox, after: int | None) -> None:
+        if self._outbox is not None:
+            raise RuntimeError("the run is attached to another connection; detach it first")
+        if after is None:
+            after = self.position
+        if not 0 <= after <= self.position:
+            raise ValueError(f"position {after} is beyond the run's frames (it is at "
+                             f"{self.position}); attach with after <= {self.position}")
+        self._outbox = outbox
+        self._gen += 1
+        self.delivered = after
+        self.live = after >= self.committed_position
+        if self.live and self._failed:
+            outbox.send_frame_nowait(encode_message(internal_error_message(
+                req_id=self.req_id, capability_name=self.capability)))
+
+    def detach(self) -> None:
+        """Stop sending frames anywhere (they are still stored); a replay under way stops."""
+        self._outbox = None
+        self.live = False
+        self._gen += 1
+
+    async def _replay(self, outbox: FrameOutbox, gen: int, *, raise_errors: bool = False
+                      ) -> None:
+        """Send committed frames after :attr:`delivered` from the store until caught up,
+        then go live; stops when the attach it serves is gone."""
+        done = False
+        try:
+            while self._gen == gen:
+                if self.delivered >= self.committed_position:
+                    self.live = True  # no await since the check: nothing falls between
+                    done = True
+                    return
+                if self.delivered + 1 == self._final:
+                    record = await self.store.get(self.run_id)
+                    if self._gen != gen:
+                        return
+                    if record is None or record.response is None:
+                        raise StoreError(f"the response of run {self.run_id!r} is not stored")
+                    outbox.send_frame_nowait(record.response)
+                    self.delivered = self._final
+                    continue
+                limit = min(self.page_size, self.committed_position - self.delivered)
+                page = await self.store.frames(self.run_id, after=self.delivered, limit=limit)
+                if self._gen != gen:
+                    return
+                if not page:
+                    raise StoreError(f"the stored log of run {self.run_id!r} ends at seq "
+                                     f"{self.delivered}, before the committed "
+                                     f"{self.committed_position}")
+                self.delivered = _send_page(page, self.delivered, outbox, self.run_id)
+                await outbox.wait_writable()
+        except StoreError as exc:
+            self._log.error("replaying the run's frames failed", error=str(exc))
+            if self._gen == gen:
+                outbox.send_frame_nowait(encode_message(internal_error_message(
+                    req_id=self.req_id, capability_name=self.capability)))
+            if raise_errors:
+                raise
+        finally:
+            if not done and self._gen == gen:
+                self.detach()
