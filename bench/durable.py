@@ -164,10 +164,10 @@ def client_side_store_call(host: Any) -> Call:
                 finally:
                     await asyncio.shield(store.aclose())
 
-            loop.create_task(hold())
+            task = loop.create_task(hold())  # kept: a task nobody holds may be collected
             opened.clear()
-            opened[loop] = await ready
-        return opened[loop]
+            opened[loop] = (await ready, task)
+        return opened[loop][0]
 
     async def call(request: bytes, sink: Callable[[bytes], None]) -> bytes:
         store = await store_of_loop()

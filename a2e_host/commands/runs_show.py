@@ -47,6 +47,7 @@ __all__ = ["CLIP", "frame_line", "response_summary", "runs_show_main"]
 
 CLIP = 160
 """Characters of a value (an output, an error) shown on one line before ``…``."""
+_NODE_WIDTH = 12  # node ids are padded to it (the frames come a page at a time)
 
 
 def runs_show_main(
@@ -139,9 +140,10 @@ def response_summary(response: dict[str, Any] | None) -> str:
     if response.get("success"):
         return f"succeeded {timing}; final_output: {_clip(response.get('final_output'))}"
     error = response.get("error") or {}
+    code = f" ({error['code']})" if error.get("code") else ""
     node = f" at node {error['node_id']!r}" if error.get("node_id") else ""
-    message = _clip_text(str(error.get("message", "")))
-    return f"failed ({error.get('code', '?')}){node} {timing}: {message}"
+    message = _clip_text(str(error.get("message") or ""))
+    return f"failed{code}{node} {timing}" + (f": {message}" if message else "")
 
 
 def frame_line(frame: StoredFrame) -> str:
@@ -165,8 +167,8 @@ def frame_line(frame: StoredFrame) -> str:
         detail.append(f"error{code}: {_clip_text(str(body.get('error', '')))}")
     if kind == "status" and data.get("resumed"):
         detail.append("(resumed)")
-    text = f"{frame.seq:>6}  {frame.node_id or '-'}  {frame.phase or '-'}"
-    return f"{text}  {'  '.join(detail)}" if detail else text
+    text = f"{frame.seq:>6}  {frame.node_id or '-':<{_NODE_WIDTH}}  {frame.phase or '-':<5}"
+    return f"{text}  {'  '.join(detail)}" if detail else text.rstrip()
 
 
 def _decode(data: bytes | None) -> dict[str, Any] | None:

@@ -58,14 +58,15 @@ def resolve_store(store: str | None, config_path: str | None) -> Path:
         StoreAccessError: none is named (exit 2), the configuration is bad (2), or the
             file does not exist or is a directory (2).
     """
-    path = store
-    if not path:
+    path = store or os.environ.get("A2E_STORE", "")
+    if not path and (config_path or os.environ.get("A2E_CONFIG")):
         from ..config import load_config
 
         try:
-            path = load_config(config_path).store
+            config = load_config(config_path)
         except ValueError as exc:
             raise StoreAccessError(str(exc), EXIT_USAGE) from None
+        path = str(getattr(config, "store", "") or "")
     if not path:
         raise StoreAccessError(
             "no run store named: pass --store PATH (the file 'a2e-host serve --store' "
@@ -149,7 +150,7 @@ def format_time(unix: float | None) -> str:
 def format_duration(record: RunRecord, now: float) -> str:
     """How long the run took (``updated - created``), or has run so far (``now -
     created``, with ``+``) while ``running``: ``0.25s``, ``12.3s``, ``4m05s``,
-    ``2h03m``."""
+    ``2h03m``, ``3d04h``."""
     running = record.status == RunStatus.RUNNING
     seconds = max(0.0, (now if running else record.updated) - record.created)
     if seconds < 10:
@@ -158,8 +159,10 @@ def format_duration(record: RunRecord, now: float) -> str:
         text = f"{seconds:.1f}s"
     elif seconds < 3600:
         text = f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    else:
+    elif seconds < 86400:
         text = f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    else:
+        text = f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
     return text + ("+" if running else "")
 
 
