@@ -112,6 +112,16 @@ def _add_config(parser: argparse.ArgumentParser, *, root: bool = True) -> None:
                                 "(default: the working directory)")
 
 
+def _add_store(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("durable runs")
+    group.add_argument("--store", metavar="PATH",
+                       help="the run store's file (SQLite, created 0600); none: durable "
+                            "runs are refused")
+    group.add_argument("--durability", choices=("normal", "full"),
+                       help="normal (default): commits survive a host crash; full: also an "
+                            "OS crash (an fsync per commit)")
+
+
 def _add_logging(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("logging (always on stderr)")
     group.add_argument("--log-format", choices=("auto", "console", "json"),
@@ -165,12 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="require this token in handshake/req or 'Authorization: Bearer'")
     p.add_argument("--allow-origin", action=_ListAction, metavar="ORIGIN[,ORIGIN...]",
                    help="accept this browser Origin (repeatable)")
+    _add_store(p)
     _add_logging(p)
 
     p = _command(sub, "stdio", "Speak A2E as NDJSON on stdin/stdout (logs on stderr).",
                  "One JSON message per line. Closing stdin lets chains in flight finish, then "
                  "exits 0.\nEnables only the tool packs you name.", _stdio)
     _add_config(p)
+    _add_store(p)
     _add_logging(p)
 
     p = _command(sub, "run", "Run a chain file in-process, with live progress.",
@@ -270,6 +282,7 @@ def _overrides(args: argparse.Namespace, **fields: str) -> dict[str, Any]:
 _CONFIG_FIELDS = {"tools": "tools", "allow_proc": "allow_proc", "skills_dirs": "skills",
                   "root": "root"}
 _LOG_FIELDS = {"log_format": "log_format", "log_level": "log_level"}
+_STORE_FIELDS = {"store": "store", "durability": "durability"}
 
 
 def _import_host_without_rich() -> None:
@@ -296,7 +309,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     serve_main(args.config, _overrides(
         args, host="host", port="port", auth_token="auth_token",
-        allowed_origins="allow_origin", **_CONFIG_FIELDS, **_LOG_FIELDS,
+        allowed_origins="allow_origin", **_CONFIG_FIELDS, **_STORE_FIELDS, **_LOG_FIELDS,
     ))
     return 0
 
@@ -305,7 +318,8 @@ def _stdio(args: argparse.Namespace) -> int:
     _import_host_without_rich()
     from .commands.serve import stdio_main
 
-    stdio_main(args.config, _overrides(args, **_CONFIG_FIELDS, **_LOG_FIELDS))
+    stdio_main(args.config, _overrides(args, **_CONFIG_FIELDS, **_STORE_FIELDS,
+                                       **_LOG_FIELDS))
     return 0
 
 

@@ -16,7 +16,22 @@ import msgspec
 
 from .limits import CEILINGS, Limits, limits_from_mapping
 
-__all__ = ["HostConfig", "LOCAL_TOOL_PACKS", "with_local_tools", "load_config", "ENV_PREFIX"]
+__all__ = [
+    "ANONYMOUS_PRINCIPAL",
+    "ENV_PREFIX",
+    "HostConfig",
+    "LOCAL_TOOL_PACKS",
+    "TOKEN_PRINCIPAL",
+    "load_config",
+    "with_local_tools",
+]
+
+ANONYMOUS_PRINCIPAL = "anonymous"
+"""The principal of every session on a host without tokens: they all see each other's
+durable runs (configure ``auth_tokens`` to keep principals apart)."""
+
+TOKEN_PRINCIPAL = "token"
+"""The principal of a session that presented the single ``auth_token``."""
 
 ENV_PREFIX = "A2E_"
 """Environment variables ``A2E_<FIELD>`` (upper case) set :class:`HostConfig` fields and
@@ -42,7 +57,13 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         root: the directory file tools and proc ``cwd`` are confined to; None = the
             working directory at start.
         host / port: WebSocket bind address (loopback by default).
-        auth_token: when set, handshakes must present it (or ``Authorization: Bearer``).
+        auth_token: when set, handshakes must present it (or ``Authorization: Bearer``);
+            its sessions' principal is :data:`TOKEN_PRINCIPAL`.
+        auth_tokens: named tokens, principal name → token (TOML ``[auth.tokens]``,
+            ``A2E_AUTH_TOKENS=alice:tok1,bob:tok2``): a handshake presenting one is the
+            session of that principal, which alone may attach to, cancel, list and get its
+            durable runs (PROTOCOL.md §5 Durable runs). With neither token set every
+            session is the principal :data:`ANONYMOUS_PRINCIPAL`.
         allowed_origins: browser ``Origin`` values the WebSocket server accepts; requests
             without an Origin header (non-browser clients) are always accepted.
         keepalive_interval: WebSocket ping interval, seconds; None disables.
@@ -68,6 +89,16 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         step_cache_max_bytes: JSON-encoded bytes of the outputs it keeps at most (int
             bytes, default 16 MiB); an output over an eighth of it is never kept. 0 turns
             the cache off.
+        store: the run store's file (SQLite) for durable runs; "" (the default): no
+            store, and durable runs are refused. TOML ``[store] path``.
+        durability: ``normal`` (a commit survives a crash of the host process) or
+            ``full`` (also an OS crash or power loss: an fsync per commit, slower).
+        store_retention: float seconds a finished run is kept after its end before its
+            events are pruned and it reads ``expired`` (default 7 days); a request's own
+            ``retention`` may ask for another.
+        store_prune_interval: float seconds between two retention sweeps (each bounded).
+        store_commit_delay: float seconds the store's writer waits for more writes before
+            a commit (bigger batches, later frames); 0 (default) commits at once.
         log_format: ``auto`` (console on a TTY, JSON otherwise), ``console`` or ``json``.
         log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
             for ``a2e-host stdio`` (an agent that spawns the host may never read its
@@ -85,6 +116,7 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     host: str = "127.0.0.1"
     port: int = 8765
     auth_token: str = ""
+    auth_tokens: dict[str, str] = {}
     allowed_origins: tuple[str, ...] = ()
     keepalive_interval: float | None = 20.0
     ws_compression: bool = False
@@ -97,8 +129,18 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     outbox_high_water_bytes: int = 8 * 1024 * 1024
     step_cache_max_entries: int = 1024
     step_cache_max_bytes: int = 16 * 1024 * 1024
+    store: str = ""
+    durability: str = "normal"
+    store_retention: float = 7 * 24 * 3600.0
+    store_prune_interval: float = 60.0
+    store_commit_delay: float = 0.0
     log_format: str = "auto"
     log_level: str = "auto"
+
+    @property
+    def auth_required(self) -> bool:
+        """Whether handshakes must present a token (``auth_token`` or ``auth_tokens``)."""
+        return bool(self.auth_token or self.auth_tokens)
 
     @property
     def root_path(self) -> Path:
@@ -113,7 +155,12 @@ _LOG_LEVELS = ("auto", "debug", "info", "warning", "error")
 _LIST_FIELDS = (
     "tools", "skills_dirs", "allow_proc", "proc_env_allow", "proc_env_keys", "allowed_origins"
 )
-_PATH_FIELDS = ("root", "skills_dirs")
+_PATH_FIELDS = ("root", "skills_dirs", "store")
+_STORE_TABLE = {
+    "path": "store", "durability": "durability", "retention": "store_retention",
+    "prune_interval": "store_prune_interval", "commit_delay": "store_commit_delay",
+}
+"""``[store]`` key → HostConfig field."""
 
 
 def load_config(
@@ -185,13 +232,51 @@ def _read_file(path: Path) -> list[_Item]:
                 raise ValueError(f"'limits' in {source} must be a [limits] table of ceilings")
             items.extend((name, v, f"[limits] of {source}") for name, v in value.items())
             continue
+        if key == "auth":
+            items.extend(_auth_table(value, source))
+            continue
+        if key == "store" and isinstance(value, dict):
+            items.extend(_store_table(path, value, source))
+            continue
         if key in _PATH_FIELDS:
             value = _relative_to(path.parent, key, value)
         items.append((key, value, source))
     return items
 
 
+def _auth_table(value: Any, source: str) -> list[_Item]:
+    """``[auth]`` of a config file: ``token`` and a ``[auth.tokens]`` table."""
+    if not isinstance(value, dict):
+        raise ValueError(f"'auth' in {source} must be an [auth] table")
+    items: list[_Item] = []
+    for key, raw in value.items():
+        if key == "token":
+            items.append(("auth_token", raw, f"[auth] of {source}"))
+        elif key == "tokens":
+            items.append(("auth_tokens", raw, f"[auth.tokens] of {source}"))
+        else:
+            raise ValueError(
+                f"unknown key {key!r} in [auth] of {source}; known: token, tokens"
+            )
+    return items
+
+
+def _store_table(path: Path, table: dict[str, Any], source: str) -> list[_Item]:
+    items: list[_Item] = []
+    for name, value in table.items():
+        if name not in _STORE_TABLE:
+            raise ValueError(f"unknown key {name!r} in [store] of {source}; known keys: "
+                             + ", ".join(_STORE_TABLE))
+        field = _STORE_TABLE[name]
+        if field == "store":
+            value = _relative_to(path.parent, field, value)
+        items.append((field, value, f"[store] of {source}"))
+    return items
+
+
 def _relative_to(base: Path, key: str, value: Any) -> Any:
+    if isinstance(value, str) and value == "":
+        return value
     if isinstance(value, str):
         return str(base / value)
     if isinstance(value, list):
@@ -276,6 +361,39 @@ def _string_list(key: str, raw: Any, source: str) -> tuple[str, ...]:
     raise _bad(key, source, "a list of strings (comma-separated in the environment)", raw)
 
 
+def _named_tokens(key: str, raw: Any, source: str) -> dict[str, str]:
+    """Principal name → token, from a table or ``name:token,name:token``."""
+    if isinstance(raw, str):
+        pairs: list[tuple[Any, Any]] = []
+        for part in (p.strip() for p in raw.split(",")):
+            if not part:
+                continue
+            name, sep, token = part.partition(":")
+            if not sep:
+                raise _bad(key, source, "name:token pairs, comma-separated", raw)
+            pairs.append((name.strip(), token.strip()))
+    elif isinstance(raw, dict):
+        pairs = list(raw.items())
+    else:
+        raise _bad(key, source, "a table of principal name = token", raw)
+    tokens: dict[str, str] = {}
+    seen: set[str] = set()
+    for name, token in pairs:
+        if not isinstance(name, str) or not name or not isinstance(token, str) or not token:
+            raise ValueError(
+                f"{key} from {source}: every principal needs a non-empty name and token, "
+                f"got {name!r}"
+            )
+        if name in tokens or token in seen:
+            raise ValueError(
+                f"{key} from {source}: principal {name!r} or its token is given twice; "
+                "each principal needs its own token"
+            )
+        tokens[name] = token
+        seen.add(token)
+    return tokens
+
+
 def _port(key: str, raw: Any, source: str) -> int:
     value = _integer(key, raw, source, "an integer port 0-65535")
     if not 0 <= value <= 65535:
@@ -346,6 +464,7 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "host": _string,
     "port": _port,
     "auth_token": _string,
+    "auth_tokens": _named_tokens,
     "allowed_origins": _string_list,
     "keepalive_interval": _optional_seconds,
     "ws_compression": _flag,
@@ -358,6 +477,11 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "outbox_high_water_bytes": _positive_int,
     "step_cache_max_entries": _count,
     "step_cache_max_bytes": _count,
+    "store": _string,
+    "durability": _choice(("normal", "full")),
+    "store_retention": _positive_seconds,
+    "store_prune_interval": _positive_seconds,
+    "store_commit_delay": _seconds,
     "log_format": _choice(_LOG_FORMATS),
     "log_level": _choice(_LOG_LEVELS),
 }

@@ -16,7 +16,11 @@ The tree::
     │   ├── UnknownSession        unknown_session     a ``session_id`` not this connection's
     │   ├── CapabilityMissing     capability_missing  capability not granted to the session
     │   ├── Unauthorized          unauthorized        bad or missing ``auth_token``
-    │   └── Busy                  busy                more than ``max_parallel`` chains in flight
+    │   ├── Busy                  busy                more than ``max_parallel`` chains in flight
+    │   ├── UnknownRun            unknown_run         no such run for this principal
+    │   ├── RunExpired            run_expired         the run's retention passed
+    │   ├── BadSinceSeq           bad_since_seq       ``since_seq`` outside the run's events
+    │   └── StoreRequired         store_required      a durable run on a host with no store
     ├── ChainError                (a chain failed → ``chain/resp.error``)
     │   ├── ChainInvalid          chain_invalid / chain_cycle / chain_limit (validation)
     │   ├── NodeError             chain_node_error    a node failed
@@ -190,3 +194,31 @@ class NodeTimeout(NodeError):
     """A node's own deadline (tool ``timeout`` or proc ``timeout``) passed."""
 
     retryable = True
+
+
+# ── durable runs (PROTOCOL.md §5 Durable runs) ────────────────────────────────
+
+
+class UnknownRun(RemoteProtocolError):
+    """No run with that id for this session's principal (another principal's run looks
+    exactly the same: an id alone never reveals a run)."""
+
+    code = "unknown_run"
+
+
+class RunExpired(RemoteProtocolError):
+    """The run ended and its retention passed: its events were pruned."""
+
+    code = "run_expired"
+
+
+class BadSinceSeq(RemoteProtocolError):
+    """``chain/attach.since_seq`` is negative or past the run's last ``seq``."""
+
+    code = "bad_since_seq"
+
+
+class StoreRequired(RemoteProtocolError):
+    """A durable run was asked of a host that has no run store (``--store``)."""
+
+    code = "store_required"

@@ -41,6 +41,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_attempts: int = 10
     """Attempts one node's ``retry`` may ask for, the first included (PROTOCOL.md §5
     Recovery): refused before anything runs when a node asks for more."""
+    max_retention: int = 7 * 86_400
+    """Seconds a durable run's record and events may be kept after it ends
+    (``chain/req.retention``, PROTOCOL.md §5 Durable runs); a request asking for more is
+    refused before it runs."""
 
     def to_dict(self) -> dict[str, int]:
         """The ceilings as a plain dict, e.g. for the handshake's ``chains`` metadata."""

@@ -26,6 +26,7 @@ from .config import HostConfig
 from .exceptions import UnknownType
 from .limits import SessionLimits
 from .messages import Message
+from .store import RunStore
 
 __all__ = ["Plugin", "PluginContext", "Outbox", "SessionInfo", "RunHandle", "RunsView"]
 
@@ -57,6 +58,12 @@ class SessionInfo(Protocol):
 
     @property
     def limits(self) -> SessionLimits: ...
+
+    @property
+    def principal(self) -> str:
+        """Who authenticated (:attr:`a2e_host.session.Session.principal`): the runs a
+        session may attach to, cancel, list and get are its principal's."""
+        ...
 
 
 class RunHandle(Protocol):
@@ -133,16 +140,40 @@ class PluginContext(Protocol):
     def runs(self) -> RunsView: ...
 
     def start_run(
-        self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = ""
+        self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "",
+        sink: Any = None,
     ) -> RunHandle:
         """Start ``fn(run, *args)`` as a run of the host for this message, listed under
         its id in :attr:`runs`, its sink attached to this connection: cancelled when the
         connection drops, awaited (within the grace period) when it closes in order. An
         exception it raises is sent as an ``error`` with this message's id.
 
+        With ``sink`` (a :class:`a2e_host.runtime.runs.RunSink`, e.g. a durable run's
+        that keeps its frames in a store) the run *outlives* its connection: a dropped
+        connection only detaches it (PROTOCOL.md §5 Durable runs).
+
         Raises:
             ValueError: a run of this capability is already in flight for this
                 message's id (``runs.get`` finds it).
+        """
+        ...
+
+    def attach_run(self, run: Any, *, after: int | None = None) -> None:
+        """Stream a durable run (one started with a ``sink``, from any connection) to
+        this connection: its frames after position ``after``, then the live ones. The
+        connection it was attached to, if any, stops receiving them.
+
+        Raises:
+            RuntimeError: the run is not durable and attached elsewhere.
+            ValueError: the sink does not keep the frames after ``after``.
+        """
+        ...
+
+    def detach_run(self, run: Any) -> bool:
+        """Stop streaming ``run`` to this connection without cancelling it.
+
+        Returns:
+            False when it was not attached to this connection.
         """
         ...
 
@@ -174,6 +205,11 @@ class Plugin:
     priority: ClassVar[int] = 100
     features: ClassVar[tuple[str, ...]] = ()
     message_types: ClassVar[tuple[type[Message], ...]] = ()
+
+    store: RunStore | None = None
+    """The host's run store (:mod:`a2e_host.store`) while the host runs with one
+    (``HostConfig.store``): set by the host before it serves, None again once it closed
+    the store at stop; None on a host without a store (durable runs are refused)."""
 
     def __init__(self, config: HostConfig) -> None:
         self.config = config

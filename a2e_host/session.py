@@ -57,7 +57,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .config import HostConfig
+from .config import ANONYMOUS_PRINCIPAL, TOKEN_PRINCIPAL, HostConfig
 from .exceptions import (
     CapabilityMissing,
     HandshakeRequired,
@@ -100,6 +100,9 @@ class Session:
             them (what work and node kinds are checked against).
         limits: the host's ceilings lowered by ``handshake/req.limits`` (PROTOCOL.md §6).
         gates: the gates among ``granted`` (``proc``, ``skill``; PROTOCOL.md §8).
+        principal: who authenticated: the name of the ``auth_tokens`` entry presented,
+            ``"token"`` for the single ``auth_token``, ``"anonymous"`` on a host without
+            tokens (PROTOCOL.md §5 Durable runs: whose runs it may see).
     """
 
     session_id: str
@@ -107,6 +110,7 @@ class Session:
     granted: frozenset[str]
     limits: SessionLimits
     gates: frozenset[str] = frozenset()
+    principal: str = ANONYMOUS_PRINCIPAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +181,8 @@ class ConnectionSession:
                 f"this connection is already handshaken or closing ({what}); send work with "
                 "its session_id, or open a new connection for a new session"
             )
-        if not self._authorized(request.auth_token):
+        principal = self._principal(request.auth_token)
+        if principal is None:
             reason = "auth_failed"
             return HandshakeOutcome(self._refusal(request, reason), None, close=True)
         limits = self._session_limits(request.limits)
@@ -192,6 +197,7 @@ class ConnectionSession:
             granted=frozenset(granted) | gates,
             limits=limits,
             gates=gates,
+            principal=principal,
         )
         accepted = []
         for cap in granted:
@@ -211,16 +217,27 @@ class ConnectionSession:
 
     @property
     def auth_required(self) -> bool:
-        """Whether the host has an ``auth_token`` a handshake must present."""
-        return bool(self.config.auth_token)
+        """Whether the host has a token (``auth_token``, ``auth_tokens``) a handshake
+        must present."""
+        return self.config.auth_required
 
-    def _authorized(self, auth_token: str) -> bool:
-        expected = self.config.auth_token
-        if not expected:
-            return True
-        want = expected.encode()
-        given = (auth_token.encode(), self.bearer_token.encode())
-        return any(token and hmac.compare_digest(token, want) for token in given)
+    def _principal(self, auth_token: str) -> str | None:
+        """The principal the presented token (or bearer token) names; None when the host
+        wants a token and none matches. Every configured token is compared, in constant
+        time each, so the time taken does not tell which one nearly matched."""
+        if not self.config.auth_required:
+            return ANONYMOUS_PRINCIPAL
+        given = [t.encode() for t in (auth_token, self.bearer_token) if t]
+        candidates = [(name, token) for name, token in self.config.auth_tokens.items()]
+        if self.config.auth_token:
+            candidates.append((TOKEN_PRINCIPAL, self.config.auth_token))
+        found: str | None = None
+        for name, token in candidates:
+            want = token.encode()
+            for presented in given:
+                if hmac.compare_digest(presented, want) and found is None:
+                    found = name
+        return found
 
     def _session_limits(self, asked: dict[str, Any]) -> SessionLimits:
         for name, value in asked.items():

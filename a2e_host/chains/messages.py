@@ -21,7 +21,12 @@ from ..messages import CORE_MESSAGE_TYPES, Message, new_chain_id
 __all__ = [
     "DEFAULT_TIMEOUT",
     "JITTERS",
+    "ChainAccepted",
+    "ChainAttach",
     "ChainCancel",
+    "ChainDetach",
+    "ChainDetached",
+    "DEFAULT_RETENTION",
     "ChainEvent",
     "ChainNode",
     "ChainRequest",
@@ -30,6 +35,10 @@ __all__ = [
     "RetryPolicy",
     "chain_codec",
 ]
+
+DEFAULT_RETENTION = 86_400
+"""Seconds a durable run is kept after it ends when its ``chain/req`` leaves
+``retention`` out (capped by ``max_retention``; PROTOCOL.md §5 Durable runs)."""
 
 DEFAULT_TIMEOUT = 300
 """Seconds a chain may run when its ``chain/req`` leaves ``timeout`` out (the seed's
@@ -140,6 +149,16 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
             with ``output: null``.
         cache: *extension* (PROTOCOL.md §5 Recovery): true lets every ``tool`` node of
             the chain (sub-chains not included) use the host's step cache.
+        durable: *extension* (PROTOCOL.md §5 Durable runs): the run is recorded in the
+            host's run store and outlives its connection (answered ``chain/accepted``
+            first; ``chain/attach`` resumes its events). False (the default): a closed
+            connection cancels the chain, as before.
+        idempotency_key: *extension*, durable runs: a resubmission with the same key
+            by the same principal attaches to the existing run instead of starting
+            another. ``""``: none.
+        retention: *extension*, durable runs: int seconds the run's record and events
+            are kept after it ends (> 0, within ``max_retention``); 0 (the default) keeps
+            them :data:`DEFAULT_RETENTION` seconds or ``max_retention``, the smaller.
     """
 
     TYPE: ClassVar[str] = "chain/req"
@@ -154,6 +173,9 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
     include_outputs: bool = True
     event_outputs: bool = True
     cache: bool = False
+    durable: bool = False
+    idempotency_key: str = ""
+    retention: int = 0
 
     def __post_init__(self) -> None:
         """An empty ``chain_id`` means absent (PROTOCOL.md §4): give it a fresh one."""
@@ -238,11 +260,82 @@ class ChainResponse(Message, tag="chain/resp", kw_only=True):
 class ChainCancel(Message, tag="chain/cancel", kw_only=True):
     """*Extension* ``chain/cancel``, agent → host (PROTOCOL.md §5): cancel the running chain
     whose ``chain/req`` id is ``req_id``; it ends with a ``chain/resp`` whose error code is
-    ``cancelled``. ``session_id`` is the sender's session, as in ``chain/req``."""
+    ``cancelled``. ``session_id`` is the sender's session, as in ``chain/req``.
+
+    *Extension* (§5 Durable runs): ``run_id`` names a durable run instead, which any
+    session of the run's principal may cancel, from any connection; a ``req_id`` not in
+    flight on this session is also looked up among the principal's durable runs."""
 
     TYPE: ClassVar[str] = "chain/cancel"
     session_id: str = ""
     req_id: str = ""
+    run_id: str = ""
+
+
+class ChainAccepted(Message, tag="chain/accepted", kw_only=True):
+    """*Extension*, host → agent (PROTOCOL.md §5 Durable runs): a durable run was
+    accepted (or attached to), before any of its events.
+
+    Attributes:
+        req_id: the ``chain/req`` id of the run (its events and response carry it).
+        run_id: the run's id in the host's run store (32 hex digits).
+        last_seq: the ``seq`` of the last event the run had emitted when this was
+            sent (0 for a new run).
+        attach_id: the ``chain/attach`` (or resubmitted ``chain/req``) this answers;
+            ``""`` for the first acceptance of a ``chain/req``.
+    """
+
+    TYPE: ClassVar[str] = "chain/accepted"
+    FROM_HOST: ClassVar[bool] = True
+    req_id: str = ""
+    run_id: str = ""
+    last_seq: int = 0
+    attach_id: str = ""
+
+
+class ChainAttach(Message, tag="chain/attach", kw_only=True):
+    """*Extension*, agent → host (PROTOCOL.md §5 Durable runs): stream a durable run to
+    this connection: ``chain/accepted``, then its stored events with ``seq > since_seq``,
+    then the live ones, then its ``chain/resp`` (each with the run's original ``req_id``).
+
+    Attributes:
+        run_id: the run; or ``""`` and ``req_id``.
+        req_id: the run's ``chain/req`` id (the principal's most recent run with it).
+        since_seq: the last ``seq`` the agent has (0: from the first event).
+    """
+
+    TYPE: ClassVar[str] = "chain/attach"
+    session_id: str = ""
+    run_id: str = ""
+    req_id: str = ""
+    since_seq: int = 0
+
+
+class ChainDetach(Message, tag="chain/detach", kw_only=True):
+    """*Extension*, agent → host (PROTOCOL.md §5 Durable runs): stop streaming a durable
+    run to this connection without cancelling it; answered ``chain/detached``."""
+
+    TYPE: ClassVar[str] = "chain/detach"
+    session_id: str = ""
+    run_id: str = ""
+    req_id: str = ""
+
+
+class ChainDetached(Message, tag="chain/detached", kw_only=True):
+    """*Extension*, host → agent: the answer to ``chain/detach``; no frame of the run
+    follows it on this connection.
+
+    Attributes:
+        req_id: the ``chain/detach`` id it answers.
+        run_id: the run's.
+        last_seq: the last event ``seq`` sent before it (attach with it to go on).
+    """
+
+    TYPE: ClassVar[str] = "chain/detached"
+    FROM_HOST: ClassVar[bool] = True
+    req_id: str = ""
+    run_id: str = ""
+    last_seq: int = 0
 
 
 CHAIN_MESSAGE_TYPES: tuple[type[Message], ...] = (
@@ -250,6 +343,10 @@ CHAIN_MESSAGE_TYPES: tuple[type[Message], ...] = (
     ChainEvent,
     ChainResponse,
     ChainCancel,
+    ChainAccepted,
+    ChainAttach,
+    ChainDetach,
+    ChainDetached,
 )
 """The chains capability's messages, as its plugin declares them."""
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from ..chains.messages import ChainEvent, ChainRequest, ChainResponse
+from ..chains.messages import ChainAccepted, ChainEvent, ChainRequest, ChainResponse
 from ..messages import ErrorMessage, Message
 from .errors import ConnectionLost, HostError
 
@@ -62,6 +62,9 @@ class ChainRun:
         request: the :class:`~a2e_host.chains.messages.ChainRequest` sent.
         req_id: its ``id``, the ``req_id`` of every event and of the response.
         response: the response once received, else None.
+        accepted: a durable run's ``chain/accepted`` once received (its ``run_id``;
+            for an attach or a resubmitted ``idempotency_key``, its ``req_id`` is the
+            run's original request id, which its events carry), else None.
 
     Raises (while iterating):
         HostError: the host refused the request with an ``error`` message.
@@ -76,6 +79,7 @@ class ChainRun:
         self.request = request
         self.req_id = request.id
         self.response: ChainResponse | None = None
+        self.accepted: ChainAccepted | None = None
         self._receive_timeout = receive_timeout
         self._started = False
         self._finished = False
@@ -95,6 +99,26 @@ class ChainRun:
         if self._finished:
             raise StopAsyncIteration
         await self.start()
+        message = await self._next_message()
+        while isinstance(message, ChainAccepted):  # a durable run: note it, go on
+            self.accepted = message
+            message = await self._next_message()
+        if isinstance(message, ChainResponse):
+            self.response = message
+            self._finish()
+            return message
+        if isinstance(message, ErrorMessage):
+            self._finish()
+            raise HostError(message)
+        assert isinstance(message, ChainEvent)
+        return message
+
+    @property
+    def run_id(self) -> str:
+        """A durable run's id (from ``chain/accepted``), ``""`` before or without one."""
+        return self.accepted.run_id if self.accepted is not None else ""
+
+    async def _next_message(self) -> Message:
         try:
             with anyio.fail_after(self._receive_timeout):
                 message = await self._receive.receive()
@@ -109,14 +133,6 @@ class ChainRun:
                 f"the connection closed before the chain/resp of request {self.req_id}"
                 f"{self.client._closed_suffix()}"
             ) from None
-        if isinstance(message, ChainResponse):
-            self.response = message
-            self._finish()
-            return message
-        if isinstance(message, ErrorMessage):
-            self._finish()
-            raise HostError(message)
-        assert isinstance(message, ChainEvent)
         return message
 
     async def result(self) -> ChainResponse:
@@ -138,4 +154,6 @@ class ChainRun:
         if not self._finished:
             self._finished = True
             self.client._close_route(self.req_id)
+            if self.accepted is not None and self.accepted.req_id != self.req_id:
+                self.client._close_route(self.accepted.req_id)
             self._receive.close()

@@ -29,7 +29,15 @@ import anyio
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ..chains.messages import ChainCancel, ChainNode, ChainRequest, ChainResponse
+from ..chains.messages import (
+    ChainAccepted,
+    ChainCancel,
+    ChainDetached,
+    ChainNode,
+    ChainRequest,
+    ChainResponse,
+)
+from ..chains.run_messages import RunGetResponse, RunListResponse
 from ..exceptions import A2EError
 from ..messages import (
     ErrorMessage,
@@ -42,6 +50,7 @@ from ..messages import (
 )
 from .chains import RESPONSE_GRACE, ChainRun
 from .errors import ConnectionLost, HandshakeFailed, HostError, unwrap_group
+from .runs import alias_route, attach, detach, get_run, list_runs
 
 if TYPE_CHECKING:
     from anyio.abc import Process
@@ -141,6 +150,9 @@ class Client:
         chain_id: str = "",
         correlation_id: str = "",
         receive_timeout: float | None = None,
+        durable: bool = False,
+        idempotency_key: str = "",
+        retention: int = 0,
     ) -> ChainRun:
         """Run a chain (seed ``chain/req``); iterate the result for its events and response.
 
@@ -154,6 +166,9 @@ class Client:
             chain_id: default: 8 hex digits.
             correlation_id: ties the chain to an agent turn.
             receive_timeout: seconds to wait for any one message; default ``timeout`` + 30.
+            durable / idempotency_key / retention: *extensions* (PROTOCOL.md §5 Durable
+                runs): a run recorded by the host that outlives this connection; its
+                ``run_id`` is :attr:`ChainRun.run_id` once accepted.
 
         Returns:
             A :class:`ChainRun` (async iterator of ChainEvent, then the ChainResponse).
@@ -169,6 +184,9 @@ class Client:
             initial_input=dict(initial_input or {}),
             correlation_id=correlation_id,
             streaming=streaming,
+            durable=durable,
+            idempotency_key=idempotency_key,
+            retention=retention,
         )
         if timeout is not None:
             request.timeout = timeout
@@ -194,6 +212,30 @@ class Client:
         The chain's run then ends with a response whose error code is ``cancelled``.
         """
         await self._send(ChainCancel(session_id=self.session_id, req_id=req_id))
+
+    def attach(self, run_id: str, since_seq: int = 0, *, req_id: str = "") -> ChainRun:
+        """Stream a durable run from ``since_seq`` (``chain/attach``); see
+        :func:`a2e_host.client.runs.attach`."""
+        return attach(self, run_id, since_seq, req_id=req_id)
+
+    async def detach(self, run_id: str) -> ChainDetached:
+        """Stop streaming a durable run here (``chain/detach``); it runs on."""
+        return await detach(self, run_id)
+
+    async def cancel_run(self, run_id: str) -> None:
+        """Cancel a durable run of this principal from any connection (``chain/cancel``
+        with ``run_id``)."""
+        await self._send(ChainCancel(session_id=self.session_id, run_id=run_id))
+
+    async def list_runs(self, *, status: str = "", cursor: str = "", limit: int = 50
+                        ) -> RunListResponse:
+        """A page of this principal's durable runs (``run/list``)."""
+        return await list_runs(self, status=status, cursor=cursor, limit=limit)
+
+    async def get_run(self, run_id: str, *, events: bool = False, since_seq: int = 0
+                      ) -> RunGetResponse:
+        """A durable run's record, with a page of its events when ``events``."""
+        return await get_run(self, run_id, events=events, since_seq=since_seq)
 
     async def ping(self, *, wait_timeout: float = 10.0) -> float:
         """Ping the host; returns its ``uptime_seconds`` (float seconds).
@@ -295,7 +337,9 @@ class Client:
 
     def _route(self, message: Message) -> None:
         req_id = getattr(message, "req_id", "")
-        send = self._routes.get(req_id) if req_id else None
+        send = self._routes.get(req_id)
+        if send is None and isinstance(message, ChainAccepted):
+            send = self._routes.get(message.attach_id)
         if send is None and isinstance(message, HandshakeResponse):
             # a host that leaves req_id empty still answers the one pending handshake
             send = self._routes.get(self._handshake_id)
@@ -307,6 +351,8 @@ class Client:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self._routes.pop(req_id, None)
             return
+        if isinstance(message, ChainAccepted):
+            alias_route(self._routes, message)
         if isinstance(message, ChainResponse | ErrorMessage | Pong | HandshakeResponse):
             self._close_route(req_id)
 

@@ -29,6 +29,7 @@ from ..config import HostConfig
 from ..logs import configure_logging, flush_logs
 from ..plugin import Plugin
 from ..runtime.host import Host
+from ..store import StoreError
 from .common import load_command_config
 
 Plugins = Iterable[Plugin | type[Plugin]] | None
@@ -89,13 +90,22 @@ def serve_main(
     host = _host(config, plugins)
     try:
         anyio.run(_serve, host, backend="asyncio")
-    except (_CannotListen, BaseExceptionGroup) as exc:
+    except (_CannotListen, StoreError, BaseExceptionGroup) as exc:
+        _exit_if_store_failed(exc)
         failed = _find(exc, _CannotListen)
         if failed is None:
             raise
         print(f"a2e-host: {_bind_message(config, failed.error)}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     _exit_despite_stuck_threads(0)
+
+
+def _exit_if_store_failed(exc: BaseException) -> None:
+    """Exit 2 with the store's one sentence when the run store could not be opened."""
+    failed = _find(exc, StoreError)
+    if failed is not None:
+        print(f"a2e-host: {failed.message}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
 
 class _CannotListen(Exception):
@@ -192,7 +202,11 @@ def stdio_main(
     out_fd = protect_stdout()  # before anything can print
     config = _setup(config_path, overrides, auto_level="warning")  # stderr may go unread
     host = _host(config, plugins)
-    anyio.run(_stdio, host, out_fd, backend="asyncio")
+    try:
+        anyio.run(_stdio, host, out_fd, backend="asyncio")
+    except (StoreError, BaseExceptionGroup) as exc:
+        _exit_if_store_failed(exc)
+        raise
     _exit_despite_stuck_threads(0)
 
 

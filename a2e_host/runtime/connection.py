@@ -16,7 +16,9 @@ Tasks, in one task group per connection:
 Work a plugin starts is a *run* of the host (:mod:`a2e_host.runtime.runs`), in the
 host's task group, not the connection's: the connection attaches each run's sink to its
 outbox when it starts it, tracks it for draining, and detaches it when it ends, which
-cancels it (:attr:`~a2e_host.runtime.runs.DetachPolicy.CANCEL`).
+cancels it (:attr:`~a2e_host.runtime.runs.DetachPolicy.CANCEL`), or leaves a durable
+one running (:attr:`~a2e_host.runtime.runs.DetachPolicy.KEEP`), which any connection may
+attach to later (:meth:`HostConnection.attach_run`).
 
 How a connection ends:
 
@@ -64,7 +66,7 @@ from .decode import decode_frame
 from .dispatch import dispatch
 from .outbox import Outbox
 from .router import Router
-from .runs import Run, SessionRuns
+from .runs import DetachPolicy, Run, RunSink, SessionRuns
 
 __all__ = ["HostConnection", "CANCEL_GRACE", "FLUSH_TIMEOUT"]
 
@@ -213,7 +215,11 @@ class HostConnection:
             if self._runs:
                 self.log.info("cancelling work past the grace period", tasks=len(self._runs))
                 for run in list(self._runs):
-                    run.abort()
+                    if run.policy is DetachPolicy.KEEP:  # durable: it runs on, detached
+                        run.detach(self.outbox)
+                        self._run_ended(run)
+                    else:
+                        run.abort()
                 with anyio.move_on_after(CANCEL_GRACE):
                     await self._wait_idle()
         with anyio.move_on_after(FLUSH_TIMEOUT):
@@ -244,7 +250,7 @@ class HostConnection:
         self.sessions.stop()
         self._stop.set()
         for run in list(self._runs):
-            run.detach()
+            run.detach(self.outbox)
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
 
@@ -259,6 +265,8 @@ class HostConnection:
         req_id: str,
         capability: str,
         listed: bool,
+        policy: DetachPolicy = DetachPolicy.CANCEL,
+        sink: RunSink | None = None,
     ) -> Run:
         """Start ``fn(run, *args)`` as a run of the host, attached to this connection
         (tracked for draining, detached when the connection ends).
@@ -266,6 +274,8 @@ class HostConnection:
         Args:
             listed: list it under ``(session_id, req_id)`` (``ctx.start_run``), or not
                 (``ctx.start_soon``).
+            policy: what the connection ending does to it (KEEP: a durable run).
+            sink: its sink when not a plain one (a durable run's).
 
         Raises:
             RuntimeError: the connection has no session, or the host is not running.
@@ -281,13 +291,41 @@ class HostConnection:
             capability=capability,
             name=name,
             log=self.log.bind(req_id=req_id),
-            outbox=self.outbox,
-            on_end=self._run_ended,
+            policy=policy,
+            sink=sink,
         )
+        self._track(run)
+        return run
+
+    def attach_run(self, run: Run, after: int | None) -> None:
+        """Attach ``run`` (a durable one, started anywhere) to this connection, taking it
+        over from the connection it is attached to, if any; its frames after position
+        ``after`` follow (PROTOCOL.md §5 Durable runs).
+
+        Raises:
+            RuntimeError: the run cannot be taken over (not durable).
+            ValueError: ``after`` asks for frames the run's sink does not keep.
+        """
+        self._track(run, after=after, take_over=True)
+
+    def detach_run(self, run: Run) -> bool:
+        """Stop sending ``run``'s frames here, without cancelling it (``chain/detach``).
+
+        Returns:
+            False when it was not attached to this connection.
+        """
+        if run not in self._runs or not run.sink.attached_to(self.outbox):
+            return False
+        run.sink.detach()
+        self._run_ended(run)
+        return True
+
+    def _track(self, run: Run, *, after: int | None = None, take_over: bool = False) -> None:
+        run.attach(self.outbox, after=after, on_end=self._run_ended,
+                   on_taken=self._run_ended, take_over=take_over)
         self._runs.add(run)
         if self._idle.is_set():
             self._idle = anyio.Event()
-        return run
 
     def _run_ended(self, run: Run) -> None:
         self._runs.discard(run)
@@ -303,7 +341,7 @@ class HostConnection:
         :data:`CANCEL_GRACE` for those that detaching cancelled. A run still going then
         (its body ignores the cancel: a worker thread, a shielded wait) is logged and
         left to end on its own, in the host's task group."""
-        cancelled = [run for run in list(self._runs) if run.detach()]
+        cancelled = [run for run in list(self._runs) if run.detach(self.outbox)]
         self._runs.clear()
         self._idle.set()
         with anyio.move_on_after(CANCEL_GRACE):

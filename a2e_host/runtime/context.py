@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from ..messages import Message
 from ..plugin import Outbox as OutboxProtocol
 from ..plugin import SessionInfo
-from .runs import Run, SessionRuns
+from .runs import DetachPolicy, Run, RunSink, SessionRuns
 
 __all__ = ["ConnectionContext", "ContextOwner"]
 
@@ -43,7 +43,13 @@ class ContextOwner(Protocol):
         req_id: str,
         capability: str,
         listed: bool,
+        policy: DetachPolicy = DetachPolicy.CANCEL,
+        sink: RunSink | None = None,
     ) -> Run: ...
+
+    def attach_run(self, run: Run, after: int | None) -> None: ...
+
+    def detach_run(self, run: Run) -> bool: ...
 
 
 class ConnectionContext:
@@ -86,16 +92,35 @@ class ConnectionContext:
             self._runs = self._conn.runs_of(self.session, self._capability)
         return self._runs
 
-    def start_run(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "") -> Run:
+    def start_run(
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        name: str = "",
+        sink: RunSink | None = None,
+    ) -> Run:
         """Start ``fn(run, *args)`` as a run of the host listed under this message's id,
         attached to this connection (see :meth:`PluginContext.start_run
-        <a2e_host.plugin.PluginContext.start_run>`).
+        <a2e_host.plugin.PluginContext.start_run>`); with ``sink`` (a durable run's) it
+        outlives the connection (:attr:`DetachPolicy.KEEP`).
 
         Raises:
             ValueError: a run is already listed for this message's id.
         """
+        policy = DetachPolicy.CANCEL if sink is None else DetachPolicy.KEEP
         return self._conn.start_run(fn, args, name=name, req_id=self._req_id,
-                                    capability=self._capability, listed=True)
+                                    capability=self._capability, listed=True,
+                                    policy=policy, sink=sink)
+
+    def attach_run(self, run: Run, *, after: int | None = None) -> None:
+        """Stream a durable run to this connection from position ``after`` (see
+        :meth:`PluginContext.attach_run <a2e_host.plugin.PluginContext.attach_run>`)."""
+        self._conn.attach_run(run, after)
+
+    def detach_run(self, run: Run) -> bool:
+        """Stop streaming ``run`` here without cancelling it; False when it was not
+        attached here."""
+        return self._conn.detach_run(run)
 
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = "") -> None:
         """Run ``fn(*args)`` in the background as an unlisted run attached to this

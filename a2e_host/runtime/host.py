@@ -37,8 +37,10 @@ from ..logs import get_logger
 from ..messages import CORE_MESSAGE_TYPES, Message
 from ..plugin import Plugin
 from ..session import MetadataFn, Session
+from ..store import Durability, RunStore, open_store
 from ..transports import CloseCode, Transport
 from .connection import HostConnection
+from .retention import prune_periodically
 from .router import Router
 from .runs import RunRegistry
 
@@ -100,6 +102,7 @@ class Host:
         shutdown_event: set by :meth:`shutdown`; the stop signal transports serve until.
         connections: the connections being served.
         runs: every run of the host (:mod:`a2e_host.runtime.runs`).
+        store: the run store while the host runs with one (``config.store``), else None.
     """
 
     def __init__(
@@ -126,6 +129,8 @@ class Host:
             error_message=error_message_of,
         )
         self.connections: set[HostConnection] = set()
+        self.store: RunStore | None = None
+        self._store_lock = anyio.Lock()
         self.shutdown_event = anyio.Event()
         self._grace: float | None = None
 
@@ -172,9 +177,46 @@ class Host:
         :func:`~a2e_host.runtime.memory.open_memory_client`). Re-entrant: an entry while
         the host runs joins it, and the block that started it waits for those that
         joined to leave; on leaving, runs still alive are cancelled and awaited.
+
+        With ``config.store`` the outermost entry opens the run store first (every
+        plugin's :attr:`~a2e_host.plugin.Plugin.store` is set), prunes it every
+        ``store_prune_interval`` seconds while the host runs, and closes it last, after
+        the runs ended, committing what they queued.
+
+        Raises:
+            StoreError: the store cannot be opened (locked by another host, written by a
+                newer version, not a run store); the message says which.
         """
-        async with self.runs.open():
-            yield self
+        async with self._store_lock:  # a concurrent first entry joins once it is open
+            opens = self.store is None and bool(self.config.store)
+            if opens:
+                self.store = await open_store(
+                    self.config.store, durability=_durability(self.config),
+                    commit_delay=self.config.store_commit_delay)
+        if not opens:
+            async with self.runs.open():
+                yield self
+            return
+        store = self.store
+        assert store is not None
+        for plugin in self.plugins:
+            plugin.store = store
+        try:
+            async with self.runs.open(), anyio.create_task_group() as tg:
+                tg.start_soon(prune_periodically, store, self.config.store_prune_interval,
+                              self.log)
+                try:
+                    yield self
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await store.aclose()
+                finally:
+                    self.store = None
+                    for plugin in self.plugins:
+                        plugin.store = None
 
     async def serve_connection(self, transport: Transport, *, conn_id: str = "") -> None:
         """Serve one connection until it ends: the handler transports serve
@@ -225,6 +267,10 @@ class Host:
                 await plugin.aclose()
             except Exception as exc:
                 self.log.error("plugin failed to close", plugin=plugin.capability, exc_info=exc)
+
+
+def _durability(config: HostConfig) -> Durability:
+    return "full" if config.durability == "full" else "normal"
 
 
 def _declared_types(plugins: Iterable[Plugin]) -> tuple[type[Message], ...]:

@@ -5,8 +5,9 @@ any background work (``ctx.start_soon``). Its task lives in the registry's task 
 which the host keeps open for as long as it serves (:meth:`RunRegistry.open`), and
 its frames leave through its :class:`RunSink`. A connection *attaches* the sink to its
 outbox when it starts the run, and *detaches* it when it closes or drops; what detaching
-does to the run is its :class:`DetachPolicy`: today always :attr:`DetachPolicy.CANCEL`,
-as PROTOCOL.md §4 says a chain ends with its connection.
+does to the run is its :class:`DetachPolicy`: :attr:`DetachPolicy.CANCEL` as PROTOCOL.md §4
+says a chain ends with its connection, or :attr:`DetachPolicy.KEEP` for a durable run
+(§5 Durable runs), which another connection may attach to later.
 
 Listed runs are keyed by ``(session_id, req_id)`` within their capability: a plugin
 finds one to cancel it and counts its session's against ``max_parallel``
@@ -20,7 +21,7 @@ A run's failure stays the run's: what its body raises becomes one wire ``error``
 through its sink, and when even that cannot be sent (the ``append`` hook failing) it is
 logged; nothing but cancellation leaves a run's task, since the task group is the host's.
 
-The seams for runs that outlive their connection (not built here):
+The seams for runs that outlive their connection:
 
 - re-attaching: :meth:`Run.attach` takes another connection's outbox, with ``after``
   the position its frames resume from;
@@ -137,6 +138,10 @@ class RunSink:
         """Stop sending frames anywhere (they are still counted and appended)."""
         self._outbox = None
 
+    def attached_to(self, outbox: FrameOutbox) -> bool:
+        """Whether ``outbox`` is the one receiving the frames now."""
+        return self._outbox is outbox
+
     def send_nowait(self, message: Message) -> None:
         """Emit one message: encoded, counted, appended, then queued on the attached
         outbox (dropped when none is attached). Never blocks."""
@@ -170,7 +175,8 @@ class Run:
     """
 
     __slots__ = ("key", "req_id", "capability", "name", "sink", "policy", "log", "done",
-                 "cancel_requested", "_scope", "_on_cancel", "_on_end", "_registry")
+                 "cancel_requested", "_scope", "_on_cancel", "_on_end", "_on_taken",
+                 "_registry")
 
     def __init__(
         self,
@@ -198,6 +204,7 @@ class Run:
         self._scope = anyio.CancelScope()
         self._on_cancel: Callable[[], None] | None = None
         self._on_end: Callable[[Run], None] | None = None
+        self._on_taken: Callable[[Run], None] | None = None
 
     # ── asked by the plugin or the agent ────────────────────────────────────
 
@@ -234,26 +241,48 @@ class Run:
         *,
         after: int | None = None,
         on_end: Callable[[Run], None] | None = None,
+        on_taken: Callable[[Run], None] | None = None,
+        take_over: bool = False,
     ) -> None:
         """Send the run's frames to ``outbox`` (see :meth:`RunSink.attach`); ``on_end``
         is called with the run when its task ends while attached.
 
+        Args:
+            on_taken: called with the run when another connection takes it over.
+            take_over: a :attr:`DetachPolicy.KEEP` run attached elsewhere moves here (its
+                previous connection's ``on_taken`` is called; PROTOCOL.md §5 Durable
+                runs: the newest ``chain/attach`` wins). False: refused.
+
         Raises:
-            RuntimeError: another connection is attached.
+            RuntimeError: another connection is attached (and not ``take_over``).
             ValueError: ``after`` asks for frames that are not kept.
         """
+        if take_over and self.sink.attached and self.policy is DetachPolicy.KEEP:
+            taken, self._on_taken = self._on_taken, None
+            self.sink.detach()
+            self._on_end = None
+            if taken is not None:
+                taken(self)
         self.sink.attach(outbox, after=after)
         self._on_end = on_end
+        self._on_taken = on_taken
 
-    def detach(self) -> bool:
+    def detach(self, outbox: FrameOutbox | None = None) -> bool:
         """The attached connection is gone. Under :attr:`DetachPolicy.CANCEL` the run is
         cancelled; under :attr:`DetachPolicy.KEEP` it runs on, detached.
+
+        Args:
+            outbox: the connection that is gone: when given and another one is attached
+                now (it took the run over), nothing changes.
 
         Returns:
             True when the run was cancelled.
         """
+        if outbox is not None and self.sink.attached and not self.sink.attached_to(outbox):
+            return False
         self.sink.detach()
         self._on_end = None
+        self._on_taken = None
         if self.policy is DetachPolicy.CANCEL and not self.done.is_set():
             self.abort()
             return True

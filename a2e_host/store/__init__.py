@@ -36,13 +36,15 @@ Reads are async: they run on a separate connection in a worker thread, so the lo
 never blocks on the disk. They see committed writes only.
 
 Open a store with :func:`open_store`; close it with :meth:`RunStore.aclose`, which
-commits what is queued first.
+commits what is queued first. This module imports no backend (the core and plugins
+import it); :func:`open_store` loads the backend it opens.
 """
 
 from __future__ import annotations
 
 import builtins
 import enum
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
@@ -112,7 +114,9 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
         response: the encoded final frame (e.g. ``chain/resp``) once finished, else None.
         idempotency_key: the request's key, unique per principal, None: none.
         retention_until: unix seconds after which a finished run may be pruned
-            (events and response deleted, status ``expired``); None keeps it.
+            (events and response deleted, status ``expired``); None keeps it. Create
+            the run with ``created + retention``: :meth:`RunStore.finish` moves it to
+            ``end + retention``, so the window counts from the run's end.
     """
 
     run_id: str
@@ -401,10 +405,16 @@ async def open_store(
         StoreError: the file cannot be opened, is not a run store, or is locked by
             another host process.
     """
-    from .sqlite import open_sqlite_store
-
-    store: RunStore = await open_sqlite_store(
+    backend = importlib.import_module(_BACKENDS["sqlite"])
+    store: RunStore = await backend.open_store(
         path, durability=durability, readonly=readonly, owner=owner,
         max_pending=max_pending, commit_delay=commit_delay, blob_threshold=blob_threshold,
     )
     return store
+
+
+_BACKENDS = {"sqlite": "a2e_host.store.sqlite"}
+"""Backend name → module with an ``open_store`` coroutine. Imported only when a store is
+opened: this interface module stays plain code (plugins and the core import it), and a
+backend's dependencies (anyio's threads, a database driver) load with the backend. A
+``path`` is SQLite today; a URL scheme picks another backend later (``postgresql://``)."""

@@ -50,9 +50,11 @@ INSERT_RUN = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 FINISH_RUN = (
-    "UPDATE runs SET status = ?, response = ?, last_seq = max(last_seq, ?), updated = ? "
-    "WHERE run_id = ? AND status = 'running'"
+    "UPDATE runs SET status = ?1, response = ?2, last_seq = max(last_seq, ?3), updated = ?4, "
+    "retention_until = ?4 + (retention_until - created) "
+    "WHERE run_id = ?5 AND status = 'running'"
 )
+"""The retention window (``retention_until - created`` as created) counts from the end."""
 CANCEL_RUN = (
     "UPDATE runs SET cancel_requested = 1, updated = ? "
     "WHERE run_id = ? AND status = 'running'"

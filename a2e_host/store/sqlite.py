@@ -49,7 +49,7 @@ from . import _queries as q
 from ._schema import OwnerLock, connect_reader, connect_writer
 from ._writer import APPEND, CANCEL, CREATE, FINISH, JOB, Writer
 
-__all__ = ["SQLiteRunStore", "open_sqlite_store"]
+__all__ = ["SQLiteRunStore", "open_sqlite_store", "open_store"]
 
 T = TypeVar("T")
 
@@ -112,6 +112,10 @@ async def open_sqlite_store(
         store._start_writer(writer_conn, blob_threshold=blob_threshold,
                             commit_delay=commit_delay)
     return store
+
+
+open_store = open_sqlite_store
+"""This backend's opener, as :func:`a2e_host.store.open_store` finds it."""
 
 
 class SQLiteRunStore:

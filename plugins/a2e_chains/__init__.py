@@ -30,7 +30,6 @@ Life of one ``chain/req``, each step keeping "exactly one ``chain/resp``":
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
@@ -39,7 +38,9 @@ import anyio.lowlevel
 from a2e_host.chains import kinds
 from a2e_host.chains.messages import (
     CHAIN_MESSAGE_TYPES,
+    ChainAttach,
     ChainCancel,
+    ChainDetach,
     ChainNode,
     ChainRequest,
     ChainResponse,
@@ -57,12 +58,18 @@ from a2e_host.exceptions import (
     InvalidMessage,
     UnknownSession,
 )
-from a2e_host.limits import SessionLimits
 from a2e_host.messages import Message
 from a2e_host.plugin import Plugin, PluginContext, RunHandle, SessionInfo
 from a2e_host.runtime.limiters import loop_limiter
 
-__all__ = ["ChainPlugin", "NODE_KIND_GATES", "THREAD_PLANNING_NODES", "worst_case_node_count"]
+from .counting import check_total_nodes, worst_case_node_count
+from .durable_handlers import DurableChains, forget_durable_runs
+from .runs import RunsPlugin
+
+__all__ = [
+    "ChainPlugin", "RunsPlugin", "NODE_KIND_GATES", "THREAD_PLANNING_NODES",
+    "worst_case_node_count",
+]
 
 NODE_KIND_GATES = kinds.gates()
 """The gates of ``chains``, from the node-kind table: names in ``agent_caps`` that unlock
@@ -79,13 +86,12 @@ THREAD_PLANNING_CHARS = 16_384
 costs by text, not by node (one node may declare 120 expressions of 65,000 characters)."""
 
 _PLANNING_THREADS = 2  # chains validated at once in worker threads, host-wide
-_COUNT_CEILING = 2**62  # worst-case node counts saturate here
 _planning_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
     "a2e_chains_planning_limiter"
 )
 
 
-class ChainPlugin(Plugin):
+class ChainPlugin(DurableChains, Plugin):
     """Validates and runs chains.
 
     Args:
@@ -106,6 +112,7 @@ class ChainPlugin(Plugin):
         "chain/node.timeout",
         "chain/node.fallback",
         "chain/cache",
+        "chain/durable",
     )
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
@@ -127,23 +134,39 @@ class ChainPlugin(Plugin):
         return meta
 
     async def handle(self, message: Message, ctx: PluginContext) -> None:
-        """Start a chain (``chain/req``) or cancel one (``chain/cancel``).
+        """Start a chain (``chain/req``) or cancel one (``chain/cancel``); attach to or
+        detach from a durable one (``chain/attach``, ``chain/detach``, §5 Durable runs).
 
         Raises:
             Busy: ``max_parallel`` chains are in flight, or the host is shutting down.
             InvalidMessage: a ``chain/cancel`` for no chain in flight, or a message type
                 this plugin does not take from agents.
+            StoreRequired: a durable ``chain/req`` on a host without a run store.
+            UnknownRun / RunExpired / BadSinceSeq: an attach, detach or cancel naming
+                no run of this principal, an expired one, or a ``since_seq`` outside it.
         """
         if isinstance(message, ChainRequest):
-            self._start(message, ctx)
+            if message.durable:
+                await self._start_durable(message, ctx)
+            else:
+                self._start(message, ctx)
         elif isinstance(message, ChainCancel):
-            self._cancel(message, ctx)
+            await self._cancel(message, ctx)
+        elif isinstance(message, ChainAttach):
+            await self._attach(message, ctx)
+        elif isinstance(message, ChainDetach):
+            await self._detach(message, ctx)
         else:
             raise InvalidMessage(
                 f"{message.TYPE!r} is sent by hosts, not agents; send chain/req or chain/cancel"
             )
 
     def _start(self, request: ChainRequest, ctx: PluginContext) -> None:
+        self._check_admission(request, ctx)
+        ctx.start_run(self._run, request, ctx.session, ctx.log, time.monotonic(),
+                      name=f"chain {request.id}")
+
+    def _check_admission(self, request: ChainRequest, ctx: PluginContext) -> None:
         if ctx.closing:
             raise Busy("the host is shutting down and takes no new chains", retryable=True)
         in_flight = len(ctx.runs)
@@ -157,16 +180,16 @@ class ChainPlugin(Plugin):
             raise InvalidMessage(
                 f"a chain with request id {request.id!r} is already running; use a fresh id"
             )
-        ctx.start_run(self._run, request, ctx.session, ctx.log, time.monotonic(),
-                      name=f"chain {request.id}")
 
-    def _cancel(self, message: ChainCancel, ctx: PluginContext) -> None:
+    async def _cancel(self, message: ChainCancel, ctx: PluginContext) -> None:
         session = ctx.session
         if message.session_id and message.session_id != session.session_id:
             raise UnknownSession(
                 f"session {message.session_id!r} is not this connection's session"
             )
-        run = ctx.runs.get(message.req_id)
+        run = None if message.run_id else ctx.runs.get(message.req_id)
+        if run is None and await self._cancel_durable(message, ctx):
+            return
         if run is None:
             raise InvalidMessage(
                 f"no chain in flight with req_id {message.req_id!r} on this session "
@@ -181,17 +204,25 @@ class ChainPlugin(Plugin):
         session: SessionInfo,
         log: Any,
         started: float,
+        run_id: str = "",
     ) -> None:
         log = log.bind(chain_id=request.chain_id)
         sink = run.sink
         runner: ChainRunner | None = None
         responded = False
+        live = self.durable.live.get(run_id) if run_id else None
+
+        def emit(message: Message) -> None:
+            if live is not None and isinstance(message, ChainResponse):
+                self.durable.finished(live, message)  # stored with its status, then sent
+            else:
+                sink.send_nowait(message)
 
         def respond(response: ChainResponse) -> None:
             nonlocal responded
             responded = True
             run.release()
-            sink.send_nowait(response)
+            emit(response)
 
         def before_response() -> None:  # the runner sends its own response
             nonlocal responded
@@ -218,7 +249,7 @@ class ChainPlugin(Plugin):
                 plan,
                 executors=self.toolbox.executors,
                 limits=session.limits,
-                emit=sink.send_nowait,
+                emit=emit,
                 wait_writable=sink.wait_writable,
                 granted=session.granted,
                 subchain_planner=self._planner(session),
@@ -247,6 +278,13 @@ class ChainPlugin(Plugin):
             log.error("the chain failed inside the host", exc_info=exc)
             stage = "running" if runner is not None else "validating"
             respond(_answer(request, started, chain_failure_of(exc, stage=stage)))
+        finally:
+            if live is not None:
+                await self.durable.ended(live)
+
+    def _refused(self, request: ChainRequest, exc: Exception) -> ChainResponse:
+        """The ``chain/resp`` refusing ``request`` before it runs (``nodes_run`` 0)."""
+        return _answer(request, time.monotonic(), chain_failure_of(exc))
 
     async def _plan(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
         """Validate ``request`` and hold its worst case to ``max_total_nodes``; in a worker
@@ -268,7 +306,7 @@ class ChainPlugin(Plugin):
 
     def _plan_now(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
         plan = validate_chain(request, self.toolbox, session.limits, granted=session.granted)
-        _check_total_nodes(
+        check_total_nodes(
             request.nodes, self.toolbox.skills.declared, session.limits
         )
         return plan
@@ -354,96 +392,13 @@ class ChainPlugin(Plugin):
 
     async def session_closed(self, session: SessionInfo) -> None:
         """Forget the session's skill plans (its chains, runs of the host, were
-        cancelled when its connection detached from them)."""
+        cancelled when its connection detached from them; its durable runs keep the plans
+        they hold)."""
         self._skill_plans.pop(session.session_id, None)
 
-
-def worst_case_node_count(
-    nodes: Sequence[ChainNode], skills: Mapping[str, Any], max_depth: int
-) -> int:
-    """Node executions a chain makes at most through its declared skills, before running.
-
-    Every declared node counts once, as if every branch side ran (as ``max_nodes``
-    counts declared nodes); a ``skill`` node naming a declarative skill adds that skill's
-    own count one level deeper, down to ``max_depth`` (a skill node past it counts once:
-    it fails when it starts). Map templates count nothing here: their items are unknown
-    until the map runs, and counted then (PROTOCOL.md §6 ``max_total_nodes``). Work is
-    linear in the chain's nodes plus, per skill and depth reached, that skill's nodes.
-
-    Args:
-        nodes: the chain's declared nodes (depth 0).
-        skills: declarative skills by name, each with ``nodes`` (a list of ChainNode).
-        max_depth: the effective ``max_depth``.
-
-    Returns:
-        The count, int (at most :data:`_COUNT_CEILING`).
-    """
-    counted: dict[tuple[str, int], int] = {}  # (skill, depth it runs at) → its count
-    subchain_kinds = kinds.NODE_KINDS.subchain_kinds
-    templates_of: dict[str, set[str]] = {}
-
-    def calls(chain: Sequence[ChainNode], depth: int, name: str) -> tuple[int, list[Any]]:
-        """Nodes that run at ``depth`` and the (skill, depth + 1) sub-chains they start."""
-        templates = templates_of.get(name)
-        if templates is None:
-            templates = {n.map_node for n in chain if n.map_node}  # a validated chain's maps
-            if name:
-                templates_of[name] = templates
-        own = 0
-        subs: list[tuple[str, int]] = []
-        for node in chain:
-            if node.node_id in templates:
-                continue
-            own += 1
-            if node.kind in subchain_kinds and node.name in skills and depth < max_depth:
-                subs.append((node.name, depth + 1))
-        return own, subs
-
-    top_own, top_subs = calls(nodes, 0, "")
-    stack: list[tuple[str, int]] = list(top_subs)
-    while stack:
-        key = stack[-1]
-        if key in counted:
-            stack.pop()
-            continue
-        own, subs = calls(skills[key[0]].nodes, key[1], key[0])
-        missing = [sub for sub in subs if sub not in counted]
-        if missing:
-            stack.extend(missing)
-            continue
-        stack.pop()
-        counted[key] = min(_COUNT_CEILING, own + sum(counted[sub] for sub in subs))
-    return min(_COUNT_CEILING, top_own + sum(counted[sub] for sub in top_subs))
-
-
-def _check_total_nodes(
-    nodes: Sequence[ChainNode], skills: Mapping[str, Any], limits: SessionLimits
-) -> None:
-    """Refuse, before it runs, a chain whose declared skills alone would make it run
-    more than ``max_total_nodes`` nodes (see :func:`worst_case_node_count`).
-
-    Raises:
-        ChainInvalid: code ``chain_limit``, ``details`` ``{ceiling, scope, limit,
-            requested, errors}``.
-    """
-    effective = limits.effective
-    if len(nodes) <= effective.max_total_nodes and not skills:
-        return
-    count = worst_case_node_count(nodes, skills, effective.max_depth)
-    err = limits.refusal("max_total_nodes", count)
-    if err is None:
-        return
-    message = (
-        f"the chain would run up to {count} nodes, counting its skills' sub-chains at "
-        f"every depth (map items not included), over max_total_nodes "
-        f"{err.details['limit']} at {err.details['scope']} scope"
-    )
-    hint = "split the work into smaller chains, or call fewer skills per chain"
-    problem = {"code": "chain_limit", "node_id": "", "field": "nodes", "message": message,
-               "hint": hint, **err.details}
-    raise ChainInvalid(
-        message, code="chain_limit", details={**err.details, "errors": [problem]}
-    )
+    async def aclose(self) -> None:
+        """The host is stopping: close the run store (committing what is queued)."""
+        forget_durable_runs(self.config)
 
 
 def _refusal(request: ChainRequest, exc: ChainInvalid, started: float) -> ChainResponse:

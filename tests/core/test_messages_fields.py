@@ -11,7 +11,11 @@ import msgspec
 import pytest
 
 from a2e_host.chains.messages import (
+    ChainAccepted,
+    ChainAttach,
     ChainCancel,
+    ChainDetach,
+    ChainDetached,
     ChainEvent,
     ChainNode,
     ChainRequest,
@@ -59,6 +63,9 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("include_outputs", bool, True),  # extension (PROTOCOL.md §5)
         ("event_outputs", bool, True),  # extension (PROTOCOL.md §5)
         ("cache", bool, False),  # extension (PROTOCOL.md §5 Recovery)
+        ("durable", bool, False),  # extension (PROTOCOL.md §5 Durable runs)
+        ("idempotency_key", str, ""),  # extension
+        ("retention", int, 0),  # extension
     ],
     ChainEvent: ENVELOPE + [
         ("kind", str, "status"),
@@ -135,7 +142,7 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("retryable", bool, False),
         ("capability_name", str, ""),
     ],
-    ChainCancel: ENVELOPE + [("session_id", str, ""), ("req_id", str, "")],
+    ChainCancel: ENVELOPE + [("session_id", str, ""), ("req_id", str, ""), ("run_id", str, "")],
 }
 
 TAGS = {
@@ -149,6 +156,10 @@ TAGS = {
     "chain/event": ChainEvent,
     "chain/resp": ChainResponse,
     "chain/cancel": ChainCancel,
+    "chain/accepted": ChainAccepted,
+    "chain/attach": ChainAttach,
+    "chain/detach": ChainDetach,
+    "chain/detached": ChainDetached,
 }
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")

@@ -1,0 +1,302 @@
+"""Durable chains: runs recorded in the host's run store that outlive their connection
+(PROTOCOL.md §5 Durable runs).
+
+The chains and runs plugins share one :class:`DurableRuns` per host. It uses the run
+store the host opened (``Plugin.store``), starts durable runs with a store-backed sink
+(:class:`a2e_host.runtime.durable.DurableSink`: a frame reaches the wire only once its
+batch is committed, and a later attach replays the stored frames before the live ones),
+finds a principal's runs for ``chain/attach``, ``chain/detach``, ``chain/cancel``,
+``run/list`` and ``run/get``, and writes each run's status when it ends.
+
+**Principal.** Every lookup is by ``(principal, id)``: a run of another principal is
+answered exactly like a run that does not exist (``unknown_run``), so knowing an id
+grants nothing.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+import anyio
+
+from a2e_host.chains.messages import ChainAccepted, ChainRequest, ChainResponse
+from a2e_host.codec import encode_message
+from a2e_host.config import HostConfig
+from a2e_host.exceptions import BadSinceSeq, RunExpired, StoreRequired, UnknownRun
+from a2e_host.plugin import PluginContext, RunHandle, SessionInfo
+from a2e_host.runtime.durable import DurableSink, replay_stored
+from a2e_host.runtime.runs import FrameOutbox
+from a2e_host.store import RunRecord, RunStatus, RunStore, StoreError
+
+__all__ = ["DurableRuns", "LiveRun", "status_of"]
+
+FINISH_WAIT = 5.0
+"""Seconds a durable run's task waits, at its end, for its status to be committed."""
+
+_STATUS_BY_CODE = {
+    "cancelled": RunStatus.CANCELLED,
+    "timeout": RunStatus.TIMEOUT,
+    "chain_limit": RunStatus.BUDGET_EXHAUSTED,
+    "interrupted": RunStatus.INTERRUPTED,
+}
+
+
+def status_of(response: ChainResponse) -> RunStatus:
+    """The stored status of a run that ended with ``response``: ``succeeded``, or by its
+    error code ``cancelled``, ``timeout``, ``budget_exhausted`` (``chain_limit``: a
+    ceiling or request budget), ``interrupted``, else ``failed``."""
+    if response.success:
+        return RunStatus.SUCCEEDED
+    code = response.error.code if response.error is not None else ""
+    return _STATUS_BY_CODE.get(code, RunStatus.FAILED)
+
+
+@dataclass(eq=False)
+class LiveRun:
+    """A durable run running on this host.
+
+    Attributes:
+        run_id / principal / req_id / idempotency_key: as stored.
+        handle: the run of the host (attach, cancel).
+        sink: its store-backed sink.
+        ended: its ``chain/resp`` was sent (``last_seq`` is its last event's ``seq``).
+        spawn: ``start_soon`` of the connection attached last (replays run there).
+    """
+
+    run_id: str
+    principal: str
+    req_id: str
+    idempotency_key: str
+    handle: RunHandle
+    sink: DurableSink
+    ended: bool = False
+    last_seq: int = 0
+    spawn: Any = None
+
+
+class DurableRuns:
+    """The host's durable chains (one per chains plugin).
+
+    Args:
+        config: the host configuration.
+    """
+
+    def __init__(self, config: HostConfig) -> None:
+        self.config = config
+        self.store: RunStore | None = None
+        """Set from the plugins' ``store`` (the host opens and closes it)."""
+        self.live: dict[str, LiveRun] = {}
+        self._by_key: dict[tuple[str, str], LiveRun] = {}
+        self._by_req: dict[tuple[str, str], LiveRun] = {}
+
+    @property
+    def configured(self) -> bool:
+        """Whether the host runs with a run store (``--store``)."""
+        return self.store is not None
+
+    async def open(self) -> RunStore:
+        """The host's run store.
+
+        Raises:
+            StoreRequired: the host has no store configured.
+        """
+        if self.store is None:
+            raise StoreRequired(
+                "this host keeps no run store, so it cannot run durable chains; start it "
+                "with --store PATH (or A2E_STORE, or [store] path in its config), or send "
+                "the chain/req without durable"
+            )
+        return self.store
+
+    # ── starting ───────────────────────────────────────────────────────────
+
+    async def existing(self, principal: str, key: str) -> LiveRun | RunRecord | None:
+        """The principal's run with ``idempotency_key`` ``key``: live, stored, or None."""
+        live = self._by_key.get((principal, key))
+        if live is not None:
+            return live
+        store = await self.open()
+        return await store.by_idempotency_key(principal, key)
+
+    async def create(
+        self, request: ChainRequest, session: SessionInfo, *, run_seconds: int, retention: int
+    ) -> RunRecord | None:
+        """Record a new durable run that may run ``run_seconds`` (its timeout) and is kept
+        ``retention`` seconds after it ends.
+
+        Returns:
+            The new record, or None when the principal's ``idempotency_key`` was taken
+            meanwhile (attach to :meth:`existing` instead).
+        """
+        store = await self.open()
+        now = time.time()
+        record = RunRecord(
+            run_id=secrets.token_hex(16),
+            principal=session.principal,
+            req_id=request.id,
+            chain_id=request.chain_id,
+            request=encode_message(request),
+            deadline=now + run_seconds,
+            created=now,
+            updated=now,
+            idempotency_key=request.idempotency_key or None,
+            retention_until=now + retention,  # the store moves it to end + retention
+        )
+        if request.idempotency_key:
+            stored, created = await store.create_or_get(record)
+            return stored if created else None
+        store.create(record)
+        return record
+
+    def started(self, record: RunRecord, handle: RunHandle, sink: DurableSink,
+                spawn: Any) -> LiveRun:
+        """List a run just started for lookups by run id, request id and key."""
+        live = LiveRun(record.run_id, record.principal, record.req_id,
+                       record.idempotency_key or "", handle, sink, spawn=spawn)
+        self.live[live.run_id] = live
+        self._by_req[(live.principal, live.req_id)] = live
+        if live.idempotency_key:
+            self._by_key[(live.principal, live.idempotency_key)] = live
+        return live
+
+    def make_sink(self, record: RunRecord) -> DurableSink:
+        """The store-backed sink of a new run: the replay an attach behind the live
+        position needs runs on the attaching connection (cancelled if it drops)."""
+        store = self.store
+        assert store is not None  # create() opened it
+        run_id = record.run_id
+
+        def start_soon(fn: Any) -> None:
+            live = self.live.get(run_id)
+            if live is None or live.spawn is None:
+                raise RuntimeError(f"durable run {run_id!r} has no attaching connection")
+            live.spawn(fn, name=f"replay {run_id}")
+
+        return DurableSink(store, run_id, req_id=record.req_id, capability="chains",
+                           start_soon=start_soon)
+
+    def finished(self, live: LiveRun, response: ChainResponse) -> None:
+        """The run's ``chain/resp`` is being sent: stored as its response with its status
+        (the sink queues both, and sends the frame once they are committed)."""
+        live.ended = True
+        live.last_seq = live.sink.position
+        live.sink.send_nowait(response, status=status_of(response))
+
+    async def ended(self, live: LiveRun) -> None:
+        """The run's task is ending: once its end is committed (bounded, shielded),
+        forget it, so later lookups read the store and find it finished."""
+        store = self.store
+        with anyio.CancelScope(shield=True), anyio.move_on_after(FINISH_WAIT):
+            if store is not None:
+                try:
+                    await store.flush()
+                except StoreError:
+                    pass  # the sink told the attached connection; the store logged it
+        self.forget(live)
+
+    def forget(self, live: LiveRun) -> None:
+        """The run's task ended: later lookups read the store."""
+        self.live.pop(live.run_id, None)
+        if self._by_req.get((live.principal, live.req_id)) is live:
+            del self._by_req[(live.principal, live.req_id)]
+        if self._by_key.get((live.principal, live.idempotency_key)) is live:
+            del self._by_key[(live.principal, live.idempotency_key)]
+
+    # ── finding ────────────────────────────────────────────────────────────
+
+    async def find(self, principal: str, run_id: str, req_id: str) -> LiveRun | RunRecord:
+        """The principal's run named by ``run_id`` (or, when empty, ``req_id``).
+
+        Raises:
+            UnknownRun: no such run of this principal (another principal's included).
+            RunExpired: its retention passed.
+            StoreRequired: the host has no store.
+        """
+        what = f"run_id {run_id!r}" if run_id else f"req_id {req_id!r}"
+        if not run_id and not req_id:
+            raise UnknownRun("name the run: give run_id (from chain/accepted) or req_id")
+        live = self.live.get(run_id) if run_id else self._by_req.get((principal, req_id))
+        if live is not None and live.principal == principal:
+            return live
+        store = await self.open()
+        record: RunRecord | None
+        if run_id:
+            record = await store.get(run_id)
+        else:
+            record = await _newest_with_req_id(store, principal, req_id)
+        if record is None or record.principal != principal:
+            raise UnknownRun(
+                f"no durable run with {what} for this session's principal; list yours "
+                "with run/list"
+            )
+        if record.status is RunStatus.EXPIRED:
+            raise RunExpired(
+                f"durable run {record.run_id!r} ended and its retention passed: its events "
+                "are gone (ask a longer chain/req.retention next time)",
+                detail={"run_id": record.run_id},
+            )
+        return record
+
+    # ── attaching ──────────────────────────────────────────────────────────
+
+    def attach_live(self, live: LiveRun, ctx: PluginContext, since_seq: int,
+                    attach_id: str) -> None:
+        """``chain/accepted``, then the run's frames after ``since_seq`` on this
+        connection (stored, then live: the sink replays before it releases new ones).
+
+        Raises:
+            BadSinceSeq: ``since_seq`` is negative or past the run's last event.
+        """
+        last = live.last_seq if live.ended else _last_seq(live.sink)
+        _check_since(since_seq, last, live.run_id)
+        ctx.outbox.send_nowait(ChainAccepted(req_id=live.req_id, run_id=live.run_id,
+                                             last_seq=last, attach_id=attach_id))
+        live.spawn = ctx.start_soon
+        ctx.attach_run(live.handle, after=since_seq)
+
+    async def replay(self, record: RunRecord, ctx: PluginContext, since_seq: int,
+                     attach_id: str) -> None:
+        """``chain/accepted``, then a finished run's stored frames after ``since_seq`` and
+        its stored ``chain/resp``, on this connection, with backpressure.
+
+        Raises:
+            BadSinceSeq: ``since_seq`` is negative or past the run's last event.
+        """
+        _check_since(since_seq, record.last_seq, record.run_id)
+        store = await self.open()
+        ctx.outbox.send_nowait(ChainAccepted(req_id=record.req_id, run_id=record.run_id,
+                                             last_seq=record.last_seq, attach_id=attach_id))
+        await replay_stored(store, record.run_id, cast(FrameOutbox, ctx.outbox),
+                            after=since_seq)
+
+
+def _check_since(since_seq: int, last: int, run_id: str) -> None:
+    if not 0 <= since_seq <= last:
+        raise BadSinceSeq(
+            f"since_seq {since_seq} is outside durable run {run_id!r}, whose events are "
+            f"seq 1..{last}; send the last seq you received, or 0 for every event",
+            detail={"since_seq": since_seq, "last_seq": last},
+        )
+
+
+def _last_seq(sink: DurableSink) -> int:
+    """The last event ``seq`` a running run's sink has emitted."""
+    return sink.position
+
+
+async def _newest_with_req_id(store: RunStore, principal: str, req_id: str
+                              ) -> RunRecord | None:
+    """The principal's newest stored run serving ``req_id`` (its first 1000 runs)."""
+    cursor: str | None = None
+    for _ in range(2):
+        records, cursor = await store.list(principal=principal, cursor=cursor, limit=500)
+        for record in records:
+            if record.req_id == req_id:
+                return record
+        if cursor is None:
+            break
+    return None
+

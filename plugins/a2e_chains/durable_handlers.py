@@ -1,0 +1,173 @@
+"""The chains plugin's durable-run messages: a durable ``chain/req``, ``chain/attach``,
+``chain/detach`` and the principal-wide ``chain/cancel`` (PROTOCOL.md §5 Durable runs).
+
+A mixin of :class:`a2e_chains.ChainPlugin`, kept apart so the plain chain path reads as
+it did; every lookup goes through :class:`~a2e_chains.durable.DurableRuns` by the
+session's principal.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from a2e_host.chains.messages import (
+    DEFAULT_RETENTION,
+    ChainAccepted,
+    ChainAttach,
+    ChainCancel,
+    ChainDetach,
+    ChainDetached,
+    ChainRequest,
+)
+from a2e_host.config import HostConfig
+from a2e_host.exceptions import InvalidMessage, UnknownRun
+from a2e_host.plugin import PluginContext
+from a2e_host.store import RunRecord
+
+from .durable import DurableRuns, LiveRun
+
+__all__ = ["DurableChains", "durable_runs_for", "forget_durable_runs", "shared_durable_runs"]
+
+_SHARED: dict[int, tuple[HostConfig, DurableRuns]] = {}
+
+
+def durable_runs_for(config: HostConfig) -> DurableRuns:
+    """The one :class:`DurableRuns` of the host configured by ``config`` (shared by the
+    chains and runs plugins, which the host builds with the same configuration)."""
+    entry = _SHARED.get(id(config))
+    if entry is None or entry[0] is not config:
+        entry = (config, DurableRuns(config))
+        _SHARED[id(config)] = entry
+    return entry[1]
+
+
+def shared_durable_runs(config: HostConfig, store: Any) -> DurableRuns:
+    """:func:`durable_runs_for` with the host's run store (``Plugin.store``) set."""
+    runs = durable_runs_for(config)
+    runs.store = store
+    return runs
+
+
+def forget_durable_runs(config: HostConfig) -> None:
+    """The host is stopping: forget its durable runs (the host closes the store)."""
+    entry = _SHARED.get(id(config))
+    if entry is not None and entry[0] is config:
+        del _SHARED[id(config)]
+
+
+class DurableChains:
+    """What :class:`a2e_chains.ChainPlugin` does for durable runs (a mixin)."""
+
+    config: HostConfig
+    store: Any = None  # the host's run store, set by the host (Plugin.store)
+
+    @property
+    def durable(self) -> DurableRuns:
+        """The host's durable runs, over the store the host gave the plugin."""
+        return shared_durable_runs(self.config, self.store)
+
+    async def _start_durable(self, request: ChainRequest, ctx: PluginContext) -> None:
+        """Accept a durable ``chain/req``: refuse it without a store, attach to the
+        principal's run with its ``idempotency_key``, or record and start a new run
+        (``chain/accepted`` first)."""
+        session = ctx.session
+        durable = self.durable
+        await durable.open()  # StoreRequired, before anything else is said
+        if request.idempotency_key:
+            existing = await durable.existing(session.principal, request.idempotency_key)
+            if existing is not None:
+                await self._attach_found(existing, ctx, 0, request.id)
+                return
+        effective = session.limits.effective
+        default = int(getattr(self.config, "store_retention", DEFAULT_RETENTION))
+        retention = request.retention or min(default, effective.max_retention)
+        refusal = None
+        if request.retention < 0:
+            refusal = InvalidMessage(
+                f"chain/req.retention is {request.retention}; give seconds > 0, or leave "
+                "it out for the host's default"
+            )
+        else:
+            refusal = session.limits.refusal("max_retention", retention)
+        if refusal is not None:
+            ctx.outbox.send_nowait(self._refused(request, refusal))  # type: ignore[attr-defined]
+            return
+        self._check_admission(request, ctx)  # type: ignore[attr-defined]
+        timeout = min(request.timeout_within(effective.max_timeout), effective.max_timeout)
+        record = await durable.create(request, session, run_seconds=timeout, retention=retention)
+        if record is None:  # the key was taken meanwhile: attach to that run
+            existing = await durable.existing(session.principal, request.idempotency_key)
+            if existing is None:
+                raise UnknownRun("the run with this idempotency_key vanished; send again")
+            await self._attach_found(existing, ctx, 0, request.id)
+            return
+        self._check_admission(request, ctx)  # type: ignore[attr-defined]
+        sink = durable.make_sink(record)
+        ctx.outbox.send_nowait(ChainAccepted(req_id=request.id, run_id=record.run_id))
+        handle = ctx.start_run(
+            self._run, request, session, ctx.log.bind(run_id=record.run_id),  # type: ignore[attr-defined]
+            time.monotonic(), record.run_id, name=f"durable chain {request.id}", sink=sink,
+        )
+        durable.started(record, handle, sink, ctx.start_soon)
+
+    async def _attach(self, message: ChainAttach, ctx: PluginContext) -> None:
+        """``chain/attach``: stream the principal's run here from ``since_seq``."""
+        found = await self.durable.find(ctx.session.principal, message.run_id,
+                                        message.req_id)
+        await self._attach_found(found, ctx, message.since_seq, message.id)
+
+    async def _attach_found(self, found: LiveRun | RunRecord, ctx: PluginContext,
+                            since_seq: int, attach_id: str) -> None:
+        durable = self.durable
+        if isinstance(found, LiveRun):
+            durable.attach_live(found, ctx, since_seq, attach_id)
+        else:
+            await durable.replay(found, ctx, since_seq, attach_id)
+
+    async def _detach(self, message: ChainDetach, ctx: PluginContext) -> None:
+        """``chain/detach``: stop streaming the run here; it runs on."""
+        found = await self.durable.find(ctx.session.principal, message.run_id,
+                                        message.req_id)
+        if not isinstance(found, LiveRun) or not ctx.detach_run(found.handle):  # type: ignore[attr-defined]
+            raise InvalidMessage(
+                f"durable run {_run_id(found)!r} is not streaming to this connection; "
+                "nothing to detach"
+            )
+        sink: Any = found.sink
+        ctx.outbox.send_nowait(ChainDetached(
+            req_id=message.id, run_id=found.run_id,
+            last_seq=sink.delivered,
+        ))
+
+    async def _cancel_durable(self, message: ChainCancel, ctx: PluginContext) -> bool:
+        """``chain/cancel`` of a durable run of the session's principal, by ``run_id``
+        or by a ``req_id`` not in flight on this session.
+
+        Returns:
+            False when there is no such run and the message named no ``run_id`` (the
+            caller answers as before).
+        """
+        if not message.run_id and not self.durable.configured:
+            return False
+        try:
+            found = await self.durable.find(ctx.session.principal, message.run_id,
+                                            message.req_id)
+        except UnknownRun:
+            if message.run_id:
+                raise
+            return False
+        if not isinstance(found, LiveRun) or found.ended:
+            raise InvalidMessage(
+                f"durable run {_run_id(found)!r} has ended already; nothing to cancel"
+            )
+        found.handle.cancel()
+        store = self.durable.store
+        if store is not None:
+            store.request_cancel(found.run_id)
+        return True
+
+
+
+def _run_id(found: LiveRun | RunRecord) -> str:
+    return found.run_id

@@ -1,0 +1,95 @@
+"""An in-process host with a run store, for durable-run tests (PROTOCOL.md §5 Durable
+runs), and a gate tool a test opens when it decides."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from a2e_chains import ChainPlugin, RunsPlugin
+
+from a2e_host.chains.toolbox import Toolbox
+from a2e_host.config import HostConfig
+from a2e_host.messages import HandshakeRequest, HandshakeResponse
+from a2e_host.runtime.host import Host
+from a2e_host.store import open_store
+from a2e_host.tools import Tool, tool
+from a2e_host.tools.registry import ToolRegistry
+
+
+class Gates:
+    """Named :class:`anyio.Event` gates; the ``wait_gate`` tool waits on one."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, anyio.Event] = {}
+        self.entered: dict[str, anyio.Event] = {}
+
+    def gate(self, name: str) -> anyio.Event:
+        return self.events.setdefault(name, anyio.Event())
+
+    def reached(self, name: str) -> anyio.Event:
+        return self.entered.setdefault(name, anyio.Event())
+
+    def tools(self) -> list[Tool]:
+        gates = self
+
+        @tool(blocking=False)
+        async def wait_gate(name: str) -> dict[str, Any]:
+            """Waits until the test opens gate ``name``."""
+            gates.reached(name).set()
+            await gates.gate(name).wait()
+            return {"opened": name}
+
+        @tool(blocking=False)
+        async def echo(v: int = 0) -> dict[str, Any]:
+            """Returns its input."""
+            return {"v": v}
+
+        @tool(blocking=False)
+        async def fail(message: str = "boom") -> dict[str, Any]:
+            """Always fails."""
+            raise ValueError(message)
+
+        return [wait_gate, echo, fail]
+
+
+@asynccontextmanager
+async def durable_host(
+    path: Path, gates: Gates, *, config: HostConfig | None = None, store: bool = True,
+) -> AsyncIterator[Host]:
+    """A running in-process host with the chains and runs plugins over ``gates``' tools
+    and a SQLite run store at ``path`` (none when ``store`` is false)."""
+    config = config or HostConfig()
+    toolbox = Toolbox(ToolRegistry(gates.tools()))
+    plugins = [ChainPlugin(config, toolbox=toolbox), RunsPlugin(config)]
+    opened = await open_store(str(path)) if store else None
+    try:
+        for plugin in plugins:
+            plugin.store = opened
+        host = Host(config, plugins=plugins)
+        async with host.running():
+            yield host
+    finally:
+        if opened is not None:
+            await opened.aclose()
+
+
+async def handshake_as(client: Any, token: str = "",
+                       caps: Sequence[str] = ("chains", "runs")) -> str:
+    """Handshake ``client`` with ``token``; assert it succeeded; its session id."""
+    client.send(HandshakeRequest(agent_caps=list(caps), auth_token=token))
+    resp = await client.receive()
+    assert isinstance(resp, HandshakeResponse) and resp.ok, resp
+    return resp.session_id
+
+
+GATED = [
+    {"node_id": "a", "kind": "tool", "name": "echo", "input": {"v": 1}, "next_node": "g"},
+    {"node_id": "g", "kind": "tool", "name": "wait_gate", "input": {"name": "g"},
+     "next_node": "b"},
+    {"node_id": "b", "kind": "tool", "name": "echo", "input": {"v": 2}},
+]
+"""a → g (waits on gate ``g``) → b: 6 events and a response."""
