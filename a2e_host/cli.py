@@ -130,7 +130,7 @@ def _add_logging(parser: argparse.ArgumentParser) -> None:
                        help="auto (the default): warning for stdio and run, info for serve")
 
 
-def _add_store(parser: argparse.ArgumentParser) -> None:
+def _add_store_to_read(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("run store (command line > A2E_STORE > file)")
     group.add_argument("--store", metavar="PATH", help="the run store's SQLite file")
     group.add_argument("-c", "--config", metavar="FILE",
@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="mermaid", metavar="mermaid|dot",
                    help="diagram language (default mermaid)")
     p.add_argument("--run", metavar="RUN", help="draw this stored run's chain and outcomes")
-    _add_store(p)
+    _add_store_to_read(p)
 
     p = _command(sub, "runs", "List and show the runs kept in a run store.",
                  "Reads the store file directly: no host needs to run. Exit codes: 0 shown, "
@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--cursor", metavar="CURSOR",
                    help="continue after the previous page (its last line names the cursor)")
     q.add_argument("--json", action="store_true", help="as one JSON object")
-    _add_store(q)
+    _add_store_to_read(q)
     q = _command(actions, "show", "Show one run: its record and response summary.",
                  "With --events, every stored frame as one line, read page by page.",
                  _runs_show)
@@ -249,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true",
                    help="the record as one JSON line; with --events each stored frame "
                         "follows as an NDJSON line")
-    _add_store(q)
+    _add_store_to_read(q)
 
     p = _command(sub, "tools", "List the tools, skills and proc allowlist a configuration "
                  "exposes.", "With --all, also the installed tool packs that are not enabled.",

@@ -4,8 +4,8 @@ store file to read, opening it read-only, finding one run, and printing its time
 Layer: command support. The store is read through its interface (:mod:`a2e_host.store`)
 opened ``readonly`` (no writer, no lock): a host may be serving from the same file.
 
-Which store: ``--store PATH``, else ``A2E_STORE``, else the ``--config`` file's ``store``
-(:func:`~a2e_host.config.load_config` reads the last two). A missing file is an error,
+Which store: ``--store PATH``, else ``A2E_STORE``, else the ``--config`` file's ``[store]
+path`` (:func:`~a2e_host.config.load_config` reads the last two). A missing file is an error,
 never a new empty store.
 """
 
@@ -58,15 +58,14 @@ def resolve_store(store: str | None, config_path: str | None) -> Path:
         StoreAccessError: none is named (exit 2), the configuration is bad (2), or the
             file does not exist or is a directory (2).
     """
-    path = store or os.environ.get("A2E_STORE", "")
-    if not path and (config_path or os.environ.get("A2E_CONFIG")):
+    path = store
+    if not path:
         from ..config import load_config
 
         try:
-            config = load_config(config_path)
+            path = load_config(config_path).store
         except ValueError as exc:
             raise StoreAccessError(str(exc), EXIT_USAGE) from None
-        path = str(getattr(config, "store", "") or "")
     if not path:
         raise StoreAccessError(
             "no run store named: pass --store PATH (the file 'a2e-host serve --store' "

@@ -4,6 +4,7 @@ CLI, as a subprocess, on a store written through the store's own API with known 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -63,9 +64,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                             message="tool 'slow' failed: disk full"))
     write_store(path, [
         StoredRun(_record("r-old", "alice", "c-old", "req-0", T0 - 3600, LINE, "a",
-                          retention_until=T0),
-                  [("a", "start", {}), ("a", "done", {"output": 1})],
-                  finish=(RunStatus.SUCCEEDED, response("req-0", "c-old", success=True))),
+                          status=RunStatus.SUCCEEDED, updated=T0 - 3599, retention_until=T0,
+                          response=response("req-0", "c-old", success=True)),
+                  [("a", "start", {}), ("a", "done", {"output": 1})]),
         StoredRun(_record("r-ok", "alice", "c-ok", "req-1", T0, NODES, "a",
                           status=RunStatus.SUCCEEDED, updated=T0 + 0.25, response=ok_resp,
                           last_seq=len(OK_EVENTS)), OK_EVENTS),
@@ -224,7 +225,7 @@ def test_missing_store_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_no_store_named_says_how_to_name_one(tmp_path: Path) -> None:
-    env = {k: v for k, v in __import__("os").environ.items()
+    env = {k: v for k, v in os.environ.items()
            if k not in ("A2E_STORE", "A2E_CONFIG")}
     done = cli("runs", "list", env=env)
     assert done.returncode == 2
@@ -233,10 +234,19 @@ def test_no_store_named_says_how_to_name_one(tmp_path: Path) -> None:
 
 
 def test_store_from_the_environment_is_read(store: Path) -> None:
-    env = dict(__import__("os").environ, A2E_STORE=str(store))
+    env = dict(os.environ, A2E_STORE=str(store))
     done = cli("runs", "list", "--status", "succeeded", env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[1].split()[0] == "r-ok"
+
+
+def test_store_from_the_config_file_is_read(store: Path, tmp_path: Path) -> None:
+    config = tmp_path / "host.toml"
+    config.write_text(f'[store]\npath = "{store}"\n', encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "A2E_STORE"}
+    done = cli("runs", "list", "--status", "failed", "-c", str(config), env=env)
+    assert done.returncode == 0, done.stderr
+    assert [line.split()[0] for line in done.stdout.splitlines()] == ["RUN", "r-fail"]
 
 
 def test_a_file_that_is_not_a_store_is_refused_in_one_line(tmp_path: Path) -> None:
