@@ -9,21 +9,16 @@ is committed, the ``chain/resp`` last; the time is taken as for ``ours``, reques
 response bytes, so the ratio ``ours_durable ÷ ours`` of one run of ``python -m bench`` is
 the price of durability (issue target: ≤ 1.5×).
 
-When this ``a2e_host`` has no durable chains yet (no ``durable`` field on ``chain/req``),
-the slot stores the frames itself: each frame the host sends is appended to the store as
-it arrives, and the response waits for the commit of its run's ``finish``. Reported as
-``client-side store`` in the result (``mode``), so such a figure is never mistaken for the
-host's.
-
-Replay (:func:`replay_figure`): after the timed runs, the store's log of the last run is
-read back through :meth:`~a2e_host.store.RunStore.frames` a page of
-:data:`REPLAY_PAGE` at a time, on a read-only connection, as an attaching client's
-catch-up reads it: frames per second, best of :data:`REPLAY_ROUNDS`.
+Replay (:func:`replay_figure`), after the timed runs, two figures for the last run's log,
+frames per second, best of :data:`REPLAY_ROUNDS`: read back through
+:meth:`~a2e_host.store.RunStore.frames` a page of :data:`REPLAY_PAGE` at a time, on a
+read-only connection; and replayed over a new in-memory connection
+to the same host by ``chain/attach {run_id, since_seq: 0}``, request to ``chain/resp``
+(the catch-up an agent reconnecting after the end gets).
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import os
 import shutil
@@ -35,7 +30,9 @@ from typing import Any
 import msgspec
 
 from bench.impl_ours import (
+    BUFFER_FRAMES,
     EVENT,
+    HANDSHAKE,
     OUTBOX_HIGH_WATER,
     RESPONSE,
     Call,
@@ -44,8 +41,7 @@ from bench.impl_ours import (
 )
 
 __all__ = ["DURABLE_KEYS", "MAP_SIZES", "QUICK_MAP_SIZES", "RATIO_TARGET", "REPLAY_PAGE",
-           "host_is_durable", "load", "map_argv", "map_lines", "mode", "replay_figure",
-           "report_lines", "store_path"]
+           "load", "map_argv", "map_lines", "replay_figure", "report_lines", "store_path"]
 
 DURABLE_KEYS = ("a", "b", "c", "d")
 """The workloads whose durable ÷ in-memory ratio has a target (e only sleeps)."""
@@ -59,20 +55,13 @@ QUICK_MAP_SIZES = (2_000,)
 REQUEST_HEAD = b'{"type":"chain/req",'
 ACCEPTED = b'{"type":"chain/accepted",'
 
-_state: dict[str, Any] = {"dir": None, "last_run": None, "mode": None}
-
-
-class _Event(msgspec.Struct):
-    seq: int = 0
-    node_id: str = ""
-    phase: str = ""
+_state: dict[str, Any] = {"dir": None, "last_run": None, "host": None}
 
 
 class _Accepted(msgspec.Struct):
     run_id: str = ""
 
 
-_event = msgspec.json.Decoder(_Event)
 _accepted = msgspec.json.Decoder(_Accepted)
 
 
@@ -84,42 +73,27 @@ def store_path() -> str:
     return os.path.join(_state["dir"], "runs.sqlite3")
 
 
-def host_is_durable() -> bool:
-    """Whether this ``a2e_host`` runs durable chains (``chain/req.durable`` exists)."""
-    from a2e_host.chains.messages import ChainRequest
-    from a2e_host.config import HostConfig
-
-    return ("durable" in ChainRequest.__struct_fields__
-            and "store" in HostConfig.__struct_fields__)
-
-
 def load() -> Call:
     """``async f(request, sink) -> response`` for the ``ours_durable`` slot.
 
     Raises:
-        Unavailable: ``a2e_host`` or its run store cannot be imported.
+        Unavailable: ``a2e_host`` cannot be imported.
     """
     try:
         from a2e_host.config import HostConfig
         from a2e_host.limits import Limits
         from a2e_host.logs import configure_logging
         from a2e_host.runtime.host import Host
-        from a2e_host.store import sqlite  # noqa: F401 - the backend must exist
     except ImportError as exc:
-        raise Unavailable(f"a2e_host's run store not importable: {exc}") from exc
+        raise Unavailable(f"a2e_host not importable: {exc}") from exc
     from bench.workloads import HOST_MAX_CONCURRENCY
 
     configure_logging("json", "info")
     limits = Limits(max_concurrency=HOST_MAX_CONCURRENCY)
-    if host_is_durable():
-        _state["mode"] = "host"
-        config = HostConfig(tools=("bench",), limits=limits,
-                            outbox_high_water=OUTBOX_HIGH_WATER,
-                            store=store_path())  # type: ignore[call-arg]
-        return durable_call(Host(config))
-    _state["mode"] = "client-side store"
-    config = HostConfig(tools=("bench",), limits=limits, outbox_high_water=OUTBOX_HIGH_WATER)
-    return client_side_store_call(Host(config))
+    config = HostConfig(tools=("bench",), limits=limits, outbox_high_water=OUTBOX_HIGH_WATER,
+                        store=store_path())
+    _state["host"] = Host(config)
+    return durable_call(_state["host"])
 
 
 def durable_call(host: Any) -> Call:
@@ -141,62 +115,6 @@ def _note_accepted(frame: bytes) -> bool:
         _state["last_run"] = _accepted.decode(frame).run_id
         return True
     return False
-
-
-def client_side_store_call(host: Any) -> Call:
-    """Before the host runs durable chains: store every frame ``host`` sends as it
-    arrives; the response is returned once its run's ``finish`` is committed."""
-    from a2e_host.store import RunRecord, RunStatus, StoredFrame, open_store
-
-    inner = connection_call(host)
-    opened: dict[asyncio.AbstractEventLoop, Any] = {}
-
-    async def store_of_loop() -> Any:
-        loop = asyncio.get_running_loop()
-        if loop not in opened:
-            ready: asyncio.Future[Any] = loop.create_future()
-
-            async def hold() -> None:
-                store = await open_store(store_path())
-                ready.set_result(store)
-                try:
-                    await asyncio.Event().wait()
-                finally:
-                    await asyncio.shield(store.aclose())
-
-            task = loop.create_task(hold())  # kept: a task nobody holds may be collected
-            opened.clear()
-            opened[loop] = (await ready, task)
-        return opened[loop][0]
-
-    async def call(request: bytes, sink: Callable[[bytes], None]) -> bytes:
-        store = await store_of_loop()
-        run_id = os.urandom(8).hex()
-        store.create(RunRecord(run_id=run_id, principal="bench", req_id=run_id,
-                               request=request, created=time.time()))
-        last = 0
-
-        def tee(frame: bytes) -> None:
-            nonlocal last
-            if frame.startswith(EVENT):
-                event = _event.decode(frame)
-                last = event.seq
-                store.append(run_id, StoredFrame(event.seq, event.node_id, event.phase, frame))
-            sink(frame)
-
-        response = await inner(request, tee)
-        if response.startswith(RESPONSE):
-            await store.wait_committed(store.finish(run_id, RunStatus.SUCCEEDED, response, last))
-        _state["last_run"] = run_id
-        return response
-
-    return call
-
-
-def mode() -> str | None:
-    """``host`` (durable chains) or ``client-side store`` once :func:`load` ran."""
-    mode_: str | None = _state["mode"]
-    return mode_
 
 
 async def replay_figure() -> dict[str, Any]:
@@ -232,8 +150,46 @@ async def replay_figure() -> dict[str, Any]:
             best = min(best, time.perf_counter() - started)
     finally:
         await store.aclose()
-    return {"frames": count, "replay_s": best,
-            "replay_frames_per_s": count / best if best > 0 else 0.0}
+    figure = {"frames": count, "replay_s": best,
+              "replay_frames_per_s": count / best if best > 0 else 0.0}
+    figure.update(await _attach_figure(_state["host"], run_id, count))
+    return figure
+
+
+async def _attach_figure(host: Any, run_id: str, frames: int) -> dict[str, Any]:
+    """``chain/attach {run_id, since_seq: 0}`` on a new connection to ``host``: the
+    finished run's stored events, then its ``chain/resp``, timed from the request to the
+    response (best of :data:`REPLAY_ROUNDS`).
+
+    Raises:
+        AssertionError: not every stored event came back, or an error did.
+    """
+    from a2e_host.transports.memory import open_memory_connection
+
+    best = float("inf")
+    async with host.running(), open_memory_connection(
+        host.serve_connection, buffer_frames=BUFFER_FRAMES
+    ) as client:
+        client.send(HANDSHAKE)
+        if b'"ok":true' not in await client.receive():
+            raise AssertionError("attach: the handshake was refused")
+        for round_ in range(REPLAY_ROUNDS):
+            started, events = time.perf_counter(), 0
+            client.send(b'{"type":"chain/attach","id":"attach-%d","run_id":"%s",'
+                        b'"since_seq":0}' % (round_, run_id.encode()))
+            ended = False
+            while not ended:
+                for frame in await client.receive_some():
+                    if frame.startswith(EVENT):
+                        events += 1
+                    elif frame.startswith(RESPONSE):
+                        ended = True
+                    elif not frame.startswith(ACCEPTED):
+                        raise AssertionError(f"attach: the host answered {frame[:300]!r}")
+            best = min(best, time.perf_counter() - started)
+            if events != frames:
+                raise AssertionError(f"attach: {events} events replayed, {frames} stored")
+    return {"attach_s": best, "attach_frames_per_s": frames / best if best > 0 else 0.0}
 
 
 def map_argv(sizes: tuple[int, ...]) -> list[str]:
@@ -271,20 +227,17 @@ def report_lines(inp: dict[str, dict[str, Any]], keys: list[str]) -> list[str]:
     keys = [k for k in keys if "ours_durable" in inp.get(k, {})]
     if not keys:
         return []
-    modes = {inp[k]["ours_durable"].get("mode") for k in keys} - {None}
-    how = ("frames stored by the harness as they arrive (this host has no durable chains)"
-           if modes == {"client-side store"} else
-           "`durable: true`, each frame sent once its batch is committed")
-    out = ["", "## Durable runs: SQLite run store, synchronous=NORMAL "
-           f"({how}); same run as the in-memory figures", "",
+    out = ["", "## Durable runs: SQLite run store, synchronous=NORMAL (`durable: true`, each "
+           "frame sent once its batch is committed); same run as the in-memory figures", "",
            "| workload | in-memory µs/node | durable µs/node | durable ÷ in-memory "
-           f"(target ≤ {RATIO_TARGET}×) | replay frames/s (store `frames()`) |",
-           "|---|---|---|---|---|"]
+           f"(target ≤ {RATIO_TARGET}×) | replay frames/s: store `frames()` | "
+           "replay frames/s: `chain/attach` |",
+           "|---|---|---|---|---|---|"]
     for k in keys:
         base, dur = inp[k].get("ours") or {}, inp[k]["ours_durable"]
         if dur.get("status") != "ok":
-            out.append(f"| {k} | — | *{dur.get('status')}*: {dur.get('error') or dur.get('reason')}"
-                       " | — | — |")
+            why = dur.get("error") or dur.get("reason")
+            out.append(f"| {k} | — | *{dur.get('status')}*: {why} | — | — | — |")
             continue
         ratio = "—"
         if base.get("status") == "ok":
@@ -294,7 +247,10 @@ def report_lines(inp: dict[str, dict[str, Any]], keys: list[str]) -> list[str]:
         replay = dur.get("replay") or {}
         rate = (f"{replay['replay_frames_per_s']:,.0f} ({replay['frames']:,} frames)"
                 if replay.get("replay_frames_per_s") else "—")
+        attach = (f"{replay['attach_frames_per_s']:,.0f}"
+                  if replay.get("attach_frames_per_s") else "—")
         in_mem = f"{base['us_per_unit']:.1f}" if base.get("status") == "ok" else "—"
-        out.append(f"| {k} | {in_mem} | {dur['us_per_unit']:.1f} | {ratio} | {rate} |")
+        out.append(f"| {k} | {in_mem} | {dur['us_per_unit']:.1f} | {ratio} | {rate} | "
+                   f"{attach} |")
     return out
 

@@ -98,7 +98,6 @@ async def _child(n: int, durable: bool) -> dict[str, Any]:
     if durable:
         replay = await durable_runs.replay_figure()
         result["frames_stored"] = replay.get("frames", 0)
-        result["mode"] = durable_runs.mode()
         result["store_mb"] = round(_store_bytes(durable_runs.store_path()) / 2**20, 1)
     return result
 

@@ -146,7 +146,6 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
             out["replay"] = asyncio.run(durable.replay_figure())
         except AssertionError as exc:
             return out | {"status": "error", "error": str(exc)}
-        out["mode"] = durable.mode()
     med = statistics.median(times)
     per = 1e6 / w.units
     return out | {
