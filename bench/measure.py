@@ -98,6 +98,7 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
         return out | {"status": "unavailable", "reason": str(exc)}
 
     times: list[float] = []
+    cpu_times: list[float] = []  # process CPU seconds (every thread) of each timed run
 
     async def one_async(req: bytes, sink: Callable[[bytes], None]) -> tuple[float, bytes]:
         t = time.perf_counter()
@@ -117,8 +118,10 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
             gc.collect()
             if traced:
                 tracemalloc.start()
+            cpu = time.process_time()
             dt, resp = await one_async(req, events.append) if is_async else \
                 one_sync(req, events.append)
+            cpu = time.process_time() - cpu
             if traced:
                 peak = tracemalloc.get_traced_memory()[1]
                 tracemalloc.stop()
@@ -127,6 +130,7 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
             check_response(w, resp, events)
             if r >= warmup and not traced:
                 times.append(dt)
+                cpu_times.append(cpu)
         return peak
 
     gc.collect()
@@ -150,7 +154,9 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
     per = 1e6 / w.units
     return out | {
         "status": "ok", "runs": len(times), "warmup": warmup, "loadavg": os.getloadavg(),
-        "times_s": times, "median_s": med, "min_s": min(times), "max_s": max(times),
+        "times_s": times, "median_s": med,
+        "min_s": min(times), "max_s": max(times),
+        "cpu_times_s": cpu_times, "cpu_median_s": statistics.median(cpu_times),
         "us_per_unit": med * per, "us_per_unit_min": min(times) * per,
         "us_per_unit_max": max(times) * per,
         "events_per_s": w.events / med,

@@ -103,6 +103,7 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         bad = [r for r in rounds if r.get("status") != "ok"]
         return bad[0] if bad else rounds[0]
     times = [t for r in rounds for t in r["times_s"]]
+    cpu = [t for r in rounds for t in r.get("cpu_times_s", [])]
     med = statistics.median(times)
     units, events = rounds[0]["units"], rounds[0]["events"]
     per = 1e6 / units
@@ -112,6 +113,7 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         max_s=max(times), us_per_unit=med * per, us_per_unit_min=min(times) * per,
         us_per_unit_max=max(times) * per, events_per_s=events / med,
         loadavg=[r.get("loadavg") for r in rounds],
+        **({"cpu_times_s": cpu, "cpu_median_s": statistics.median(cpu)} if cpu else {}),
         **{k: max(r[k] for r in rounds)
            for k in ("rss_peak_mb", "rss_added_mb", "py_heap_peak_mb")})
     return out
