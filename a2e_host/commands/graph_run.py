@@ -32,6 +32,7 @@ from .store_access import (
     find_run,
     iter_frames,
     open_readonly,
+    printable,
     resolve_store,
 )
 
@@ -61,7 +62,7 @@ def graph_run_main(run_id: str, format: str, *, store: str | None,
     except StoreAccessError as exc:
         return fail("graph", exc)
     draw = to_mermaid if format == "mermaid" else to_dot
-    print(draw(request.nodes, outcomes))
+    print(printable(draw(request.nodes, outcomes)))  # the ids came from an agent
     return 0
 
 

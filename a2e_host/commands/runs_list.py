@@ -7,11 +7,12 @@ at most ``--limit`` runs; when more are left, the last line names the ``--cursor
 continues. Every principal's runs are listed: whoever can read the store file is its
 operator (on the wire, ``run/list`` shows a session only its own principal's).
 
-Text: one row per run, columns ``RUN``, ``STATUS``, ``CHAIN``, ``REQ``, ``CREATED``
-(UTC), ``DURATION`` (``+`` while running: so far), ``PRINCIPAL``. ``--json``: one object
-``{"runs": [{run_id, status, chain_id, req_id, principal, created, updated,
-duration_s, last_seq, deadline, idempotency_key, retention_until}], "next_cursor"}``
-(times unix seconds; ``duration_s`` as in the table, so far while running).
+Text (control characters shown as ``\\xNN``): one row per run, columns ``RUN``,
+``STATUS``, ``CHAIN``, ``REQ``, ``CREATED`` (UTC), ``DURATION`` (``+`` while running: so
+far), ``PRINCIPAL``. ``--json``: one object ``{"runs": [{run_id, status, chain_id,
+req_id, principal, created, updated, duration_s, last_seq, deadline, idempotency_key,
+retention_until}], "next_cursor"}`` (times unix seconds; ``duration_s`` as in the
+table, so far while running).
 
 Exit codes: 0 listed (also when none match), 2 an unknown ``--status``, a bad
 ``--cursor``, or a store that is missing or unreadable.
@@ -33,6 +34,7 @@ from .store_access import (
     format_duration,
     format_time,
     open_readonly,
+    printable,
     resolve_store,
 )
 
@@ -85,7 +87,8 @@ def runs_list_main(
             for r in records]
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(_COLUMNS)]
     for row in (_COLUMNS, *rows):
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        print(printable("  ".join(cell.ljust(w)
+                                  for cell, w in zip(row, widths, strict=True)).rstrip()))
     if next_cursor is not None:
         again = f" --status {wanted}" if wanted else ""
         print(f"(more runs: a2e-host runs list --store {path}{again} --cursor {next_cursor})")

@@ -3,8 +3,10 @@ one run of a run store: its record, a summary of its response, and its stored fr
 
 Layer: command (reads the store read-only, prints to stdout; errors one line on stderr).
 
-Text: one ``field: value`` line per record field, then ``response:`` (success, nodes run,
-duration, ``final_output`` or the error, each value clipped to :data:`CLIP` characters).
+Text (control characters shown as ``\\xNN``: a run's ids, outputs and errors come from
+an untrusted request): one ``field: value`` line per record field, then ``response:``
+(success, nodes run, duration, ``final_output`` or the error, each value clipped to
+:data:`CLIP` characters).
 ``--events`` adds one line per stored frame, in ``seq`` order, read from the store a page
 at a time (:data:`~a2e_host.commands.store_access.FRAME_PAGE`), so a run of 100,000
 events prints in bounded memory: ``seq  node_id  phase  detail`` where the detail is the
@@ -40,6 +42,7 @@ from .store_access import (
     format_time,
     iter_frames,
     open_readonly,
+    printable,
     resolve_store,
 )
 
@@ -92,7 +95,7 @@ async def _show(path: Path, run_id: str, events: bool, after: int, limit: int | 
             head = {"run": record_summary(record, time.time()), "response": response}
             write(json.dumps(head, ensure_ascii=False) + "\n")
         else:
-            write("".join(line + "\n" for line in _record_lines(record, response)))
+            write("".join(printable(line) + "\n" for line in _record_lines(record, response)))
         if not events:
             return
         if not json_out:
@@ -100,7 +103,7 @@ async def _show(path: Path, run_id: str, events: bool, after: int, limit: int | 
         shown = 0
         async for frame in iter_frames(store, run_id, after=after, limit=limit):
             write(frame.frame.decode("utf-8", "replace") + "\n" if json_out
-                  else frame_line(frame) + "\n")
+                  else printable(frame_line(frame)) + "\n")
             shown += 1
         if not json_out and not shown:
             write(f"  (none after seq {after})\n" if after else "  (none)\n")

@@ -31,6 +31,7 @@ __all__ = [
     "format_time",
     "iter_frames",
     "open_readonly",
+    "printable",
     "resolve_store",
 ]
 
@@ -165,7 +166,16 @@ def format_duration(record: RunRecord, now: float) -> str:
     return text + ("+" if running else "")
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7f, 0xa0)) if c != 0x0a}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters but newline shown as ``\\xNN``: what a run stored
+    came from an untrusted request, and a terminal must not act on its escape sequences."""
+    return text.translate(_CONTROL)
+
+
 def fail(command: str, exc: StoreAccessError) -> int:
     """Print ``exc`` as the command's one error line on stderr; return its exit code."""
-    print(f"a2e-host {command}: {exc}", file=sys.stderr)
+    print(f"a2e-host {command}: {printable(str(exc))}", file=sys.stderr)
     return exc.exit_code

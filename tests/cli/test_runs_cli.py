@@ -302,3 +302,21 @@ def test_graph_needs_either_a_file_or_a_run() -> None:
     assert done.returncode == 2
     assert done.stderr == ("a2e-host graph: give either CHAIN.json or --run RUN (see "
                            "'a2e-host graph --help')\n")
+
+
+def test_control_characters_from_a_stored_request_are_shown_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "runs.sqlite3"
+    sneaky = [{"node_id": "a\x1b[2J", "kind": "tool", "name": "noop"}]
+    write_store(path, [StoredRun(
+        _record("r-esc", "eve\x07", "c", "q", T0, sneaky, "a\x1b[2J",
+                status=RunStatus.FAILED, updated=T0 + 1,
+                response=response("q", "c", success=False)),
+        [("a\x1b[2J", "start", {}), ("a\x1b[2J", "error", {"error": "bad\x9b31m"})])])
+    for argv in (["runs", "list"], ["runs", "show", "r-esc", "--events"],
+                 ["graph", "--run", "r-esc"]):
+        done = cli(*argv, "--store", str(path))
+        assert done.returncode == 0, (argv, done.stderr)
+        assert not any(c in done.stdout for c in "\x1b\x07\x9b"), argv
+    shown = cli("runs", "show", "r-esc", "--events", "--store", str(path)).stdout
+    assert "principal:       eve\\x07" in shown
+    assert shown.splitlines()[-1].split() == ["2", "a\\x1b[2J", "error", "error:", "bad\\x9b31m"]
