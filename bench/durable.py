@@ -49,7 +49,7 @@ RATIO_TARGET = 1.5
 REPLAY_PAGE = 1000
 """Frames per ``frames()`` call when replaying (what an attach's catch-up reads)."""
 REPLAY_ROUNDS = 3
-MAP_SIZES = (100_000,)
+MAP_SIZES = (10_000, 100_000)
 """Items of the map ``python -m bench`` runs in memory and durably (``bench.map_memory``)."""
 QUICK_MAP_SIZES = (2_000,)
 REQUEST_HEAD = b'{"type":"chain/req",'
@@ -207,6 +207,9 @@ def map_lines(results: list[dict[str, Any]]) -> list[str]:
            "one process each)", "",
            "| items | run | peak RSS added, MB | most tasks alive | wall s | store on disk, MB "
            "| correct |", "|---|---|---|---|---|---|---|"]
+    in_memory = {x["items"]: x["peak_rss_added_mb"] for x in results
+                 if x.get("status") == "ok" and not x.get("durable")}
+    extra = []
     for x in results:
         run = "durable" if x.get("durable") else "in memory"
         if x.get("status") != "ok":
@@ -217,6 +220,11 @@ def map_lines(results: list[dict[str, Any]]) -> list[str]:
         out.append(f"| {x['items']:,} | {run} | {x['peak_rss_added_mb']:+.1f} | "
                    f"{x['most_tasks_alive']} | {x['wall_s']:.2f} | {disk} | "
                    f"{'yes' if x.get('correct') else '**no**'} |")
+        if x.get("durable") and x["items"] in in_memory:
+            extra.append(f"{x['items']:,} items "
+                         f"{x['peak_rss_added_mb'] - in_memory[x['items']]:+.1f} MB")
+    if extra:  # bounded: the same whatever the item count
+        out += ["", "What durability adds to the peak, per size: " + ", ".join(extra) + "."]
     return out
 
 
