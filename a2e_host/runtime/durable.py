@@ -49,7 +49,8 @@ dropped (logged once). :meth:`send_nowait` still never raises.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import anyio
 
@@ -62,7 +63,7 @@ from .runs import Append, FrameOutbox, RunSink
 
 __all__ = ["DurableSink", "replay_stored"]
 
-Spawn = Callable[[Callable[[], Awaitable[None]]], None]
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
 """``start_soon(fn)``: run ``fn()`` in a task that outlives the call."""
 
 

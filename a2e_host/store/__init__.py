@@ -22,7 +22,8 @@ awaiting anything per event, that a frame may go on the wire
 (:class:`a2e_host.runtime.durable.DurableSink`).
 
 **Backpressure.** The queue of uncommitted writes has a ceiling
-(``max_pending`` writes): :attr:`RunStore.full` is true above it and
+(``max_pending`` writes, ``max_pending_bytes`` bytes): :attr:`RunStore.full` is true above
+it and
 :meth:`RunStore.wait_writable` waits until it drains below. Writes made while full are
 still accepted (a write never blocks and never drops); producers that can produce
 without bound wait at safe points, exactly like an outbox.
@@ -381,6 +382,7 @@ async def open_store(
     readonly: bool = False,
     owner: str = "",
     max_pending: int = 65_536,
+    max_pending_bytes: int = 64 * 1024 * 1024,
     commit_delay: float = 0.0,
     blob_threshold: int = 4096,
 ) -> RunStore:
@@ -393,8 +395,10 @@ async def open_store(
             no writer, no lock, no migration; writes raise :class:`StoreError`.
         owner: this host instance's id; a fresh ``host:pid:random`` when empty.
         max_pending: the ceiling of queued, uncommitted writes (:attr:`RunStore.full`).
+        max_pending_bytes: the ceiling of their frame, output and response bytes.
         commit_delay: seconds the writer waits after the first write of a batch so more
-            join it (bigger batches, later commits); 0 commits as soon as it can.
+            join it (bigger batches, later commits); 0 commits as soon as it can. A
+            flush or an awaited write does not wait it out.
         blob_threshold: frames and outputs of more bytes are stored once by sha256.
 
     Returns:
@@ -408,7 +412,8 @@ async def open_store(
     backend = importlib.import_module(_BACKENDS["sqlite"])
     store: RunStore = await backend.open_store(
         path, durability=durability, readonly=readonly, owner=owner,
-        max_pending=max_pending, commit_delay=commit_delay, blob_threshold=blob_threshold,
+        max_pending=max_pending, max_pending_bytes=max_pending_bytes,
+        commit_delay=commit_delay, blob_threshold=blob_threshold,
     )
     return store
 

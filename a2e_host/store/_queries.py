@@ -25,7 +25,7 @@ PRUNE_EVENTS_PER_CALL = 20_000
 
 _RECORD = (
     "SELECT run_id, principal, req_id, chain_id, status, request, plan_hash, "
-    "max(last_seq, coalesce((SELECT max(seq) FROM events e WHERE e.run_id = runs.run_id), 0)), "
+    "max(last_seq, coalesce((SELECT max(seq) FROM events e WHERE e.run = runs.id), 0)), "
     "owner, epoch, cancel_requested, deadline, created, updated, response, "
     "idempotency_key, retention_until, id FROM runs"
 )
@@ -35,7 +35,8 @@ _FRAMES = (
     "coalesce(e.output, bo.bytes) FROM events e "
     "LEFT JOIN blobs bp ON bp.sha256 = e.payload_hash "
     "LEFT JOIN blobs bo ON bo.sha256 = e.output_hash "
-    "WHERE e.run_id = ? AND e.seq > ? ORDER BY e.seq LIMIT ?"
+    "WHERE e.run = (SELECT id FROM runs WHERE run_id = ?) AND e.seq > ? "
+    "ORDER BY e.seq LIMIT ?"
 )
 
 _CURSOR = re.compile(r"r([0-9]{1,19})")
@@ -161,21 +162,21 @@ def prune(conn: sqlite3.Connection, now: float, limit: int) -> int:
         How many runs it expired.
     """
     due = [r[0] for r in conn.execute(
-        "SELECT run_id FROM runs WHERE retention_until <= ? "
+        "SELECT id FROM runs WHERE retention_until <= ? "
         "AND status NOT IN ('running', 'expired') ORDER BY retention_until LIMIT ?",
         (now, limit))]
-    for run_id in due:
+    for run in due:
         conn.execute("UPDATE runs SET status = 'expired', request = x'', response = NULL, "
-                     "updated = ? WHERE run_id = ?", (now, run_id))
-        conn.execute("INSERT OR IGNORE INTO purge(run_id) VALUES (?)", (run_id,))
+                     "updated = ? WHERE id = ?", (now, run))
+        conn.execute("INSERT OR IGNORE INTO purge(run) VALUES (?)", (run,))
     budget = PRUNE_EVENTS_PER_CALL
-    for (run_id,) in conn.execute("SELECT run_id FROM purge LIMIT 100").fetchall():
+    for (run,) in conn.execute("SELECT run FROM purge LIMIT 100").fetchall():
         if budget <= 0:
             break
         hashes = conn.execute(
-            "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE run_id = ? "
+            "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE run = ? "
             "ORDER BY seq LIMIT ?) RETURNING payload_hash, output_hash",
-            (run_id, budget)).fetchall()
+            (run, budget)).fetchall()
         budget -= len(hashes)
         for digest in {h for pair in hashes for h in pair if h is not None}:
             conn.execute(
@@ -183,5 +184,5 @@ def prune(conn: sqlite3.Connection, now: float, limit: int) -> int:
                 "WHERE payload_hash = ?1) AND NOT EXISTS (SELECT 1 FROM events WHERE "
                 "output_hash = ?1)", (digest,))
         if budget > 0:  # fewer than asked: none left
-            conn.execute("DELETE FROM purge WHERE run_id = ?", (run_id,))
+            conn.execute("DELETE FROM purge WHERE run = ?", (run,))
     return len(due)

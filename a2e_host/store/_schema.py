@@ -3,9 +3,11 @@
 Layer: store backend (stdlib ``sqlite3``, no anyio). Everything here runs in a thread
 (the writer's, or a worker thread at open), never on the event loop.
 
-The schema follows DURABILITY.md §3.1, with two differences recorded in DECISIONS.md:
+The schema follows DURABILITY.md §3.1, with differences recorded in DECISIONS.md:
 ``runs`` has an integer key ``id`` (stable under ``VACUUM``, the keyset of ``list``) beside
-the unique ``run_id``, and the idempotency key is unique *per principal*. Frames and
+the unique ``run_id``, and ``events`` refer to a run by that ``id`` (``run``: an integer
+key is a quarter cheaper to index per event than a text one); the idempotency key is
+unique *per principal*. Frames and
 outputs over the size cap live once in ``blobs`` by sha256, referenced from ``events``;
 ``purge`` holds runs already expired whose events are still being deleted (bounded work
 per prune).
@@ -60,7 +62,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "WHERE retention_until IS NOT NULL",
         """CREATE TABLE events(
             id INTEGER PRIMARY KEY,
-            run_id TEXT NOT NULL,
+            run INTEGER NOT NULL,
             seq INTEGER NOT NULL,
             node_id TEXT NOT NULL,
             phase TEXT NOT NULL,
@@ -68,13 +70,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             payload_hash BLOB,
             output BLOB,
             output_hash BLOB,
-            UNIQUE(run_id, seq))""",
+            UNIQUE(run, seq))""",
         "CREATE INDEX events_payload_blob ON events(payload_hash) "
         "WHERE payload_hash IS NOT NULL",
         "CREATE INDEX events_output_blob ON events(output_hash) "
         "WHERE output_hash IS NOT NULL",
         "CREATE TABLE blobs(sha256 BLOB PRIMARY KEY, bytes BLOB NOT NULL) WITHOUT ROWID",
-        "CREATE TABLE purge(run_id TEXT PRIMARY KEY) WITHOUT ROWID",
+        "CREATE TABLE purge(run INTEGER PRIMARY KEY)",
     ),
 }
 

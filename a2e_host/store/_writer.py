@@ -39,9 +39,13 @@ MAX_BATCH = 16_384
 """Ops committed in one transaction at most (bounds one commit's latency and memory)."""
 
 INSERT_EVENT = (
-    "INSERT INTO events(run_id, seq, node_id, phase, payload, payload_hash, output, "
-    "output_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run_id, seq) DO NOTHING"
+    "INSERT INTO events(run, seq, node_id, phase, payload, payload_hash, output, "
+    "output_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run, seq) DO NOTHING"
 )
+RUN_KEY = "SELECT id FROM runs WHERE run_id = ?"
+
+MAX_KEYS = 100_000
+"""``run_id`` → ``runs.id`` the writer remembers at most (then forgets them all)."""
 INSERT_BLOB = "INSERT OR IGNORE INTO blobs(sha256, bytes) VALUES (?, ?)"
 INSERT_RUN = (
     "INSERT OR IGNORE INTO runs(run_id, principal, req_id, chain_id, status, request, "
@@ -82,12 +86,14 @@ class Writer:
         self.cond = threading.Condition(threading.Lock())
         self.queue: list[tuple[Any, ...]] = []
         self.closing = False
+        self.hurried = False  # someone awaits a commit: skip the commit delay once
         self._conn = conn
         self._report = report
         self._log = log
         self._threshold = blob_threshold
         self._delay = commit_delay
         self._thread = threading.Thread(target=self._main, name="a2e-store-writer", daemon=True)
+        self._keys: dict[str, int] = {}  # run_id → runs.id of runs being appended to
 
     def start(self) -> None:
         self._thread.start()
@@ -95,6 +101,12 @@ class Writer:
     def join(self) -> None:
         """Wait for the thread to end (after :meth:`close`)."""
         self._thread.join()
+
+    def hurry(self) -> None:
+        """Commit what is queued without waiting out the commit delay (a flush, a job)."""
+        with self.cond:
+            self.hurried = True
+            self.cond.notify()
 
     def close(self) -> None:
         """Commit what is queued, then end the thread."""
@@ -113,11 +125,12 @@ class Writer:
                 self.cond.wait()
             if self._delay > 0 and not self.closing:
                 deadline = time.monotonic() + self._delay
-                while len(self.queue) < MAX_BATCH and not self.closing:
+                while len(self.queue) < MAX_BATCH and not (self.closing or self.hurried):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     self.cond.wait(left)
+            self.hurried = False
             queue = self.queue
             if len(queue) <= MAX_BATCH:
                 self.queue = []
@@ -149,11 +162,9 @@ class Writer:
         finally:
             conn.close()
 
-    def _blob(self, data: bytes, blobs: list[tuple[bytes, bytes]]) -> tuple[bytes | None,
-                                                                            bytes | None]:
-        """``(inline, hash)`` for one frame or output: big ones go to ``blobs``."""
-        if len(data) <= self._threshold:
-            return data, None
+    @staticmethod
+    def _blob(data: bytes, blobs: list[tuple[bytes, bytes]]) -> tuple[None, bytes]:
+        """``(None, hash)`` for a frame or output over the threshold, queued for ``blobs``."""
         digest = hashlib.sha256(data).digest()
         blobs.append((digest, data))
         return None, digest
@@ -168,28 +179,43 @@ class Writer:
         results: list[tuple[Any, bool, Any]] = []
         rows: list[tuple[Any, ...]] = []
         blobs: list[tuple[bytes, bytes]] = []
+        keys = self._keys
+        threshold = self._threshold
         conn.execute("BEGIN IMMEDIATE")
         for op in batch:
             kind = op[0]
             if kind == APPEND:
-                frame, frame_hash = self._blob(op[7], blobs)
+                run = keys.get(op[3])
+                if run is None:
+                    run = self._key(op[3], op[4])
+                    if run is None:
+                        continue
+                frame = op[7]
+                frame_hash = None
+                if len(frame) > threshold:
+                    frame, frame_hash = self._blob(frame, blobs)
                 output = op[8]
                 output_hash = None
-                if output is not None:
+                if output is not None and len(output) > threshold:
                     output, output_hash = self._blob(output, blobs)
-                rows.append((op[3], op[4], op[5], op[6], frame, frame_hash, output,
-                             output_hash))
+                rows.append((run, op[4], op[5], op[6], frame, frame_hash, output, output_hash))
                 continue
             if rows:
                 self._insert_events(rows, blobs)
                 rows, blobs = [], []
             if kind == CREATE:
-                if conn.execute(INSERT_RUN, op[3]).rowcount == 0:
+                cursor = conn.execute(INSERT_RUN, op[3])
+                if cursor.rowcount == 0:
                     self._log.error("a run was not stored: its run_id, or its principal's "
                                     "idempotency key, is taken", run_id=op[3][0])
+                elif cursor.lastrowid is not None:
+                    if len(keys) >= MAX_KEYS:
+                        keys.clear()
+                    keys[op[3][0]] = cursor.lastrowid
             elif kind == FINISH:
                 _, _, _, run_id, status, response, last_seq, now = op
                 conn.execute(FINISH_RUN, (status, response, last_seq, now, run_id))
+                keys.pop(run_id, None)
             elif kind == CANCEL:
                 conn.execute(CANCEL_RUN, (op[4], op[3]))
             else:
@@ -199,6 +225,20 @@ class Writer:
         conn.execute("COMMIT")
         return results
 
+    def _key(self, run_id: str, seq: int) -> int | None:
+        """``runs.id`` of a run the writer did not create (a resumed run, one made by
+        ``create_or_get``), remembered from now; None (the frame is dropped, logged)
+        when no such run is stored: frames belong to a created run."""
+        row = self._conn.execute(RUN_KEY, (run_id,)).fetchone()
+        if row is None:
+            self._log.error("a frame of an unknown run was not stored; create the run "
+                            "before its frames", run_id=run_id, seq=seq)
+            return None
+        if len(self._keys) >= MAX_KEYS:
+            self._keys.clear()
+        self._keys[run_id] = row[0]
+        return int(row[0])
+
     def _insert_events(self, rows: list[tuple[Any, ...]],
                        blobs: list[tuple[bytes, bytes]]) -> None:
         conn = self._conn
@@ -206,8 +246,8 @@ class Writer:
             conn.executemany(INSERT_BLOB, blobs)
         written = conn.executemany(INSERT_EVENT, rows).rowcount
         if written != len(rows):
-            self._log.error("frames were not stored twice: their (run_id, seq) is stored "
-                            "already", duplicates=len(rows) - written, run_id=rows[0][0])
+            self._log.error("frames were not stored twice: their (run, seq) is stored "
+                            "already", duplicates=len(rows) - written)
 
     def _job(self, fn: Callable[[sqlite3.Connection], Any], token: Any
              ) -> tuple[Any, bool, Any]:

@@ -10,8 +10,8 @@ backpressure and failure.
   committed ticket; the loop updates :attr:`SQLiteRunStore.committed` and calls the
   commit callbacks.
 - **Reads** run on their own ``query_only`` connection in a worker thread
-  (``anyio.to_thread``), one at a time, and see committed data only (WAL readers never
-  block the writer).
+  (``anyio.to_thread``), one at a time (the others wait on the loop, holding no thread),
+  and see committed data only (WAL readers never block the writer).
 - **Files**: the database, its ``-wal`` and ``-shm`` are owner-only (0600); ``<path>.lock``
   holds an exclusive lock while a host writes, so two hosts never resume the same runs.
   WAL with ``synchronous=NORMAL`` (``FULL`` by option) and ``journal_size_limit`` 64 MiB.
@@ -104,7 +104,8 @@ async def open_sqlite_store(
             lock.release()
             raise
 
-    lock, writer_conn, reader_conn = await anyio.to_thread.run_sync(open_files)
+    with anyio.CancelScope(shield=True):  # a cancel mid-open would leak the lock
+        lock, writer_conn, reader_conn = await anyio.to_thread.run_sync(open_files)
     store = SQLiteRunStore(
         path, loop, reader_conn, owner=owner or default_owner(),
         max_pending=max_pending, max_pending_bytes=max_pending_bytes, lock=lock)
@@ -146,6 +147,8 @@ class SQLiteRunStore:
         self._loop = loop
         self._reader = reader
         self._read_lock = threading.Lock()
+        # reads wait their turn on the loop, not in worker threads other work needs
+        self._read_turn = anyio.CapacityLimiter(1)
         self._lock = lock
         self._writer: Writer | None = None
         self._state = _OPEN
@@ -232,6 +235,7 @@ class SQLiteRunStore:
         token = id(future)
         self._put(JOB, 0, fn, token)
         self._jobs[token] = future
+        self._hurry()
         try:
             return await future
         finally:
@@ -308,7 +312,13 @@ class SQLiteRunStore:
         if self.error is not None or self._state == _CLOSED:
             raise self._refuse()
 
+    def _hurry(self) -> None:
+        if self._writer is not None:
+            self._writer.hurry()
+
     async def wait_committed(self, ticket: int) -> None:
+        if self.committed < ticket:
+            self._hurry()
         while self.committed < ticket:
             self._check()
             await self._wait_change()
@@ -339,7 +349,7 @@ class SQLiteRunStore:
                     raise StoreError(f"reading the run store {self.path!r} failed: "
                                      f"{exc}") from exc
 
-        return await anyio.to_thread.run_sync(locked)
+        return await anyio.to_thread.run_sync(locked, limiter=self._read_turn)
 
     async def get(self, run_id: str) -> RunRecord | None:
         return await self._read(lambda conn: q.get(conn, run_id))
