@@ -255,9 +255,7 @@ def _auth_table(value: Any, source: str) -> list[_Item]:
         elif key == "tokens":
             items.append(("auth_tokens", raw, f"[auth.tokens] of {source}"))
         else:
-            raise ValueError(
-                f"unknown key {key!r} in [auth] of {source}; known: token, tokens"
-            )
+            raise ValueError(f"unknown key {key!r} in [auth] of {source}; known: token, tokens")
     return items
 
 

@@ -159,6 +159,8 @@ def check_chain(messages: list[dict[str, Any]], raws: list[str], spec: dict[str,
         Problems, each a sentence; empty when the transcript conforms.
     """
     *before, response = messages
+    # a durable run's acceptances (its own, an attach's): PROTOCOL.md §5 Durable runs
+    before = [m for m in before if m.get("type") != "chain/accepted"]
     problems = [f"CHAIN-EVT-BEFORE-RESP: {m.get('type')!r} arrived before the chain/resp"
                 for m in before if m.get("type") != "chain/event"]
     events = [m for m in before if m.get("type") == "chain/event"]

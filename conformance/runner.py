@@ -272,7 +272,7 @@ class CaseRun:
             assert frame.message is not None
             messages.append(frame.message)
             raws.append(frame.raw)
-            if frame.message.get("type") not in ("chain/event", "chain/resp"):
+            if frame.message.get("type") not in ("chain/accepted", "chain/event", "chain/resp"):
                 break
         if messages[-1].get("type") != "chain/resp":
             raise CaseFailure([f"expected chain events and a chain/resp for {req_id}, got "

@@ -17,6 +17,7 @@ import msgspec
 from ..codec import MessageCodec
 from ..errors import ChainFailure
 from ..messages import CORE_MESSAGE_TYPES, Message, new_chain_id
+from .run_messages import RUN_MESSAGE_TYPES
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -350,5 +351,6 @@ CHAIN_MESSAGE_TYPES: tuple[type[Message], ...] = (
 )
 """The chains capability's messages, as its plugin declares them."""
 
-chain_codec = MessageCodec(CORE_MESSAGE_TYPES + CHAIN_MESSAGE_TYPES)
-"""A codec for the core messages plus the chains messages (clients, CLI commands)."""
+chain_codec = MessageCodec(CORE_MESSAGE_TYPES + CHAIN_MESSAGE_TYPES + RUN_MESSAGE_TYPES)
+"""A codec for the core messages plus the chains and runs messages (clients, CLI
+commands)."""

@@ -13,19 +13,27 @@ run's original request id, which every following frame carries: the client route
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..chains.messages import ChainAttach, ChainDetach, ChainDetached
 from ..chains.run_messages import RunGet, RunGetResponse, RunList, RunListResponse
-from .chains import ChainRun
-
-if TYPE_CHECKING:
-    from .session import Client
+from ..messages import Message
+from .chains import ChainRun, ChainRunClient
 
 __all__ = ["attach", "detach", "get_run", "list_runs"]
 
 DEFAULT_WAIT = 30.0
 """Seconds to wait for an answer to a run message."""
+
+
+class Client(ChainRunClient, Protocol):
+    """What these functions use of :class:`~a2e_host.client.Client` (this module must not
+    import :mod:`.session`, which imports it)."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    async def _request(self, message: Message, wait_timeout: float) -> Message: ...
 
 
 def attach(client: Client, run_id: str, since_seq: int = 0, *, req_id: str = "",
@@ -46,7 +54,7 @@ def attach(client: Client, run_id: str, since_seq: int = 0, *, req_id: str = "",
     """
     message = ChainAttach(session_id=client.session_id, run_id=run_id, req_id=req_id,
                           since_seq=since_seq)
-    return ChainRun(client, message, receive_timeout)  # type: ignore[arg-type]
+    return ChainRun(client, message, receive_timeout)  # type: ignore[arg-type]  # any request
 
 
 async def detach(client: Client, run_id: str, *, wait_timeout: float = DEFAULT_WAIT

@@ -321,8 +321,7 @@ class HostConnection:
         return True
 
     def _track(self, run: Run, *, after: int | None = None, take_over: bool = False) -> None:
-        run.attach(self.outbox, after=after, on_end=self._run_ended,
-                   on_taken=self._run_ended, take_over=take_over)
+        run.attach(self.outbox, after=after, on_end=self._run_ended, take_over=take_over)
         self._runs.add(run)
         if self._idle.is_set():
             self._idle = anyio.Event()

@@ -34,17 +34,18 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import anyio.abc
 
-from ..codec import encode_message
 from ..errors import error_message_of, internal_error_message
-from ..messages import ErrorMessage, Message
+from ..messages import ErrorMessage
 from .cancels import being_cancelled
+from .sinks import Append, FrameOutbox, RunSink
 
 __all__ = [
+    "Append",
     "DetachPolicy",
     "FrameOutbox",
     "Run",
@@ -57,9 +58,6 @@ __all__ = [
 RunKey = tuple[str, str]
 """``(session_id, req_id)``: how a listed run is found, with its capability."""
 
-Append = Callable[[int, bytes], None]
-"""``append(position, frame)``: called with every frame a run emits, before it leaves."""
-
 
 class DetachPolicy(enum.Enum):
     """What detaching a run's last connection does to it."""
@@ -70,95 +68,6 @@ class DetachPolicy(enum.Enum):
     KEEP = "keep"
     """Let it run on detached: its frames are counted (and given to ``append``) but go
     nowhere until a connection attaches again."""
-
-
-class FrameOutbox(Protocol):
-    """Where an attached run's frames go: a connection's
-    :class:`~a2e_host.runtime.outbox.Outbox`.
-
-    Attributes:
-        full: above its high-water mark (:meth:`wait_writable` would wait).
-    """
-
-    full: bool
-
-    def send_frame_nowait(self, frame: bytes) -> None: ...
-
-    async def wait_writable(self) -> None: ...
-
-
-class RunSink:
-    """A run's event sink (implements :class:`~a2e_host.plugin.Outbox`): encodes each
-    message once, counts it, hands it to ``append``, then to the attached outbox.
-
-    Args:
-        append: called with ``(position, frame)`` for every frame before it is emitted
-            (a store's hook); None keeps nothing.
-
-    Attributes:
-        position: frames this run has emitted so far (attached or not). For a chain the
-            n-th frame is the event with ``seq`` n, its ``chain/resp`` the last one.
-    """
-
-    __slots__ = ("position", "append", "_outbox")
-
-    def __init__(self, append: Append | None = None) -> None:
-        self.position = 0
-        self.append = append
-        self._outbox: FrameOutbox | None = None
-
-    @property
-    def attached(self) -> bool:
-        """Whether an outbox receives the frames now."""
-        return self._outbox is not None
-
-    def attach(self, outbox: FrameOutbox, *, after: int | None = None) -> None:
-        """Send the frames from now on to ``outbox``.
-
-        Args:
-            outbox: the attaching connection's outbox.
-            after: the last position the attaching side has seen; None (or the current
-                position) resumes with the next frame. Nothing earlier is kept without a
-                store, so any other value is refused.
-
-        Raises:
-            RuntimeError: another outbox is attached.
-            ValueError: ``after`` asks for frames this sink does not keep.
-        """
-        if self._outbox is not None:
-            raise RuntimeError("the run is attached to another connection; detach it first")
-        if after is not None and after != self.position:
-            raise ValueError(
-                f"frames after position {after} are not kept (the run is at "
-                f"{self.position} and has no store); attach with after={self.position}"
-            )
-        self._outbox = outbox
-
-    def detach(self) -> None:
-        """Stop sending frames anywhere (they are still counted and appended)."""
-        self._outbox = None
-
-    def attached_to(self, outbox: FrameOutbox) -> bool:
-        """Whether ``outbox`` is the one receiving the frames now."""
-        return self._outbox is outbox
-
-    def send_nowait(self, message: Message) -> None:
-        """Emit one message: encoded, counted, appended, then queued on the attached
-        outbox (dropped when none is attached). Never blocks."""
-        frame = encode_message(message)
-        self.position += 1
-        if self.append is not None:
-            self.append(self.position, frame)
-        outbox = self._outbox
-        if outbox is not None:
-            outbox.send_frame_nowait(frame)
-
-    async def wait_writable(self) -> None:
-        """Wait while the attached outbox is over its high-water mark (at once when
-        detached: nobody is slowed by a reader that is not there)."""
-        outbox = self._outbox
-        if outbox is not None and outbox.full:
-            await outbox.wait_writable()
 
 
 class Run:
@@ -175,8 +84,7 @@ class Run:
     """
 
     __slots__ = ("key", "req_id", "capability", "name", "sink", "policy", "log", "done",
-                 "cancel_requested", "_scope", "_on_cancel", "_on_end", "_on_taken",
-                 "_registry")
+                 "cancel_requested", "_scope", "_on_cancel", "_on_end", "_registry")
 
     def __init__(
         self,
@@ -204,7 +112,6 @@ class Run:
         self._scope = anyio.CancelScope()
         self._on_cancel: Callable[[], None] | None = None
         self._on_end: Callable[[Run], None] | None = None
-        self._on_taken: Callable[[Run], None] | None = None
 
     # ── asked by the plugin or the agent ────────────────────────────────────
 
@@ -241,39 +148,32 @@ class Run:
         *,
         after: int | None = None,
         on_end: Callable[[Run], None] | None = None,
-        on_taken: Callable[[Run], None] | None = None,
         take_over: bool = False,
     ) -> None:
         """Send the run's frames to ``outbox`` (see :meth:`RunSink.attach`); ``on_end``
-        is called with the run when its task ends while attached.
-
-        Args:
-            on_taken: called with the run when another connection takes it over.
-            take_over: a :attr:`DetachPolicy.KEEP` run attached elsewhere moves here (its
-                previous connection's ``on_taken`` is called; PROTOCOL.md §5 Durable
-                runs: the newest ``chain/attach`` wins). False: refused.
+        is called with the run when its task ends while attached, or when ``take_over``
+        moves a :attr:`DetachPolicy.KEEP` run attached elsewhere here (PROTOCOL.md §5
+        Durable runs: the newest ``chain/attach`` wins).
 
         Raises:
             RuntimeError: another connection is attached (and not ``take_over``).
             ValueError: ``after`` asks for frames that are not kept.
         """
         if take_over and self.sink.attached and self.policy is DetachPolicy.KEEP:
-            taken, self._on_taken = self._on_taken, None
+            taken, self._on_end = self._on_end, None
             self.sink.detach()
-            self._on_end = None
             if taken is not None:
                 taken(self)
         self.sink.attach(outbox, after=after)
         self._on_end = on_end
-        self._on_taken = on_taken
 
     def detach(self, outbox: FrameOutbox | None = None) -> bool:
         """The attached connection is gone. Under :attr:`DetachPolicy.CANCEL` the run is
         cancelled; under :attr:`DetachPolicy.KEEP` it runs on, detached.
 
         Args:
-            outbox: the connection that is gone: when given and another one is attached
-                now (it took the run over), nothing changes.
+            outbox: the connection that is gone; nothing changes when another one took
+                the run over.
 
         Returns:
             True when the run was cancelled.
@@ -282,7 +182,6 @@ class Run:
             return False
         self.sink.detach()
         self._on_end = None
-        self._on_taken = None
         if self.policy is DetachPolicy.CANCEL and not self.done.is_set():
             self.abort()
             return True

@@ -85,6 +85,10 @@ THREAD_PLANNING_CHARS = 16_384
 """Characters of expressions above which a chain is validated in a worker thread: parsing
 costs by text, not by node (one node may declare 120 expressions of 65,000 characters)."""
 
+DURABLE_FEATURE = "chain/durable"
+"""The feature of durable runs: ``chain/req.durable``, ``idempotency_key``, ``retention``,
+``chain/accepted``, ``chain/attach``, ``chain/detach``, ``chain/cancel.run_id``."""
+
 _PLANNING_THREADS = 2  # chains validated at once in worker threads, host-wide
 _planning_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
     "a2e_chains_planning_limiter"
@@ -112,7 +116,6 @@ class ChainPlugin(DurableChains, Plugin):
         "chain/node.timeout",
         "chain/node.fallback",
         "chain/cache",
-        "chain/durable",
     )
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
@@ -128,9 +131,12 @@ class ChainPlugin(DurableChains, Plugin):
         return tuple(g for g in NODE_KIND_GATES if g != "proc" or self.config.allow_proc)
 
     def metadata(self, session: SessionInfo) -> dict[str, Any]:
-        """Namespace, priority, features and the session's effective ceilings (§2)."""
+        """Namespace, priority, features and the session's effective ceilings (§2); the
+        feature ``chain/durable`` only on a host with a run store (§5 Durable runs)."""
         meta = super().metadata(session)
         meta["limits"] = session.limits.effective.to_dict()
+        if self.store is not None:
+            meta["features"].append(DURABLE_FEATURE)
         return meta
 
     async def handle(self, message: Message, ctx: PluginContext) -> None:

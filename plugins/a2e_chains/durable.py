@@ -31,7 +31,7 @@ from a2e_host.runtime.durable import DurableSink, replay_stored
 from a2e_host.runtime.runs import FrameOutbox
 from a2e_host.store import RunRecord, RunStatus, RunStore, StoreError
 
-__all__ = ["DurableRuns", "LiveRun", "status_of"]
+__all__ = ["DurableRuns", "LiveRun", "check_not_expired", "status_of"]
 
 FINISH_WAIT = 5.0
 """Seconds a durable run's task waits, at its end, for its status to be committed."""
@@ -232,12 +232,7 @@ class DurableRuns:
                 f"no durable run with {what} for this session's principal; list yours "
                 "with run/list"
             )
-        if record.status is RunStatus.EXPIRED:
-            raise RunExpired(
-                f"durable run {record.run_id!r} ended and its retention passed: its events "
-                "are gone (ask a longer chain/req.retention next time)",
-                detail={"run_id": record.run_id},
-            )
+        check_not_expired(record)
         return record
 
     # ── attaching ──────────────────────────────────────────────────────────
@@ -271,6 +266,18 @@ class DurableRuns:
                                              last_seq=record.last_seq, attach_id=attach_id))
         await replay_stored(store, record.run_id, cast(FrameOutbox, ctx.outbox),
                             after=since_seq)
+
+
+def check_not_expired(record: RunRecord) -> None:
+    """Raises:
+        RunExpired: the run's retention passed and its events were pruned.
+    """
+    if record.status is RunStatus.EXPIRED:
+        raise RunExpired(
+            f"durable run {record.run_id!r} ended and its retention passed: its events "
+            "are gone (ask a longer chain/req.retention next time)",
+            detail={"run_id": record.run_id},
+        )
 
 
 def _check_since(since_seq: int, last: int, run_id: str) -> None:

@@ -25,7 +25,7 @@ from a2e_host.exceptions import InvalidMessage, UnknownRun
 from a2e_host.plugin import PluginContext
 from a2e_host.store import RunRecord
 
-from .durable import DurableRuns, LiveRun
+from .durable import DurableRuns, LiveRun, check_not_expired
 
 __all__ = ["DurableChains", "durable_runs_for", "forget_durable_runs", "shared_durable_runs"]
 
@@ -120,6 +120,8 @@ class DurableChains:
     async def _attach_found(self, found: LiveRun | RunRecord, ctx: PluginContext,
                             since_seq: int, attach_id: str) -> None:
         durable = self.durable
+        if isinstance(found, RunRecord):
+            check_not_expired(found)  # a resubmitted key of an expired run
         if isinstance(found, LiveRun):
             durable.attach_live(found, ctx, since_seq, attach_id)
         else:

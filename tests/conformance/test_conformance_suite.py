@@ -31,7 +31,7 @@ from conformance.suite import (
 )
 from tests.support import REPO
 from tests.support.extensionless_host import HIDDEN_CEILINGS, HIDDEN_FEATURES
-from tests.support.mutant_host import MUTANTS
+from tests.support.mutant_host import MUTANTS, STORE_MUTANTS
 from tests.support.ws import serving_sync
 
 HOST = [sys.executable, "-m", "a2e_host"]
@@ -101,10 +101,12 @@ def test_our_host_passes_the_kit_over_websocket() -> None:
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_every_broken_host_fails_a_named_requirement(mutant: str) -> None:
+def test_every_broken_host_fails_a_named_requirement(mutant: str, tmp_path: Path) -> None:
     _, requirement = MUTANTS[mutant]
     argv = [sys.executable, "-m", "tests.support.mutant_host", mutant, "serve", "--port", "0",
             "--tools", "conformance"]
+    if mutant in STORE_MUTANTS:
+        argv += ["--store", str(tmp_path / "runs.db")]
     selection = [*MUTANT_CASES.get(mutant, (requirement,)), *UNRELATED]
     with serving_sync(argv) as url:
         report = run_kit("--ws", url, *(arg for p in selection for arg in ("-k", p)))

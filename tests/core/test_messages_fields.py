@@ -23,6 +23,7 @@ from a2e_host.chains.messages import (
     RetryPolicy,
     chain_codec,
 )
+from a2e_host.chains.run_messages import RunGet, RunGetResponse, RunList, RunListResponse
 from a2e_host.errors import ChainFailure
 from a2e_host.messages import (
     Capability,
@@ -160,6 +161,10 @@ TAGS = {
     "chain/attach": ChainAttach,
     "chain/detach": ChainDetach,
     "chain/detached": ChainDetached,
+    "run/list": RunList,
+    "run/list/resp": RunListResponse,
+    "run/get": RunGet,
+    "run/get/resp": RunGetResponse,
 }
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")

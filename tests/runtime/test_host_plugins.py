@@ -14,9 +14,10 @@ from a2e_host.runtime.host import PLUGIN_GROUP, Host, load_plugins
 def test_the_chains_plugin_is_found_through_the_public_entry_point_group() -> None:
     names = {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP)}
     assert names["chains"] == "a2e_chains:ChainPlugin"
+    assert names["runs"] == "a2e_chains:RunsPlugin"
     loaded = load_plugins(HostConfig())
     assert [(p.capability, p.namespace, p.priority) for p in loaded] == [
-        ("chains", "chain/*", 10)
+        ("chains", "chain/*", 10), ("runs", "run/*", 15)
     ]
 
 

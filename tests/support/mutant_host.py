@@ -95,6 +95,22 @@ def static_checks_off() -> None:
     TypeChecks.run = lambda self: self.warnings  # type: ignore[method-assign]
 
 
+def attach_replays_a_seen_frame() -> None:
+    """``chain/attach`` resends the event at ``since_seq``, which the client has already."""
+    from a2e_chains import durable
+
+    live, stored = durable.DurableRuns.attach_live, durable.DurableRuns.replay
+
+    def attach_live(self: Any, run: Any, ctx: Any, since_seq: int, attach_id: str) -> None:
+        live(self, run, ctx, max(0, since_seq - 1), attach_id)
+
+    async def replay(self: Any, record: Any, ctx: Any, since_seq: int, attach_id: str) -> None:
+        await stored(self, record, ctx, max(0, since_seq - 1), attach_id)
+
+    durable.DurableRuns.attach_live = attach_live  # type: ignore[method-assign]
+    durable.DurableRuns.replay = replay  # type: ignore[method-assign]
+
+
 MUTANTS: dict[str, tuple[Callable[[], None], str]] = {
     "seq_not_incremented": (seq_not_incremented, "CHAIN-EVT-SEQ"),
     "skip_never_sent": (skip_never_sent, "CHAIN-EVT-LIFECYCLE"),
@@ -104,8 +120,12 @@ MUTANTS: dict[str, tuple[Callable[[], None], str]] = {
     "retry_ignored": (retry_ignored, "RECOVERY-RETRY"),
     "progress_as_status": (progress_as_status, "CHAIN-EVT-LIFECYCLE"),
     "static_checks_off": (static_checks_off, "VAL-STATIC-INFERRED"),
+    "attach_replays_a_seen_frame": (attach_replays_a_seen_frame, "DURABLE-ATTACH-GAPLESS"),
 }
 """mutant name → (patch, a requirement the conformance kit must report failed)."""
+
+STORE_MUTANTS = frozenset({"attach_replays_a_seen_frame"})
+"""Mutants whose defect shows only on a host with a run store (``--store``)."""
 
 
 def main(argv: list[str]) -> None:

@@ -1,0 +1,44 @@
+"""The conformance kit's durable-run cases against the real host: run with a store they
+pass; without one the host does not advertise ``chain/durable`` and they are skipped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.support import REPO
+from tests.support.ws import serving_sync
+
+HOST = [sys.executable, "-m", "a2e_host", "serve", "--port", "0", "--tools", "conformance"]
+KIT = [sys.executable, "-m", "conformance"]
+DURABLE_CASES = {
+    "durable-accepted-first", "durable-attach-after-disconnect",
+    "durable-attach-from-the-start", "durable-idempotency-key-attaches",
+    "durable-cancel-from-another-connection", "durable-errors",
+    "runs-get-and-list-statuses",
+}
+
+
+def _kit(url: str) -> dict[str, Any]:
+    done = subprocess.run([*KIT, "--ws", url, "-k", "durable-", "-k", "runs-get-", "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.stdout, done.stderr[-3000:]
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def test_the_durable_cases_pass_against_a_host_with_a_store(tmp_path: Path) -> None:
+    with serving_sync([*HOST, "--store", str(tmp_path / "runs.db")]) as url:
+        report = _kit(url)
+    assert {c["id"]: c["status"] for c in report["cases"]} == dict.fromkeys(
+        DURABLE_CASES, "passed")
+
+
+def test_the_durable_cases_are_skipped_by_a_host_without_a_store() -> None:
+    with serving_sync(HOST) as url:
+        report = _kit(url)
+    assert {c["id"]: c["status"] for c in report["cases"]} == dict.fromkeys(
+        DURABLE_CASES, "skipped")
