@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.support.process import CLI
@@ -53,6 +54,16 @@ async def test_runs_list_and_graph_show_what_a_real_host_stored(tmp_path: Path) 
         assert accepted["type"] == "chain/accepted", accepted
         started = await client.host.receive()
         assert (started["node_id"], started["phase"]) == ("s", "start"), started
+        # read beside the serving host: the run in flight, its node running
+        live = await anyio.to_thread.run_sync(
+            cli, "runs", "list", "--status", "running", "--json", "--store", str(store))
+        assert live.returncode == 0, live.stderr
+        assert [(r["run_id"], r["req_id"], r["status"]) for r in
+                json.loads(live.stdout)["runs"]] == [(accepted["run_id"], "slow", "running")]
+        drawn = await anyio.to_thread.run_sync(
+            cli, "graph", "--run", accepted["run_id"], "--store", str(store))
+        assert drawn.returncode == 0, drawn.stderr
+        assert "    class s running" in drawn.stdout.splitlines()
         await client.send({"type": "chain/cancel", "id": "x", "req_id": "slow"})
         cancelled = await client.reply()
         assert cancelled["type"] == "chain/resp" and cancelled["error"]["code"] == "cancelled"
