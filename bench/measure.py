@@ -99,6 +99,7 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
 
     times: list[float] = []
     cpu_times: list[float] = []  # process CPU seconds (every thread) of each timed run
+    loop_cpu_times: list[float] = []  # CPU seconds of the thread running the event loop
 
     async def one_async(req: bytes, sink: Callable[[bytes], None]) -> tuple[float, bytes]:
         t = time.perf_counter()
@@ -118,10 +119,10 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
             gc.collect()
             if traced:
                 tracemalloc.start()
-            cpu = time.process_time()
+            cpu, loop_cpu = time.process_time(), time.thread_time()
             dt, resp = await one_async(req, events.append) if is_async else \
                 one_sync(req, events.append)
-            cpu = time.process_time() - cpu
+            cpu, loop_cpu = time.process_time() - cpu, time.thread_time() - loop_cpu
             if traced:
                 peak = tracemalloc.get_traced_memory()[1]
                 tracemalloc.stop()
@@ -131,6 +132,7 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
             if r >= warmup and not traced:
                 times.append(dt)
                 cpu_times.append(cpu)
+                loop_cpu_times.append(loop_cpu)
         return peak
 
     gc.collect()
@@ -157,6 +159,8 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
         "times_s": times, "median_s": med,
         "min_s": min(times), "max_s": max(times),
         "cpu_times_s": cpu_times, "cpu_median_s": statistics.median(cpu_times),
+        "loop_cpu_times_s": loop_cpu_times,
+        "loop_cpu_median_s": statistics.median(loop_cpu_times),
         "us_per_unit": med * per, "us_per_unit_min": min(times) * per,
         "us_per_unit_max": max(times) * per,
         "events_per_s": w.events / med,

@@ -104,6 +104,7 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         return bad[0] if bad else rounds[0]
     times = [t for r in rounds for t in r["times_s"]]
     cpu = [t for r in rounds for t in r.get("cpu_times_s", [])]
+    loop_cpu = [t for r in rounds for t in r.get("loop_cpu_times_s", [])]
     med = statistics.median(times)
     units, events = rounds[0]["units"], rounds[0]["events"]
     per = 1e6 / units
@@ -113,7 +114,9 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         max_s=max(times), us_per_unit=med * per, us_per_unit_min=min(times) * per,
         us_per_unit_max=max(times) * per, events_per_s=events / med,
         loadavg=[r.get("loadavg") for r in rounds],
-        **({"cpu_times_s": cpu, "cpu_median_s": statistics.median(cpu)} if cpu else {}),
+        **({"cpu_times_s": cpu, "cpu_median_s": statistics.median(cpu),
+            "loop_cpu_times_s": loop_cpu, "loop_cpu_median_s": statistics.median(loop_cpu)}
+           if cpu and loop_cpu else {}),
         **{k: max(r[k] for r in rounds)
            for k in ("rss_peak_mb", "rss_added_mb", "py_heap_peak_mb")})
     return out
