@@ -85,7 +85,7 @@ async def read_run(path: Path, run_id: str) -> tuple[ChainRequest, dict[str, Nod
                                    "a chain/req: there is no chain to draw", EXIT_USAGE)
         fold = OutcomeFold()
         async for frame in iter_frames(store, run_id):
-            fold.add(frame.node_id, frame.phase, frame.frame if frame.phase == "error" else b"")
+            fold.add(frame.node_id, frame.phase, frame.frame, frame.output)
     # the status read before the frames: a run that had ended then had all its frames
     # committed; one still running may end while they are read, and its unended nodes
     # are then shown running, not interrupted

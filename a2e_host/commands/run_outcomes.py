@@ -8,8 +8,10 @@ counters, not items).
 Outcomes (:data:`OUTCOMES`), from the events' ``phase`` (PROTOCOL.md §5):
 
 - ``done`` — a ``done`` event; ``skipped`` — a ``skip`` event;
-- ``error`` — an ``error`` event; ``interrupted`` when that event's ``data.code`` is
-  ``interrupted`` (a node cut off by a restart that could not re-run it);
+- ``error`` — an ``error`` event; ``interrupted`` when its code is ``interrupted`` (a node
+  cut off by a restart that could not re-run it): the code of the failure a durable run
+  keeps with the event (:attr:`~a2e_host.store.StoredFrame.output`, ``{code, message,
+  …}``), else the event's ``data.code``;
 - ``running`` — a ``start`` and no terminal event, while the run is still ``running``;
   ``interrupted`` when the run has ended (or stopped with the host) without one.
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-__all__ = ["OUTCOMES", "NodeOutcome", "OutcomeFold"]
+__all__ = ["OUTCOMES", "NodeOutcome", "OutcomeFold", "error_code"]
 
 OUTCOMES = ("done", "error", "skipped", "running", "interrupted")
 """Every outcome, in the order the drawing declares their classes."""
@@ -41,7 +43,12 @@ class _ErrorData(msgspec.Struct):
     data: dict[str, object] = {}
 
 
+class _Failure(msgspec.Struct):
+    code: str = ""
+
+
 _error_decoder = msgspec.json.Decoder(_ErrorData)
+_failure_decoder = msgspec.json.Decoder(_Failure)
 
 
 @dataclass(slots=True)
@@ -81,14 +88,17 @@ class OutcomeFold:
         self._last: dict[str, str] = {}  # declared node id -> "start" or an outcome
         self._items: dict[str, _Items] = {}  # template id -> its items' counts
 
-    def add(self, node_id: str, phase: str, frame: bytes = b"") -> None:
+    def add(self, node_id: str, phase: str, frame: bytes = b"",
+            output: bytes | None = None) -> None:
         """Take one stored frame.
 
         Args:
             node_id: the event's ``node_id`` (``""`` for the ``chain/resp``: ignored).
             phase: ``start``, ``done``, ``skip`` or ``error``; anything else is ignored.
-            frame: the encoded frame; read only for an ``error`` event (its
-                ``data.code``).
+            frame: the encoded frame; read only for an ``error`` event without a kept
+                failure (its ``data.code``).
+            output: what the store kept with the frame: for an ``error`` event, its
+                encoded failure (``{code, …}``), read for the code; else ignored.
         """
         if not node_id or "/" in node_id:
             return
@@ -96,7 +106,7 @@ class OutcomeFold:
             state = "start"
         elif phase in _TERMINAL:
             state = _TERMINAL[phase]
-            if state == "error" and _error_code(frame) == INTERRUPTED_CODE:
+            if state == "error" and error_code(frame, output) == INTERRUPTED_CODE:
                 state = "interrupted"
         else:
             return
@@ -131,10 +141,16 @@ class OutcomeFold:
         return out
 
 
-def _error_code(frame: bytes) -> str:
-    if not frame:
-        return ""
+def error_code(frame: bytes, failure: bytes | None = None) -> str:
+    """An ``error`` event's code: its kept failure's ``code`` (``failure``, the stored
+    frame's ``output``), else the frame's ``data.code``; ``""`` when neither says."""
     try:
+        if failure:
+            code: object = _failure_decoder.decode(failure).code
+            if code:
+                return str(code)
+        if not frame:
+            return ""
         code = _error_decoder.decode(frame).data.get("code")
     except msgspec.DecodeError:
         return ""

@@ -11,8 +11,9 @@ an untrusted request): one ``field: value`` line per record field, then ``respon
 at a time (:data:`~a2e_host.commands.store_access.FRAME_PAGE`), so a run of 100,000
 events prints in bounded memory: ``seq  node_id  phase  detail`` where the detail is the
 output (``done``; the stored output when the wire frame carried none), the error and its
-code (``error``), a recovery's or a tool's ``data`` (``kind`` other than ``status``), and
-``resumed`` for a terminal event sent after a restart.
+code (``error``; the code of the failure kept with it, else its ``data.code``), a
+recovery's or a tool's ``data`` (``kind`` other than ``status``), and ``resumed`` for a
+terminal event sent after a restart (``data.resumed``).
 
 ``--json``: the first line is ``{"run": {…record…}, "response": {…chain/resp…} | null}``;
 with ``--events`` each stored frame follows as one line, exactly as it was sent.
@@ -33,6 +34,7 @@ import anyio
 import msgspec
 
 from ..store import RunRecord, StoredFrame
+from .run_outcomes import error_code
 from .runs_list import record_summary
 from .store_access import (
     StoreAccessError,
@@ -166,7 +168,8 @@ def frame_line(frame: StoredFrame) -> str:
             output = _decode_any(frame.output)
         detail.append(f"output: {_clip(output)}")
     elif frame.phase == "error":
-        code = f" [{data['code']}]" if isinstance(data.get("code"), str) else ""
+        found = error_code(b"", frame.output) or data.get("code")
+        code = f" [{found}]" if isinstance(found, str) and found else ""
         detail.append(f"error{code}: {_clip_text(str(body.get('error', '')))}")
     if kind == "status" and data.get("resumed"):
         detail.append("(resumed)")

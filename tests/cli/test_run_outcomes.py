@@ -12,11 +12,25 @@ INTERRUPTED = b'{"type":"chain/event","data":{"code":"interrupted"},"phase":"err
 FAILED = b'{"type":"chain/event","data":{"code":"tool_error"},"phase":"error"}'
 
 
+KEPT_INTERRUPTED = b'{"code":"interrupted","message":"m","node_id":"a"}'
+
+
 def fold(frames: list[tuple[str, str, bytes]], running: bool) -> dict[str, NodeOutcome]:
     folding = OutcomeFold()
     for node_id, phase, frame in frames:
         folding.add(node_id, phase, frame)
     return folding.outcomes(run_running=running)
+
+
+def test_an_error_whose_kept_failure_says_interrupted_is_interrupted() -> None:
+    folding = OutcomeFold()
+    folding.add("a", "start")
+    folding.add("a", "error", b'{"type":"chain/event","data":{"resumed":true}}',
+                KEPT_INTERRUPTED)
+    folding.add("b", "start")
+    folding.add("b", "error", INTERRUPTED, b'{"code":"chain_node_error"}')
+    assert folding.outcomes(run_running=False) == {
+        "a": NodeOutcome("interrupted"), "b": NodeOutcome("error")}
 
 
 @pytest.mark.parametrize(

@@ -80,7 +80,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
                   [("a", "start", {}), ("a", "done", {"output": 1}), ("b", "start", {}),
                    ("c", "start", {}),
                    ("c", "error", {"error": "interrupted by a restart",
-                                   "data": {"code": "interrupted"}})],
+                                   "data": {"resumed": True},
+                                   "failure": ChainFailure(code="interrupted", node_id="c")})],
                   finish=(RunStatus.INTERRUPTED, response("req-3", "c-cut", success=False))),
         StoredRun(_record("r-live", "carol", "", "req-4", time.time() - 5, LINE, "a"),
                   [("a", "start", {}), ("a", "done", {"output": 1}), ("b", "start", {})]),
@@ -172,6 +173,14 @@ def test_runs_show_events_prints_each_stored_frame_as_one_line(store: Path) -> N
     assert lines[1][3] == "output: 1"
     assert lines[3][3] == 'output: {"condition":true,"taken":"yes"}'
     assert lines[11][3] == "error [tool_error]: boom"
+
+
+def test_runs_show_events_name_a_kept_failures_code_and_a_resumed_event(store: Path) -> None:
+    done = cli("runs", "show", "r-cut", "--events", "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1].split(None, 3)
+    assert last == ["5", "c", "error",
+                    "error [interrupted]: interrupted by a restart  (resumed)"]
 
 
 def test_runs_show_events_after_and_limit_page_within_the_log(store: Path) -> None:

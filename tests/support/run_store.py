@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 
 from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
 from a2e_host.codec import encode_message, encode_value
@@ -26,8 +27,10 @@ __all__ = ["StoredRun", "event", "request_bytes", "response", "write_store"]
 @dataclass
 class StoredRun:
     """One run to store: its record, its frames in ``seq`` order (``(node_id, phase,
-    extra)``: ``extra`` holds ``output``, ``error`` or ``data`` for :func:`event`), and
-    a ``finish`` to queue after them (``(status, response bytes)``) or None."""
+    extra)``: ``extra`` holds ``output``, ``error`` or ``data`` for :func:`event`, and for
+    an ``error`` a ``failure`` (a :class:`~a2e_host.errors.ChainFailure`) kept beside the
+    frame as a durable run keeps it), and a ``finish`` to queue after them (``(status,
+    response bytes)``) or None."""
 
     record: RunRecord
     events: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
@@ -68,11 +71,13 @@ def write_store(path: Path, runs: list[StoredRun], *, prune_at: float | None = N
             for run in runs:
                 store.create(run.record)
                 for seq, (node_id, phase, extra) in enumerate(run.events, start=1):
-                    output = extra.get("output")
+                    fields = dict(extra)
+                    failure = fields.pop("failure", None)
+                    kept = (encode_value(fields.get("output")) if phase == "done"
+                            else msgspec.json.encode(failure) if failure is not None else None)
                     store.append(run.record.run_id, StoredFrame(
                         seq, node_id, phase, event(run.record.req_id, seq, node_id, phase,
-                                                   **extra),
-                        encode_value(output) if phase == "done" else None))
+                                                   **fields), kept))
                 if run.finish is not None:
                     status, body = run.finish
                     store.finish(run.record.run_id, status, body, len(run.events))
