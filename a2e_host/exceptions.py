@@ -222,3 +222,21 @@ class StoreRequired(RemoteProtocolError):
     """A durable run was asked of a host that has no run store (``--store``)."""
 
     code = "store_required"
+
+
+# ── the skill capability (PROTOCOL.md §9): codes of skill/call/resp.error ──
+
+
+class UnknownSkill(RemoteProtocolError):
+    """A ``skill/call/req`` names no skill version that may run: an unknown name or
+    version, a retired version, or a skill with only draft versions named bare
+    (``unknown_skill``; sent in ``skill/call/resp.error``, its hint in ``detail``)."""
+
+    code = "unknown_skill"
+
+
+class SkillError(A2EError):
+    """A skill called by ``skill/call/req`` ran and failed (``skill_error``; sent in
+    ``skill/call/resp.data.error_code``)."""
+
+    code = "skill_error"

@@ -98,6 +98,11 @@ class RunHandle(Protocol):
         """Leave the in-flight table before the run's last frame (it stops counting)."""
         ...
 
+    @property
+    def host_stopping(self) -> bool:
+        """The host is stopping and cancels every run (no agent asked)."""
+        ...
+
 
 class RunsView(Protocol):
     """The listed runs of one session and capability (``ctx.runs``): request ids are

@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 
 from websockets.exceptions import InvalidURI
 
@@ -77,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="list skipped cases and every requirement")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    parser.add_argument("--skills-dir", action="store_true",
+                        help="print the directory of the kit's fixture skills (start the "
+                             "host with --skills DIR for the skill cases) and exit")
     parser.add_argument("--requirements", action="store_true",
                         help="print the manifest as a Markdown table and exit")
     parser.add_argument("--update-readme", action="store_true",
@@ -103,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         2 the host could not be reached or the kit is broken, 130 interrupted.
     """
     args = build_parser().parse_args(argv)
+    if args.skills_dir:
+        print(Path(__file__).parent / "skills")
+        return 0
     try:
         return _run(args)
     except KeyboardInterrupt:

@@ -41,7 +41,11 @@ CONDITIONS = {
     "auth": "the host was started with an auth token, given as --auth-token",
     "other_cap": "the host serves a capability besides chains (found by the probe)",
     "host_defaults": "the host runs with PROTOCOL.md §6 default ceilings (--host-defaults)",
+    "fixture_skills": "the host serves the skill capability with the kit's fixture skills "
+                      "(start it with --skills DIR, DIR from `a2e-conformance --skills-dir`)",
 }
+FIXTURE_SKILL = "conformance_shout"
+"""A fixture skill (``conformance/skills/``) the probe looks for with skill/discover/req."""
 _PROBE_CAPS = ["chains", "tools", "proc", "skill", "memory", "context", "events"]
 
 
@@ -69,6 +73,8 @@ class Probe:
     features: tuple[str, ...]
     limits: dict[str, Any]
     served: tuple[str, ...]
+    skills: tuple[str, ...] = ()
+    """``name@version`` of every skill version ``skill/discover/resp`` listed."""
 
 
 async def probe_host(target: Target, handshake_timeout: float = 15.0) -> Probe:
@@ -92,6 +98,7 @@ async def probe_host(target: Target, handshake_timeout: float = 15.0) -> Probe:
                     raise RuntimeError("the host closed the connection during the handshake")
                 if frame.message and frame.message.get("req_id") == "probe-1":
                     break
+            skills = await _discover_skills(conn, frame.message, handshake_timeout)
     except TimeoutError:
         raise RuntimeError(f"no handshake/resp within {handshake_timeout} s"
                            f"\n{conn.diagnostics()}") from None
@@ -105,7 +112,28 @@ async def probe_host(target: Target, handshake_timeout: float = 15.0) -> Probe:
     served = tuple(str(e.get("capability")) for e in resp.get("accepted_caps") or []
                    if isinstance(e, dict) and e.get("enabled", True))
     return Probe(resp, tuple(metadata.get("features") or ()), metadata.get("limits") or {},
-                 served)
+                 served, skills)
+
+
+async def _discover_skills(conn: Connection, handshake: dict[str, Any],
+                           wait: float) -> tuple[str, ...]:
+    """``name@version`` of the skills a host serving ``skill`` lists; () otherwise."""
+    caps = [e.get("capability") for e in handshake.get("accepted_caps") or []
+            if isinstance(e, dict)]
+    if handshake.get("ok") is not True or "skill" not in caps:
+        return ()
+    await conn.send_text(json.dumps({"type": "skill/discover/req", "id": "probe-2",
+                                     "version": "1.0", "ts": time.time()}))
+    async with asyncio.timeout(wait):
+        while True:
+            frame = await conn.receive()
+            if frame is None:
+                return ()
+            message = frame.message or {}
+            if message.get("req_id") == "probe-2":
+                break
+    return tuple(f"{s.get('name')}@{s.get('version')}" for s in message.get("skills") or []
+                 if isinstance(s, dict))
 
 
 def skip_reason(case: Case, target: Target, probe: Probe) -> str | None:
@@ -119,7 +147,8 @@ def skip_reason(case: Case, target: Target, probe: Probe) -> str | None:
     if unpublished:
         return f"host does not publish the ceiling {', '.join(unpublished)}"
     met = {"auth": bool(target.auth_token), "host_defaults": target.host_defaults,
-           "other_cap": any(c != "chains" for c in probe.served)}
+           "other_cap": any(c != "chains" for c in probe.served),
+           "fixture_skills": f"{FIXTURE_SKILL}@2" in probe.skills}
     unmet = [n for n in case.needs if not met.get(n, False)]
     if unmet:
         return f"needs {', '.join(unmet)}: {'; '.join(CONDITIONS.get(n, n) for n in unmet)}"

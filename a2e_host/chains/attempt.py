@@ -89,7 +89,10 @@ async def run_attempt(
     recovery = pnode.recovery
     if recovery is not None:
         run.reports[shown] = Report(pnode.node.name)
-    run.events.send(shown, "start")
+    if pnode.notice is None:
+        run.events.send(shown, "start")
+    else:  # a deprecated skill version: its warning travels in the start event
+        run.events.send_data(shown, "start", pnode.notice)
     if run.debug:
         run.log.debug("node started", node_id=shown, kind=pnode.kind)
     budget = run.budget

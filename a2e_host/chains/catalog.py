@@ -52,6 +52,12 @@ class Catalog(Protocol):
     kind's ``registry`` column names them, None when it declares none. Validation then
     checks node inputs against them (PROTOCOL.md §4 static checks); without it those
     checks are not made.
+
+    A catalog may also have ``resolve_skill(ref) ->``
+    :class:`~a2e_host.chains.skill_versions.Resolution`: what a skill reference
+    (``name`` or ``name@version``) runs, a deprecated version's warning, or why nothing
+    may run (unknown, retired, only drafts) with a hint. Without it a skill node's name
+    must be one of :meth:`skill_names` (PROTOCOL.md §9 Versions and lifecycle).
     """
 
     def tool_names(self) -> Collection[str]:

@@ -88,6 +88,8 @@ class NodeChecks:
         self.exprs: dict[str, list[Expression | None]] = {
             field: [None] * n for spec in self.kinds.specs.values()
             for field in spec.expressions}
+        self.notices: dict[int, dict[str, str]] = {}
+        """Node index → ``data`` of its ``start`` event: a deprecated skill's warning."""
         self._tools: Collection[str] | None = None
         self._skills: Collection[str] | None = None
         self._suggesters: dict[str, Suggester] = {}
@@ -215,7 +217,7 @@ class NodeChecks:
                 self.invalid(nid, required.fields[0], required.message, required.hint)
         if self.catalog is not None:
             if spec.registry is not None and node.name:
-                self.check_name(nid, node.name, spec.registry)
+                self.check_name(nid, node.name, spec.registry, i)
             if spec.proc_policy:
                 refusal = self.catalog.check_proc(node)
                 if refusal:
@@ -232,8 +234,13 @@ class NodeChecks:
             if target not in edge.keywords:
                 self.targets[field][i] = self.resolve(i, field, target)
 
-    def check_name(self, nid: str, name: str, what: str) -> None:
-        """``name`` is a registered ``what`` (``"tool"`` or ``"skill"``)."""
+    def check_name(self, nid: str, name: str, what: str, index: int = -1) -> None:
+        """``name`` is a registered ``what`` (``"tool"`` or ``"skill"``); a skill
+        reference (``name`` or ``name@version``) is resolved by the catalog's
+        ``resolve_skill`` when it has one (a deprecated version's warning is kept in
+        :attr:`notices` for the node's ``start`` event)."""
+        if what == "skill" and self.check_skill_ref(nid, name, index):
+            return
         if name in (self.tool_names() if what == "tool" else self.skill_names()):
             return
         pack = self.pack_providing(name) if what == "tool" else None
@@ -246,6 +253,23 @@ class NodeChecks:
         self.invalid(nid, "name", f"unknown {what} {name!r}{self.suggest(name, what + 's')}",
                      f"use a registered {what} (see `a2e-host tools`) or enable the "
                      "pack that provides it")
+
+    def check_skill_ref(self, nid: str, ref: str, index: int) -> bool:
+        """Resolve a skill reference through the catalog's ``resolve_skill``; False when
+        the catalog has none (names are then checked as plain names)."""
+        resolve = getattr(self.catalog, "resolve_skill", None)
+        if resolve is None:
+            return False
+        found = resolve(ref)
+        if found.entry is not None:
+            if found.warning and index >= 0:
+                self.notices[index] = {"warning": found.warning, "skill": found.name,
+                                       "version": found.version,
+                                       "lifecycle": found.lifecycle}
+            return True
+        suggestion = "" if found.known else self.suggest(found.name, "skills")
+        self.invalid(nid, "name", f"{found.message}{suggestion}", found.hint)
+        return True
 
     def pack_providing(self, name: str) -> str | None:
         """The catalog's not-enabled pack providing tool ``name``, when it can say."""

@@ -19,6 +19,13 @@ Two kinds share one registry:
            next_node: count}
         - {node_id: count, kind: tool, name: word_count, input_map: {text: read.output.text}}
 
+  A file may also carry ``version`` (PEP 440, default ``"1"``), ``status`` (its
+  lifecycle: ``draft``, ``active`` — the default —, ``deprecated`` or ``retired``; see
+  :mod:`~a2e_host.chains.skill_versions`), ``output_schema``, ``tags``, ``category`` and
+  ``when_to_use`` (what ``skill/discover/req`` lists). Several files may declare one name
+  with different versions; a ``skill`` node names ``name`` (the newest active version)
+  or ``name@version``.
+
   Each file is decoded (nodes into :class:`~a2e_host.messages.ChainNode`) and validated as
   a chain (:func:`a2e_host.chains.validation.validate_chain`) when loaded; a broken file stops
   loading with :class:`SkillLoadError` naming the file and every problem. At run time the
@@ -29,7 +36,7 @@ Two kinds share one registry:
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -40,16 +47,21 @@ import msgspec
 from ..config import HostConfig
 from ..exceptions import ChainInvalid, NodeError
 from ..limits import SessionLimits
-from ..tools import Tool, ToolPack, ToolRegistry
+from ..tools import Tool, ToolPack
 from . import kinds
 from .catalog import Catalog, Signature
 from .messages import ChainNode, ChainRequest
 from .nodes import NodeContext
 from .signatures import tool_signature
+from .skill_versions import ACTIVE, Resolution, VersionTable
 
 __all__ = [
     "SKILLS_GROUP",
     "DeclaredSkill",
+    "DeclaredView",
+    "PythonSkill",
+    "Skill",
+    "SkillVersion",
     "SkillFile",
     "SkillLoadError",
     "SkillRegistry",
@@ -85,6 +97,12 @@ class SkillFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     entry_node: str
     description: str = ""
     input_schema: dict[str, Any] = {}
+    output_schema: dict[str, Any] = {}
+    version: str = "1"
+    status: str = ACTIVE
+    tags: list[str] = []
+    category: str = ""
+    when_to_use: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +110,13 @@ class DeclaredSkill:
     """A declarative skill: a chain run as a sub-chain.
 
     Attributes:
-        name / description / input_schema: from the file.
+        name / description / input_schema / output_schema: from the file.
         nodes / entry_node: the sub-chain.
         source: the file it was loaded from.
+        required: the ``required`` names of ``input_schema``.
+        version / status: its PEP 440 version and lifecycle (``draft``, ``active``,
+            ``deprecated``, ``retired``; :mod:`~a2e_host.chains.skill_versions`).
+        tags / category / when_to_use: for ``skill/discover/req``.
     """
 
     name: str
@@ -104,6 +126,31 @@ class DeclaredSkill:
     entry_node: str
     source: Path | None = None
     required: tuple[str, ...] = field(default=())
+    version: str = "1"
+    status: str = ACTIVE
+    output_schema: dict[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    category: str = ""
+    when_to_use: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PythonSkill:
+    """A Python skill with its lifecycle: what an ``a2e_host.skills`` entry point (or a
+    pack's factory) may publish instead of a bare :class:`~a2e_host.tools.Tool`, whose
+    lifecycle is ``active``. Its version is the tool's ``version`` (default ``"1"``).
+
+    Attributes:
+        tool: the callable skill.
+        status: ``draft``, ``active``, ``deprecated`` or ``retired``.
+        tags / category / when_to_use: for ``skill/discover/req``.
+    """
+
+    tool: Tool
+    status: str = ACTIVE
+    tags: tuple[str, ...] = ()
+    category: str = ""
+    when_to_use: str = ""
 
 
 def read_skill_file(path: Path) -> DeclaredSkill:
@@ -136,39 +183,86 @@ def read_skill_file(path: Path) -> DeclaredSkill:
         required=tuple(r for r in required if isinstance(r, str))
         if isinstance(required, list)
         else (),
+        version=spec.version,
+        status=spec.status,
+        output_schema=spec.output_schema,
+        tags=tuple(spec.tags),
+        category=spec.category,
+        when_to_use=spec.when_to_use,
     )
 
 
+Skill = Tool | DeclaredSkill
+"""What runs for a skill version: a Python skill's tool, or a declared sub-chain."""
+
+
+@dataclass(frozen=True, slots=True)
+class SkillVersion:
+    """One registered version of a skill, as discovery lists it.
+
+    Attributes:
+        name / version / lifecycle: its identity and lifecycle.
+        skill: what runs.
+        tags / category / when_to_use: a Python skill's from its :class:`PythonSkill`,
+            a declared one's from its file.
+    """
+
+    name: str
+    version: str
+    lifecycle: str
+    skill: Skill
+    tags: tuple[str, ...] = ()
+    category: str = ""
+    when_to_use: str = ""
+
+
 class SkillRegistry:
-    """The skills one host serves: Python skills and declarative ones, by name."""
+    """The skills one host serves, by ``(name, version)``, each with its lifecycle
+    (:mod:`~a2e_host.chains.skill_versions`). A *reference* is ``name`` or
+    ``name@version``; the lookups take references and resolve them."""
 
     def __init__(self) -> None:
-        self.python = ToolRegistry()
-        self.declared: dict[str, DeclaredSkill] = {}
+        self.table: VersionTable[SkillVersion] = VersionTable()
+        self.declared = DeclaredView(self.table)
+        """Declared skills by reference (a Mapping; what sub-chain planning reads)."""
 
-    def register_python(self, skill: Tool) -> None:
-        """Add a Python skill. Raises ValueError on a duplicate name."""
-        if skill.name in self.declared:
-            raise ValueError(f"skill {skill.name!r} is defined twice")
-        self.python.register(skill)
+    def register_python(self, skill: Tool | PythonSkill) -> None:
+        """Add a Python skill. Raises ValueError on a duplicate ``name@version``, a
+        version that is not PEP 440, or an unknown lifecycle."""
+        spec = skill if isinstance(skill, PythonSkill) else PythonSkill(skill)
+        tool = spec.tool
+        self.table.add(tool.name, tool.version, spec.status, SkillVersion(
+            tool.name, tool.version, spec.status, tool, spec.tags, spec.category,
+            spec.when_to_use))
 
     def register_declared(self, skill: DeclaredSkill) -> None:
-        """Add a declarative skill. Raises ValueError on a duplicate name."""
-        if skill.name in self.declared or skill.name in self.python:
-            raise ValueError(f"skill {skill.name!r} is defined twice")
-        self.declared[skill.name] = skill
+        """Add a declarative skill. Raises ValueError as :meth:`register_python`."""
+        self.table.add(skill.name, skill.version, skill.status, SkillVersion(
+            skill.name, skill.version, skill.status, skill, skill.tags, skill.category,
+            skill.when_to_use))
 
     def names(self) -> list[str]:
-        """Every skill name, sorted."""
-        return sorted([*self.python.names(), *self.declared])
+        """Every skill name, sorted (each once, whatever its versions)."""
+        return self.table.names()
 
-    def get(self, name: str) -> Tool | DeclaredSkill | None:
-        """The skill called ``name``, or None."""
-        return self.python.get(name) or self.declared.get(name)
+    def versions(self) -> list[SkillVersion]:
+        """Every registered version, by name then version (PEP 440 order)."""
+        return [entry for _, _, _, entry in self.table]
 
-    def signature_of(self, name: str) -> Signature | None:
-        """The schemas of skill ``name`` for validation's static checks, None if unknown."""
-        skill = self.get(name)
+    def resolve(self, ref: str) -> Resolution[SkillVersion]:
+        """What ``ref`` (``name`` or ``name@version``) resolves to, or why nothing may
+        run (:meth:`~a2e_host.chains.skill_versions.VersionTable.resolve`)."""
+        return self.table.resolve(ref)
+
+    def get(self, ref: str) -> Skill | None:
+        """What ``ref`` runs, None when it names nothing that may run."""
+        entry = self.table.resolve(ref).entry
+        return entry.skill if entry is not None else None
+
+    def signature_of(self, ref: str) -> Signature | None:
+        """The schemas of the skill ``ref`` resolves to, for validation's static checks;
+        None if it resolves to nothing."""
+        skill = self.get(ref)
         if skill is None:
             return None
         if isinstance(skill, Tool):
@@ -184,25 +278,29 @@ class SkillRegistry:
 
         return difflib.get_close_matches(name, self.names(), n=3, cutoff=0.6)
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.python or name in self.declared
+    def __contains__(self, ref: object) -> bool:
+        return ref in self.table
 
     def __len__(self) -> int:
-        return len(self.python) + len(self.declared)
+        return len(self.table)
 
     async def run_skill(self, node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
         """The ``skill`` executor (:class:`~a2e_host.chains.nodes.Executor`).
 
-        A Python skill is invoked like a tool; a declarative one runs as a sub-chain through
-        ``ctx.run_subchain`` with ``args`` as its ``initial_input``.
+        ``node.name`` is resolved as validation resolved it (the registry does not change
+        while the host runs). A Python skill is invoked like a tool; a declarative one
+        runs as a sub-chain through ``ctx.run_subchain`` with ``args`` as its
+        ``initial_input``.
 
         Raises:
-            NodeError: unknown skill, a missing required input field, no sub-chain runner,
-                or the skill failed. The sub-chain runner's ``ChainError`` s pass unchanged.
+            NodeError: unknown or retired skill, a missing required input field, no
+                sub-chain runner, or the skill failed. The sub-chain runner's
+                ``ChainError`` s pass unchanged.
         """
-        skill = self.get(node.name)
-        if skill is None:
-            raise NodeError(f"unknown skill {node.name!r} in node {ctx.node_id!r}")
+        found = self.table.resolve(node.name)
+        if found.entry is None:
+            raise NodeError(f"{found.message} in node {ctx.node_id!r}; {found.hint}")
+        skill = found.entry.skill
         if isinstance(skill, Tool):
             return await skill.invoke(args)
         for key in skill.required:
@@ -213,14 +311,41 @@ class SkillRegistry:
                 f"skill {skill.name!r} in node {ctx.node_id!r} is a sub-chain, but this "
                 f"host runs no sub-chains here"
             )
-        return await ctx.run_subchain(skill.name, skill.nodes, skill.entry_node, args)
+        return await ctx.run_subchain(node.name, skill.nodes, skill.entry_node, args)
+
+
+class DeclaredView(Mapping[str, DeclaredSkill]):
+    """Declared skills by reference: ``view[ref]`` is the declared skill ``ref``
+    resolves to (KeyError when it resolves to nothing that may run, or to a Python
+    skill); iterating gives ``name@version`` of every declared version."""
+
+    def __init__(self, table: VersionTable[SkillVersion]) -> None:
+        self._table = table
+
+    def __getitem__(self, ref: str) -> DeclaredSkill:
+        entry = self._table.resolve(ref).entry
+        if entry is None or not isinstance(entry.skill, DeclaredSkill):
+            raise KeyError(ref)
+        return entry.skill
+
+    def __iter__(self) -> Iterator[str]:
+        for name, version, _, entry in self._table:
+            if isinstance(entry.skill, DeclaredSkill):
+                yield f"{name}@{version}"
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def values_all(self) -> list[DeclaredSkill]:
+        """Every declared version, retired and draft ones too."""
+        return [e.skill for _, _, _, e in self._table if isinstance(e.skill, DeclaredSkill)]
 
 
 def load_skills(
     config: HostConfig,
     catalog: Catalog | None = None,
     *,
-    python_skills: list[Tool] | None = None,
+    python_skills: list[Tool | PythonSkill] | None = None,
 ) -> SkillRegistry:
     """Load the Python skills and every declarative skill of ``config.skills_dirs``.
 
@@ -236,9 +361,13 @@ def load_skills(
     """
     registry = SkillRegistry()
     skills = _installed_skills(config) if python_skills is None else python_skills
-    for skill in skills:
-        registry.register_python(skill)
     problems: list[tuple[str, str]] = []
+    for skill in skills:
+        try:
+            registry.register_python(skill)
+        except ValueError as exc:
+            tool = skill.tool if isinstance(skill, PythonSkill) else skill
+            problems.append((f"python skill {tool.name!r}", str(exc)))
     for directory in config.skills_dirs:
         base = Path(directory)
         if not base.is_dir():
@@ -259,7 +388,7 @@ def load_skills(
     return registry
 
 
-def _installed_skills(config: HostConfig) -> list[Tool]:
+def _installed_skills(config: HostConfig) -> list[Tool | PythonSkill]:
     """Every Python skill installed in :data:`SKILLS_GROUP`.
 
     Raises:
@@ -267,18 +396,18 @@ def _installed_skills(config: HostConfig) -> list[Tool]:
             ToolPack, or its factory fails: every installed skill is served, so a broken
             one is a configuration the host cannot use (one line, exit 2 at start).
     """
-    found: list[Tool] = []
+    found: list[Tool | PythonSkill] = []
     problems: list[tuple[str, str]] = []
     for ep in entry_points(group=SKILLS_GROUP):
         where = f"installed skill {ep.name!r} ({ep.value})"
         try:
             obj = ep.load()
-            if isinstance(obj, Tool):
+            if isinstance(obj, Tool | PythonSkill):
                 found.append(obj)
             elif isinstance(obj, ToolPack):
                 found.extend(obj.factory(config))
             else:
-                problems.append((where, f"must name a Tool or ToolPack, got "
+                problems.append((where, f"must name a Tool, PythonSkill or ToolPack, got "
                                         f"{type(obj).__name__}"))
         except Exception as exc:  # noqa: BLE001 — any import or factory failure, named
             problems.append((where, f"cannot be loaded: {type(exc).__name__}: {exc}"))
@@ -299,6 +428,9 @@ class _SkillCatalog:
 
     def skill_names(self) -> Collection[str]:
         return self.registry.names()
+
+    def resolve_skill(self, ref: str) -> Resolution[SkillVersion]:
+        return self.registry.resolve(ref)
 
     def check_proc(self, node: ChainNode) -> str | None:
         return self.inner.check_proc(node) if self.inner is not None else None
@@ -331,7 +463,7 @@ def _validate_all(
     checker = _SkillCatalog(registry, catalog)
     limits = SessionLimits(config.limits)
     problems: list[tuple[str, str]] = []
-    for skill in registry.declared.values():
+    for skill in registry.declared.values_all():
         request = ChainRequest(nodes=skill.nodes, entry_node=skill.entry_node, chain_id="skill")
         try:
             # every gate granted: a skill file is checked for what it is, not for a session
@@ -348,5 +480,6 @@ def _validate_all(
                 )
             else:
                 text = exc.message
-            problems.append((where, f"skill {skill.name!r} is not a valid chain: {text}"))
+            ref = f"{skill.name}@{skill.version}"
+            problems.append((where, f"skill {ref!r} is not a valid chain: {text}"))
     return problems

@@ -19,7 +19,8 @@ from .messages import ChainNode
 from .nodes import Executor, NodeContext, current_node
 from .proc import ProcPolicy, run_proc
 from .signatures import tool_signature
-from .skills import SkillRegistry, load_skills
+from .skill_versions import Resolution
+from .skills import SkillRegistry, SkillVersion, load_skills
 
 __all__ = ["Toolbox"]
 
@@ -87,6 +88,11 @@ class Toolbox:
     def skill_names(self) -> list[str]:
         """Names of the loaded skills, sorted."""
         return self.skills.names()
+
+    def resolve_skill(self, ref: str) -> Resolution[SkillVersion]:
+        """What the skill reference ``ref`` (``name`` or ``name@version``) resolves to,
+        or why nothing may run (PROTOCOL.md §9 Versions and lifecycle)."""
+        return self.skills.resolve(ref)
 
     def check_proc(self, node: ChainNode) -> str | None:
         """A static refusal for a proc node (see :meth:`ProcPolicy.static_check`), or None."""

@@ -89,6 +89,9 @@ class PlanNode:
         terminal: no outgoing control or data edge (PROTOCOL.md §5); templates never are.
         recovery: its retry, timeout, fallback and cache (PROTOCOL.md §5 Recovery), None
             when it asks for none.
+        notice: the ``data`` of its ``start`` event when there is something to say (a
+            deprecated skill version: ``{warning, skill, version, lifecycle}``), else
+            None (``data`` stays ``{}``).
     """
 
     index: int
@@ -110,6 +113,7 @@ class PlanNode:
     has_control_preds: bool
     terminal: bool
     recovery: Recovery | None = None
+    notice: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +295,7 @@ class _Validator(GraphChecks):
                 out_edges=out, pred_count=preds[i], has_control_preds=control[i],
                 terminal=not out and not template,
                 recovery=recovery_of(node, self.request.cache),
+                notice=self.notices.get(i),
             ))
         roots = tuple(p.index for p in nodes if p.pred_count == 0 and p.template_of is None)
         terminals = tuple(p.index for p in nodes if p.terminal)

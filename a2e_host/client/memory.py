@@ -12,8 +12,8 @@ from typing import Any
 
 import anyio
 
-from ..chains.messages import chain_codec
 from ..messages import Message
+from .codec import client_codec
 from .errors import unwrap_group
 from .session import DEFAULT_AGENT_CAPS, Client, open_client
 
@@ -34,7 +34,7 @@ class _MemoryStream:
     async def receive(self) -> Message:
         received = await self.conn.receive()
         if isinstance(received, bytes | str):
-            return chain_codec.decode(received)
+            return client_codec.decode(received)
         if received is None:
             raise anyio.EndOfStream
         return received  # type: ignore[no-any-return]

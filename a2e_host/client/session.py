@@ -38,6 +38,7 @@ from ..chains.messages import (
     ChainResponse,
 )
 from ..chains.run_messages import RunGetResponse, RunListResponse
+from ..chains.skill_messages import SkillDefinition
 from ..exceptions import A2EError
 from ..messages import (
     ErrorMessage,
@@ -51,6 +52,7 @@ from ..messages import (
 from .chains import RESPONSE_GRACE, ChainRun
 from .errors import ConnectionLost, HandshakeFailed, HostError, unwrap_group
 from .runs import alias_route, attach, detach, get_run, list_runs
+from .skills import SkillCall, discover_skills, skill_call_request
 
 if TYPE_CHECKING:
     from anyio.abc import Process
@@ -205,6 +207,24 @@ class Client:
         if receive_timeout is None:
             receive_timeout = max(request.timeout, 1) + RESPONSE_GRACE
         return ChainRun(self, request, receive_timeout)
+
+    async def discover_skills(
+        self, *, tags: Sequence[str] = (), categories: Sequence[str] = ()
+    ) -> list[SkillDefinition]:
+        """Every skill version the host serves, with version and lifecycle
+        (``skill/discover/req``, PROTOCOL.md §9); see :func:`.skills.discover_skills`."""
+        return await discover_skills(self, tags=tags, categories=categories)
+
+    def call_skill(
+        self, name: str, arguments: dict[str, Any] | None = None, *,
+        timeout: int | None = None, streaming: bool = True, correlation_id: str = "",
+    ) -> SkillCall:
+        """Call skill ``name`` (``name`` or ``name@version``) with ``arguments``
+        (``skill/call/req``, PROTOCOL.md §9); iterate the result for its events and
+        response, or ``await client.call_skill(…).result()``."""
+        return SkillCall(self, skill_call_request(
+            name, arguments, timeout=timeout, streaming=streaming,
+            correlation_id=correlation_id, session_id=self.session_id))
 
     async def cancel(self, req_id: str) -> None:
         """Send ``chain/cancel`` for a running chain (PROTOCOL.md §5, *extension*).

@@ -12,10 +12,10 @@ from typing import Literal
 import anyio
 from anyio.abc import Process
 
-from ..chains.messages import chain_codec
 from ..codec import encode_line
 from ..framing import LineTooLong
 from ..messages import Message
+from .codec import client_codec
 from .errors import ClientError, unwrap_group
 from .lines import LineReader
 from .processes import reap
@@ -49,7 +49,7 @@ class StdioStream:
                 f"the host sent a line of {line.size} bytes, over this client's "
                 f"{line.limit}; raise max_line_bytes in spawn_stdio"
             )
-        return chain_codec.decode(line)
+        return client_codec.decode(line)
 
     async def pump_stderr(self) -> None:
         """Collect the child's stderr into :attr:`stderr_lines` until it closes."""

@@ -11,9 +11,9 @@ from typing import Any
 
 import anyio
 
-from ..chains.messages import chain_codec
 from ..codec import encode_message
 from ..messages import Message
+from .codec import client_codec
 from .session import DEFAULT_AGENT_CAPS, Client, open_client
 
 __all__ = ["connect_ws"]
@@ -40,7 +40,7 @@ class _WebSocketStream:
             frame = await self.ws.recv()
         except ConnectionClosed as exc:
             raise anyio.EndOfStream from exc
-        return chain_codec.decode(frame)
+        return client_codec.decode(frame)
 
     async def aclose(self) -> None:
         await self.ws.close()

@@ -245,7 +245,7 @@ async def _run(
         # and an in-process run authenticates with the host's own token
         async with connect_memory(
             host, agent_id="a2e-host run", agent_caps=local_capabilities(host),
-            auth_token=host.config.auth_token,
+            auth_token=host.config.auth_token or next(iter(host.config.auth_tokens.values()), ""),
         ) as client:
             run = client.send_request(request)
             async with anyio.create_task_group() as tg:

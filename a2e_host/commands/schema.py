@@ -1,8 +1,9 @@
 """``a2e-host schema``: a JSON Schema for every message, generated from the Structs.
 
 Layer: command (file and stdout I/O around a pure generator). The schemas are what
-``msgspec.json.schema`` says of every type :data:`a2e_host.chains.messages.chain_codec`
-decodes (the core and the chains messages), so they cannot drift from the decoder; the
+``msgspec.json.schema`` says of every type the host decodes — the core messages and the
+``message_types`` of every plugin installed in the entry-point group ``a2e_host.plugins``
+(``chain/*``, ``skill/*`` …) — so they cannot drift from the decoder; the
 committed copies in ``schemas/`` are regenerated and compared byte for byte by the test
 suite (STYLE.md: generated artifacts)."""
 
@@ -14,7 +15,8 @@ from typing import Any
 
 import msgspec
 
-from ..chains.messages import chain_codec
+from ..codec import MessageCodec
+from ..messages import CORE_MESSAGE_TYPES, Message
 
 __all__ = ["INDEX_FILE", "schema_file_name", "message_schemas", "render_schemas", "schema_main"]
 
@@ -36,11 +38,30 @@ def message_schemas() -> dict[str, dict[str, Any]]:
         ``{"chain/req": {...}, ...}``: each a self-contained schema (its ``$defs``
         hold the nested models, e.g. ``ChainNode``) with a ``$schema`` key added.
     """
+    codec = MessageCodec(CORE_MESSAGE_TYPES + plugin_message_types())
     out: dict[str, dict[str, Any]] = {}
-    for message_type in sorted(chain_codec.types):
-        schema = msgspec.json.schema(chain_codec.types[message_type])
+    for message_type in sorted(codec.types):
+        schema = msgspec.json.schema(codec.types[message_type])
         out[message_type] = {"$schema": _DIALECT, **schema}
     return out
+
+
+def plugin_message_types() -> tuple[type[Message], ...]:
+    """The ``message_types`` of every plugin class in the entry-point group
+    ``a2e_host.plugins`` (classes only: no plugin is built), by entry-point name; a plugin
+    that cannot be imported is left out, as the host leaves it out."""
+    from importlib.metadata import entry_points
+
+    from ..runtime.host import PLUGIN_GROUP
+
+    found: list[type[Message]] = []
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        try:
+            cls = ep.load()
+        except Exception:  # noqa: BLE001 - the host does not serve it either
+            continue
+        found.extend(t for t in getattr(cls, "message_types", ()) if t not in found)
+    return tuple(found)
 
 
 def _dump(value: Any) -> bytes:

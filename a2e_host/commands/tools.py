@@ -65,21 +65,20 @@ def tools_main(
 def describe(box: Toolbox) -> dict[str, Any]:
     """The listing as JSON-able data: ``{"tools": [...], "skills": [...], "proc": {...}}``."""
     skills: list[dict[str, Any]] = []
-    for name in box.skills.names():
-        skill = box.skills.get(name)
+    for entry in box.skills.versions():  # every version, with its lifecycle
+        skill = entry.skill
         if isinstance(skill, Tool):
-            skills.append({**_tool_info(skill), "kind": "python"})
-        elif skill is not None:
-            skills.append(
-                {
-                    "name": skill.name,
-                    "kind": "chain",
-                    "description": skill.description,
-                    "input_schema": skill.input_schema,
-                    "nodes": len(skill.nodes),
-                    "source": str(skill.source) if skill.source else "",
-                }
-            )
+            info = {**_tool_info(skill), "kind": "python"}
+        else:
+            info = {
+                "name": skill.name,
+                "kind": "chain",
+                "description": skill.description,
+                "input_schema": skill.input_schema,
+                "nodes": len(skill.nodes),
+                "source": str(skill.source) if skill.source else "",
+            }
+        skills.append({**info, "version": entry.version, "lifecycle": entry.lifecycle})
     return {
         "tools": [_tool_info(t) for t in box.tools],
         "skills": skills,
@@ -146,7 +145,8 @@ def _as_text(info: dict[str, Any]) -> str:
     skills = info["skills"]
     lines.append(f"skills ({len(skills)}):" if skills else "skills: none")
     for s in skills:
-        lines.append(f"  {s['name']}  ({s['kind']})  {s['description']}")
+        lines.append(f"  {s['name']}@{s['version']}  ({s['kind']}, {s['lifecycle']})  "
+                     f"{s['description']}")
     allow = info["proc"]["allow"]
     if allow:
         lines.append(f"proc allowlist ({len(allow)}), cwd root {info['proc']['root']}:")

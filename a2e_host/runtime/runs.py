@@ -140,6 +140,12 @@ class Run:
         """Cancel the run's task (its shielded cleanup still runs)."""
         self._scope.cancel()
 
+    @property
+    def host_stopping(self) -> bool:
+        """The host is stopping: every run is being cancelled, none asked by an agent
+        (a durable run then stores nothing more, to be resumed by the next host)."""
+        return not self._registry.is_open
+
     # ── connections ─────────────────────────────────────────────────────────
 
     def attach(

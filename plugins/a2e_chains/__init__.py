@@ -219,7 +219,11 @@ class ChainPlugin(DurableChains, Plugin):
         live = self.durable.live.get(run_id) if run_id else None
 
         def emit(message: Message) -> None:
-            if live is not None and isinstance(message, ChainResponse):
+            if live is None:
+                sink.send_nowait(message)
+            elif self.durable.host_stops(live):
+                return  # the host is stopping: the run stays as stored, to be resumed
+            elif isinstance(message, ChainResponse):
                 self.durable.finished(live, message)  # stored with its status, then sent
             else:
                 sink.send_nowait(message)

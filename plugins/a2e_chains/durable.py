@@ -178,6 +178,19 @@ class DurableRuns:
         return DurableSink(store, run_id, req_id=record.req_id, capability="chains",
                            start_soon=start_soon)
 
+    def host_stops(self, live: LiveRun) -> bool:
+        """Whether the run is ending only because the host is stopping (it cancels every
+        run) with no ``chain/cancel`` asked. What it emits then (its running nodes'
+        ``error`` events, its ``chain/resp``) is neither stored nor sent: the run stays
+        ``running`` in the store as its log left it, for a restarted host to resume as
+        after a crash (PROTOCOL.md §5 Durable runs)."""
+        handle = live.handle
+        stops = handle.host_stopping and not handle.cancel_requested
+        if stops and not live.ended:
+            live.ended = True
+            live.last_seq = live.sink.position
+        return stops
+
     def finished(self, live: LiveRun, response: ChainResponse) -> None:
         """The run's ``chain/resp`` is being sent: stored as its response with its status
         (the sink queues both, and sends the frame once they are committed)."""
@@ -206,6 +219,10 @@ class DurableRuns:
             del self._by_key[(live.principal, live.idempotency_key)]
 
     # ── finding ────────────────────────────────────────────────────────────
+
+    def live_by_req(self, principal: str, req_id: str) -> LiveRun | None:
+        """The principal's run in flight on this host serving ``req_id``, else None."""
+        return self._by_req.get((principal, req_id))
 
     async def find(self, principal: str, run_id: str, req_id: str) -> LiveRun | RunRecord:
         """The principal's run named by ``run_id`` (or, when empty, ``req_id``).

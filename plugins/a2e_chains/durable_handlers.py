@@ -21,7 +21,7 @@ from a2e_host.chains.messages import (
     ChainRequest,
 )
 from a2e_host.config import HostConfig
-from a2e_host.exceptions import InvalidMessage, UnknownRun
+from a2e_host.exceptions import ChainInvalid, InvalidMessage, UnknownRun
 from a2e_host.plugin import PluginContext
 from a2e_host.store import RunRecord
 
@@ -82,14 +82,9 @@ class DurableChains:
         effective = session.limits.effective
         default = int(getattr(self.config, "store_retention", DEFAULT_RETENTION))
         retention = request.retention or min(default, effective.max_retention)
-        refusal = None
+        refusal: Exception | None = session.limits.refusal("max_retention", retention)
         if request.retention < 0:
-            refusal = InvalidMessage(
-                f"chain/req.retention is {request.retention}; give seconds > 0, or leave "
-                "it out for the host's default"
-            )
-        else:
-            refusal = session.limits.refusal("max_retention", retention)
+            refusal = _invalid_retention(request.retention)
         if refusal is not None:
             ctx.outbox.send_nowait(self._refused(request, refusal))  # type: ignore[attr-defined]
             return
@@ -131,16 +126,13 @@ class DurableChains:
         """``chain/detach``: stop streaming the run here; it runs on."""
         found = await self.durable.find(ctx.session.principal, message.run_id,
                                         message.req_id)
-        if not isinstance(found, LiveRun) or not ctx.detach_run(found.handle):  # type: ignore[attr-defined]
+        if not isinstance(found, LiveRun) or not ctx.detach_run(found.handle):
             raise InvalidMessage(
                 f"durable run {_run_id(found)!r} is not streaming to this connection; "
                 "nothing to detach"
             )
-        sink: Any = found.sink
-        ctx.outbox.send_nowait(ChainDetached(
-            req_id=message.id, run_id=found.run_id,
-            last_seq=sink.delivered,
-        ))
+        ctx.outbox.send_nowait(ChainDetached(req_id=message.id, run_id=found.run_id,
+                                             last_seq=found.sink.delivered))
 
     async def _cancel_durable(self, message: ChainCancel, ctx: PluginContext) -> bool:
         """``chain/cancel`` of a durable run of the session's principal, by ``run_id``
@@ -150,26 +142,33 @@ class DurableChains:
             False when there is no such run and the message named no ``run_id`` (the
             caller answers as before).
         """
-        if not message.run_id and not self.durable.configured:
-            return False
-        try:
-            found = await self.durable.find(ctx.session.principal, message.run_id,
-                                            message.req_id)
-        except UnknownRun:
-            if message.run_id:
-                raise
-            return False
+        durable = self.durable
+        found: LiveRun | RunRecord | None
+        if message.run_id:
+            found = await durable.find(ctx.session.principal, message.run_id, "")
+        else:  # only a run in flight can be cancelled: no store read for a stray req_id
+            found = durable.live_by_req(ctx.session.principal, message.req_id)
+            if found is None:
+                return False
         if not isinstance(found, LiveRun) or found.ended:
             raise InvalidMessage(
                 f"durable run {_run_id(found)!r} has ended already; nothing to cancel"
             )
         found.handle.cancel()
-        store = self.durable.store
+        store = durable.store
         if store is not None:
             store.request_cancel(found.run_id)
         return True
 
 
-
 def _run_id(found: LiveRun | RunRecord) -> str:
     return found.run_id
+
+
+def _invalid_retention(retention: int) -> ChainInvalid:
+    message = f"retention must be positive seconds, got {retention}"
+    problem = {"code": "chain_invalid", "node_id": "", "field": "retention",
+               "message": message,
+               "hint": "set 'retention' to a number of seconds above 0, or leave it out for "
+                       "the host's default"}
+    return ChainInvalid(message, details={"errors": [problem]})

@@ -98,7 +98,7 @@ def test_entry_node_must_exist(tmp_path: Path) -> None:
 def test_duplicate_skill_names_are_refused(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(SHOUT_YAML, encoding="utf-8")
     (tmp_path / "b.yaml").write_text(SHOUT_YAML, encoding="utf-8")
-    with pytest.raises(SkillLoadError, match="skill 'shout_words' is defined twice"):
+    with pytest.raises(SkillLoadError, match="skill 'shout_words@1' is defined twice"):
         Toolbox.from_config(config_for(tmp_path))
 
 

@@ -8,11 +8,21 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from a2e_host.chains.messages import chain_codec
-from a2e_host.commands.schema import INDEX_FILE, render_schemas, schema_file_name, schema_main
+from a2e_host.codec import MessageCodec
+from a2e_host.commands.schema import (
+    INDEX_FILE,
+    plugin_message_types,
+    render_schemas,
+    schema_file_name,
+    schema_main,
+)
+from a2e_host.messages import CORE_MESSAGE_TYPES
 from tests.support import REPO
 
 SCHEMAS = REPO / "schemas"
+
+# what the host decodes: the core messages and every installed plugin's
+DECODED = MessageCodec(CORE_MESSAGE_TYPES + plugin_message_types()).types
 
 
 def test_committed_schemas_match_a_fresh_generation_byte_for_byte(tmp_path: Path) -> None:
@@ -27,13 +37,13 @@ def test_committed_schemas_match_a_fresh_generation_byte_for_byte(tmp_path: Path
 def test_there_is_one_schema_file_per_message_type_and_an_index() -> None:
     files = render_schemas()
     assert schema_file_name("chain/req") == "chain-req.schema.json"
-    assert set(files) == {schema_file_name(t) for t in chain_codec.types} | {INDEX_FILE}
+    assert set(files) == {schema_file_name(t) for t in DECODED} | {INDEX_FILE}
     index = json.loads(files[INDEX_FILE])
-    assert index["messages"] == {t: schema_file_name(t) for t in sorted(chain_codec.types)}
+    assert index["messages"] == {t: schema_file_name(t) for t in sorted(DECODED)}
 
 
 def test_each_schema_pins_its_type_tag_and_lists_the_struct_fields() -> None:
-    for message_type, cls in chain_codec.types.items():
+    for message_type, cls in DECODED.items():
         schema = json.loads(render_schemas()[schema_file_name(message_type)])
         assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
         body = schema["$defs"][schema["$ref"].rsplit("/", 1)[1]]
@@ -57,7 +67,7 @@ def test_without_out_every_schema_is_printed_as_one_json_document(
 ) -> None:
     assert schema_main(None) == 0
     document = msgspec.json.decode(capsys.readouterr().out)
-    assert sorted(document["messages"]) == sorted(chain_codec.types)
+    assert sorted(document["messages"]) == sorted(DECODED)
     assert document["messages"]["ping"] == json.loads(render_schemas()["ping.schema.json"])
 
 

@@ -20,7 +20,7 @@ from a2e_host.chains.messages import (
     ChainRequest,
     ChainResponse,
 )
-from a2e_host.chains.run_messages import RunGet, RunGetResponse
+from a2e_host.chains.run_messages import RunGet, RunGetResponse, RunList, RunListResponse
 from a2e_host.config import HostConfig
 from a2e_host.errors import ChainFailure
 from a2e_host.limits import limits_from_mapping
@@ -181,3 +181,83 @@ async def test_an_expired_run_refuses_attach_and_resubmission_and_shows_its_stat
     assert isinstance(record, RunGetResponse) and record.run is not None
     assert (record.run.run_id, record.run.status, record.events) == (
         accepted.run_id, "expired", [])
+
+
+@pytest.mark.asyncio
+async def test_a_negative_retention_is_refused_naming_the_field(tmp_path: Path) -> None:
+    with anyio.fail_after(WAIT):
+        async with durable_host(tmp_path / "runs.db", Gates()) as host:
+            async with open_memory_client(host) as client:
+                await handshake_as(client)
+                client.send(ChainRequest(id="r", nodes=GATED, entry_node="a", durable=True,
+                                         retention=-5))
+                refused = await client.receive()
+    assert isinstance(refused, ChainResponse) and refused.error is not None
+    assert refused.error.code == "chain_invalid"
+    [problem] = refused.error.details["errors"]
+    assert (problem["field"], problem["message"]) == (
+        "retention", "retention must be positive seconds, got -5")
+
+
+@pytest.mark.asyncio
+async def test_run_list_pages_newest_first_and_refuses_a_cursor_it_did_not_give(
+    tmp_path: Path,
+) -> None:
+    gates = Gates()
+    gates.gate("g").set()
+    with anyio.fail_after(WAIT):
+        async with durable_host(tmp_path / "runs.db", gates) as host:
+            async with open_memory_client(host) as client:
+                await handshake_as(client)
+                run_ids = []
+                for n in range(3):
+                    client.send(ChainRequest(id=f"r{n}", nodes=GATED, entry_node="a",
+                                             durable=True))
+                    accepted = (await _until_response(client))[0]
+                    assert isinstance(accepted, ChainAccepted)
+                    run_ids.append(accepted.run_id)
+                client.send(RunList(id="p1", limit=2))
+                first = await client.receive()
+                assert isinstance(first, RunListResponse) and first.next_cursor
+                client.send(RunList(id="p2", limit=2, cursor=first.next_cursor))
+                second = await client.receive()
+                client.send(RunList(id="bad", cursor="not-a-cursor"))
+                refused = await client.receive()
+                client.send(RunList(id="big", limit=501))
+                too_many = await client.receive()
+    assert isinstance(second, RunListResponse)
+    assert [r.run_id for r in first.runs] == run_ids[:0:-1]  # newest first
+    assert ([r.run_id for r in second.runs], second.next_cursor) == ([run_ids[0]], "")
+    assert isinstance(refused, ErrorMessage) and refused.code == "invalid_message"
+    assert "next_cursor" in refused.message
+    assert isinstance(too_many, ErrorMessage) and too_many.code == "schema_violation"
+    assert too_many.detail["path"] == "$.limit"
+
+
+@pytest.mark.asyncio
+async def test_a_host_that_stops_leaves_its_durable_runs_running_in_the_store(
+    tmp_path: Path,
+) -> None:
+    from a2e_host.store import open_store
+
+    gates = Gates()
+    with anyio.fail_after(WAIT):
+        async with durable_host(tmp_path / "runs.db", gates) as host:
+            async with open_memory_client(host) as client:
+                await handshake_as(client)
+                client.send(ChainRequest(id="long", nodes=GATED, entry_node="a",
+                                         durable=True))
+                accepted = await client.receive()
+                assert isinstance(accepted, ChainAccepted)
+                await gates.reached("g").wait()
+            # the host stops (its runs are cancelled) with the run waiting in g
+        store = await open_store(str(tmp_path / "runs.db"))
+        try:
+            record = await store.get(accepted.run_id)
+            frames = await store.frames(accepted.run_id)
+        finally:
+            await store.aclose()
+    assert record is not None
+    assert (record.status, record.response) == (RunStatus.RUNNING, None)
+    assert [(f.seq, f.node_id, f.phase) for f in frames] == [
+        (1, "a", "start"), (2, "a", "done"), (3, "g", "start")]

@@ -65,3 +65,19 @@ def test_without_tokens_every_session_is_the_anonymous_principal() -> None:
     config = HostConfig()
     assert _handshake(config) == ANONYMOUS_PRINCIPAL == "anonymous"
     assert _handshake(config, "anything") == "anonymous"
+
+
+def test_a_local_run_authenticates_with_a_named_token_when_there_is_no_single_one(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+
+    from tests.support.process import CLI, host_env
+
+    chain = tmp_path / "chain.json"
+    chain.write_text('{"nodes": [{"node_id": "a", "kind": "tool", "name": "echo", '
+                     '"input": {"v": 1}}], "entry_node": "a"}', encoding="utf-8")
+    done = subprocess.run([*CLI, "run", str(chain), "--tools", "conformance", "--final"],
+                          env=host_env(A2E_AUTH_TOKENS="alice:tok-a"), capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, '{"v":1}\n'), done.stderr[-2000:]

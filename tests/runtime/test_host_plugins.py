@@ -15,10 +15,12 @@ def test_the_chains_plugin_is_found_through_the_public_entry_point_group() -> No
     names = {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP)}
     assert names["chains"] == "a2e_chains:ChainPlugin"
     assert names["runs"] == "a2e_chains:RunsPlugin"
-    loaded = load_plugins(HostConfig())
-    assert [(p.capability, p.namespace, p.priority) for p in loaded] == [
-        ("chains", "chain/*", 10), ("runs", "run/*", 15)
-    ]
+    assert names["skill"] == "a2e_skills:SkillPlugin"
+    loaded = [(p.capability, p.namespace, p.priority) for p in load_plugins(HostConfig())]
+    assert loaded[0] == ("chains", "chain/*", 10)
+    assert ("runs", "run/*", 15) in loaded
+    assert ("skill", "skill/*", 30) in loaded
+    assert loaded == sorted(loaded, key=lambda p: p[2])
 
 
 class Early(Plugin):

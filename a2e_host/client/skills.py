@@ -1,0 +1,140 @@
+"""The ``skill`` capability from the client: discovery and calls (PROTOCOL.md §9).
+
+Layer: client (anyio). :func:`discover_skills` asks ``skill/discover/req`` and returns
+the definitions; :class:`SkillCall` is one ``skill/call/req`` in flight, an async
+iterator of its ``skill/event`` frames ending with its ``skill/call/resp``. It knows its
+client only as a :class:`~a2e_host.client.chains.ChainRunClient` (the same plumbing a
+chain run uses) and must not import :mod:`.session`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import anyio
+
+from ..chains.skill_messages import (
+    SkillCallRequest,
+    SkillCallResponse,
+    SkillDefinition,
+    SkillDiscoverRequest,
+    SkillDiscoverResponse,
+    SkillEvent,
+)
+from ..messages import ErrorMessage, Message
+from .chains import RESPONSE_GRACE, ChainRunClient
+from .errors import ConnectionLost, HostError
+
+__all__ = ["SkillCall", "discover_skills", "skill_call_request"]
+
+
+class _Requester(Protocol):
+    session_id: str
+
+    async def _request(self, message: Message, wait_timeout: float) -> Message: ...
+
+
+async def discover_skills(
+    client: _Requester, *, tags: Sequence[str] = (), categories: Sequence[str] = (),
+    wait_timeout: float = 30.0,
+) -> list[SkillDefinition]:
+    """Every skill version the host serves (matching the filters), with its lifecycle.
+
+    Raises:
+        HostError: the host refused (e.g. ``capability_missing``: ask ``skill`` in the
+            handshake). ConnectionLost / TimeoutError: as for any request.
+    """
+    reply = await client._request(
+        SkillDiscoverRequest(filter_tags=list(tags), filter_categories=list(categories)),
+        wait_timeout)
+    assert isinstance(reply, SkillDiscoverResponse)
+    return reply.skills
+
+
+def skill_call_request(
+    name: str, arguments: dict[str, Any] | None = None, *, timeout: int | None = None,
+    streaming: bool = True, correlation_id: str = "", session_id: str = "",
+) -> SkillCallRequest:
+    """A ``skill/call/req`` for ``name`` (``name`` or ``name@version``)."""
+    return SkillCallRequest(name=name, arguments=dict(arguments or {}), timeout=timeout,
+                            streaming=streaming, correlation_id=correlation_id,
+                            session_id=session_id)
+
+
+class SkillCall:
+    """One ``skill/call/req`` in flight: iterating yields each
+    :class:`~a2e_host.chains.skill_messages.SkillEvent` and ends with the
+    :class:`~a2e_host.chains.skill_messages.SkillCallResponse` (also :attr:`response`).
+
+    Raises (while iterating):
+        HostError: the host answered with an ``error`` (``busy``, ``capability_missing``).
+        ConnectionLost: the connection ended first. TimeoutError: nothing arrived for
+        ``receive_timeout`` seconds.
+    """
+
+    def __init__(self, client: ChainRunClient, request: SkillCallRequest,
+                 receive_timeout: float | None = None) -> None:
+        self.client = client
+        self.request = request
+        self.req_id = request.id
+        self.response: SkillCallResponse | None = None
+        if receive_timeout is None:
+            receive_timeout = max(request.timeout or 60, 1) + RESPONSE_GRACE
+        self._receive_timeout = receive_timeout
+        self._started = False
+        self._finished = False
+        self._send, self._receive = client._open_route(request.id)
+
+    async def start(self) -> SkillCall:
+        """Send the request (once)."""
+        if not self._started:
+            self._started = True
+            await self.client._send(self.request)
+        return self
+
+    def __aiter__(self) -> SkillCall:
+        return self
+
+    async def __anext__(self) -> SkillEvent | SkillCallResponse:
+        if self._finished:
+            raise StopAsyncIteration
+        await self.start()
+        try:
+            with anyio.fail_after(self._receive_timeout):
+                message = await self._receive.receive()
+        except TimeoutError:
+            self._finish()
+            raise TimeoutError(f"no message for skill call {self.req_id} within "
+                               f"{self._receive_timeout:g} s") from None
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._finish()
+            raise ConnectionLost(f"the connection closed before the skill/call/resp of "
+                                 f"request {self.req_id}{self.client._closed_suffix()}"
+                                 ) from None
+        if isinstance(message, SkillCallResponse):
+            self.response = message
+            self._finish()
+            return message
+        if isinstance(message, ErrorMessage):
+            self._finish()
+            raise HostError(message)
+        assert isinstance(message, SkillEvent)
+        return message
+
+    async def result(self) -> SkillCallResponse:
+        """Drain the remaining events and return the response."""
+        async for _message in self:
+            pass
+        assert self.response is not None
+        return self.response
+
+    async def aclose(self) -> None:
+        """Stop listening (further messages of this call are dropped)."""
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self.client._close_route(self.req_id)
+            self._receive.close()
