@@ -25,6 +25,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections import deque
 from typing import Any
 
 import anyio
@@ -118,7 +119,7 @@ async def paced(durability: str, rate: int, seconds: float, runs: int,
         for run in range(runs):
             store.create(RunRecord(run_id=f"r{run}", principal="bench", req_id=f"r{run}"))
         await store.flush()
-        sent: dict[int, float] = {}
+        sent: deque[tuple[int, float]] = deque()  # (ticket, when appended), in order
         latencies: list[float] = []
         commits = 0
 
@@ -126,8 +127,8 @@ async def paced(durability: str, rate: int, seconds: float, runs: int,
             nonlocal commits
             commits += 1
             now = time.perf_counter()
-            for t in [t for t in sent if t <= ticket]:
-                latencies.append(now - sent.pop(t))
+            while sent and sent[0][0] <= ticket:
+                latencies.append(now - sent.popleft()[1])
 
         store.on_commit(committed)
         tid = _writer_id(store)
@@ -144,7 +145,7 @@ async def paced(durability: str, rate: int, seconds: float, runs: int,
                 run = (sent_count + i) % runs
                 ticket = store.append(f"r{run}", StoredFrame(seq * per_tick + i, "n", "done",
                                                              _frame(run, seq)))
-                sent[ticket] = time.perf_counter()
+                sent.append((ticket, time.perf_counter()))
             sent_count += per_tick
             target = t0 + sent_count / rate
             delay = target - time.perf_counter()

@@ -197,6 +197,8 @@ def run_main(
 
     try:
         config = load_command_config(config_path, overrides, local_defaults=True)
+        if config.store:  # a local run is never durable: leave a serving host's store be
+            config = msgspec.structs.replace(config, store="")
         configure_logging(config.log_format, config.log_level, auto_level="warning")
         host = Host(config)  # a plugin refusing the configuration raises ValueError
     except ValueError as exc:

@@ -224,8 +224,9 @@ class RunStore(Protocol):
 
     def append(self, run_id: str, frame: StoredFrame) -> int:
         """Queue one frame of a run. Frames of one run are appended in ``seq`` order; a
-        ``seq`` stored already is kept as it was (logged, never duplicated). Outputs and
-        frames over the store's size cap are stored once by sha256 (``blobs``).
+        ``seq`` stored already is kept as it was (logged, never duplicated); a frame of a
+        run that was never created is dropped (logged). Outputs and frames over the
+        store's size cap are stored once by sha256 (``blobs``).
 
         Returns:
             The write's ticket.

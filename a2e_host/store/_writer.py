@@ -1,8 +1,8 @@
 """The SQLite run store's writer thread: group commit of everything queued.
 
 Layer: store backend (stdlib ``sqlite3`` and ``threading``, no anyio, no event loop).
-The store's loop side puts *ops* (plain tuples, the cheapest thing to build per event) on
-a list under a condition; this thread takes everything queued (at most
+The store's loop side appends *ops* (plain tuples, the cheapest thing to build per event)
+to a deque, without a lock; this thread takes everything queued (at most
 :data:`MAX_BATCH` ops), applies it in one transaction, commits, and reports the highest
 committed ticket back through ``report`` (which hops to the loop). Awaited *jobs*
 (create-or-get, claim, prune) run inside the same transaction, each under a savepoint,
@@ -19,6 +19,7 @@ import hashlib
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -84,9 +85,12 @@ class Writer:
     def __init__(self, conn: sqlite3.Connection, report: Report, log: Any, *,
                  blob_threshold: int, commit_delay: float) -> None:
         self.cond = threading.Condition(threading.Lock())
-        self.queue: list[tuple[Any, ...]] = []
+        self.queue: deque[tuple[Any, ...]] = deque()  # appended by the loop without a lock
+        self.max_batch = MAX_BATCH
+        self.idle = False  # waiting for ops: a put must wake it
+        self.delaying = False  # waiting out the commit delay: a full batch wakes it
         self.closing = False
-        self.hurried = False  # someone awaits a commit: skip the commit delay once
+        self.hurry_ticket = 0  # ops up to this ticket are awaited: no commit delay for them
         self._conn = conn
         self._report = report
         self._log = log
@@ -94,6 +98,7 @@ class Writer:
         self._delay = commit_delay
         self._thread = threading.Thread(target=self._main, name="a2e-store-writer", daemon=True)
         self._keys: dict[str, int] = {}  # run_id → runs.id of runs being appended to
+        self._unknown: set[str] = set()  # run_ids of dropped frames in this batch
 
     def start(self) -> None:
         self._thread.start()
@@ -102,10 +107,17 @@ class Writer:
         """Wait for the thread to end (after :meth:`close`)."""
         self._thread.join()
 
-    def hurry(self) -> None:
-        """Commit what is queued without waiting out the commit delay (a flush, a job)."""
+    def wake(self) -> None:
+        """A put found the thread waiting (:attr:`idle`, or :attr:`delaying` with a full
+        batch queued): wake it. Called by the loop after appending to :attr:`queue`."""
         with self.cond:
-            self.hurried = True
+            self.cond.notify()
+
+    def hurry(self, ticket: int) -> None:
+        """Commit the ops up to ``ticket`` without waiting out the commit delay (a flush,
+        an awaited write)."""
+        with self.cond:
+            self.hurry_ticket = max(self.hurry_ticket, ticket)
             self.cond.notify()
 
     def close(self) -> None:
@@ -117,26 +129,34 @@ class Writer:
     # ── the thread ──────────────────────────────────────────────────────────
 
     def _take(self) -> list[tuple[Any, ...]] | None:
-        """The next batch, or None when closing and nothing is left."""
-        with self.cond:
-            while not self.queue:
-                if self.closing:
+        """The next batch, or None when closing and nothing is left.
+
+        The loop appends to the deque without a lock and wakes the thread only when it
+        says it waits: the thread sets :attr:`idle` under the condition *before* looking
+        at the queue once more, so an op appended meanwhile is either seen or woken for.
+        """
+        queue = self.queue
+        if not queue:
+            with self.cond:
+                self.idle = True
+                while not queue and not self.closing:
+                    self.cond.wait()
+                self.idle = False
+                if not queue:
                     return None
-                self.cond.wait()
-            if self._delay > 0 and not self.closing:
-                deadline = time.monotonic() + self._delay
-                while len(self.queue) < MAX_BATCH and not (self.closing or self.hurried):
+        if self._delay > 0 and not self.closing and queue[0][1] > self.hurry_ticket:
+            deadline = time.monotonic() + self._delay
+            with self.cond:
+                self.delaying = True
+                while (len(queue) < self.max_batch and not self.closing
+                       and queue[0][1] > self.hurry_ticket):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     self.cond.wait(left)
-            self.hurried = False
-            queue = self.queue
-            if len(queue) <= MAX_BATCH:
-                self.queue = []
-                return queue
-            self.queue = queue[MAX_BATCH:]
-            return queue[:MAX_BATCH]
+                self.delaying = False
+        popleft = queue.popleft
+        return [popleft() for _ in range(min(len(queue), self.max_batch))]
 
     def _main(self) -> None:
         conn = self._conn
@@ -153,7 +173,8 @@ class Writer:
                     self._log.error("the run store failed; no more writes are stored",
                                     exc_info=exc)
                     with self.cond:
-                        dropped, self.queue = self.queue, []
+                        dropped = list(self.queue)
+                        self.queue.clear()
                         self.closing = True
                     jobs = [(op[4], False, exc) for op in batch + dropped if op[0] == JOB]
                     self._report(0, 0, jobs, exc)
@@ -181,6 +202,7 @@ class Writer:
         blobs: list[tuple[bytes, bytes]] = []
         keys = self._keys
         threshold = self._threshold
+        self._unknown.clear()
         conn.execute("BEGIN IMMEDIATE")
         for op in batch:
             kind = op[0]
@@ -231,8 +253,10 @@ class Writer:
         when no such run is stored: frames belong to a created run."""
         row = self._conn.execute(RUN_KEY, (run_id,)).fetchone()
         if row is None:
-            self._log.error("a frame of an unknown run was not stored; create the run "
-                            "before its frames", run_id=run_id, seq=seq)
+            if run_id not in self._unknown:  # once per run and batch, not per frame
+                self._unknown.add(run_id)
+                self._log.error("frames of an unknown run were not stored; create the run "
+                                "before its frames", run_id=run_id, seq=seq)
             return None
         if len(self._keys) >= MAX_KEYS:
             self._keys.clear()

@@ -187,13 +187,11 @@ class SQLiteRunStore:
         writer = self._writer
         if writer is None or self._state != _OPEN or self.error is not None:
             raise self._refuse()
-        with writer.cond:
-            self._ticket += 1
-            ticket = self._ticket
-            queue = writer.queue
-            queue.append((op_kind, ticket, nbytes, *args))
-            if len(queue) == 1:
-                writer.cond.notify()
+        self._ticket = ticket = self._ticket + 1
+        queue = writer.queue
+        queue.append((op_kind, ticket, nbytes, *args))
+        if writer.idle or (writer.delaying and len(queue) == writer.max_batch):
+            writer.wake()
         self.pending_bytes += nbytes
         return ticket
 
@@ -314,7 +312,7 @@ class SQLiteRunStore:
 
     def _hurry(self) -> None:
         if self._writer is not None:
-            self._writer.hurry()
+            self._writer.hurry(self._ticket)
 
     async def wait_committed(self, ticket: int) -> None:
         if self.committed < ticket:

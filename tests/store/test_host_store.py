@@ -4,6 +4,8 @@ stop; a store that cannot be opened stops the start with one line."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -130,3 +132,27 @@ def test_a_store_another_host_writes_stops_the_start_with_exit_2(
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"a2e-host: the run store {path!r} is in use by another "
                                "a2e-host process")
+
+
+def test_a_local_run_ignores_the_store_a_serving_host_holds(tmp_path: Path) -> None:
+    path = str(tmp_path / "runs.db")
+    chain = tmp_path / "chain.json"
+    chain.write_text(json.dumps({
+        "entry_node": "up", "initial_input": {"word": "file"},
+        "nodes": [{"node_id": "up", "kind": "tool", "name": "upper",
+                   "input_map": {"text": "input.word"}}],
+    }), encoding="utf-8")
+
+    async def hold_and_run() -> subprocess.CompletedProcess[str]:
+        store = await open_store(path)  # as a serving host holds it
+        try:
+            return await anyio.to_thread.run_sync(lambda: subprocess.run(
+                [*CLI, "run", str(chain), "--tools", "conformance", "--final"],
+                capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                env={**os.environ, "A2E_STORE": path}))
+        finally:
+            await store.aclose()
+
+    done = anyio.run(hold_and_run, backend="asyncio")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"text": "FILE"}

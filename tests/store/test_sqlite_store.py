@@ -316,6 +316,24 @@ async def test_a_commit_delay_holds_writes_until_a_flush_and_full_waits_for_it(
 
 
 @pytest.mark.asyncio
+async def test_a_flush_commits_every_batch_at_once_despite_a_commit_delay(
+        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from a2e_host.store import _writer
+
+    monkeypatch.setattr(_writer, "MAX_BATCH", 3)  # what is queued takes several batches
+    store = await open_sqlite_store(path, commit_delay=60.0)
+    try:
+        store.create(record("r"))
+        for seq in range(1, 11):
+            store.append("r", frame("r", seq))
+        with anyio.fail_after(WAIT):
+            await store.flush()
+        assert stored_seqs(path, "r") == list(range(1, 11))
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.asyncio
 async def test_commit_callbacks_run_on_the_loop_with_the_highest_committed_ticket(
         path: str) -> None:
     import threading
@@ -484,3 +502,20 @@ async def test_a_seq_stored_twice_keeps_the_first_and_a_frame_of_no_run_is_not_s
         await store.aclose()
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("durability", "synchronous"), [("normal", 1), ("full", 2)])
+async def test_the_store_writes_ahead_with_the_durability_asked_for(
+        path: str, durability: str, synchronous: int) -> None:
+    store = await open_sqlite_store(path, durability=durability)  # type: ignore[arg-type]
+    try:
+        writer = store._writer
+        assert writer is not None
+        pragmas = [writer._conn.execute(f"PRAGMA {name}").fetchone()[0]
+                   for name in ("journal_mode", "synchronous", "journal_size_limit")]
+        assert pragmas == ["wal", synchronous, 64 * 1024 * 1024]
+    finally:
+        await store.aclose()
+    with pytest.raises(ValueError, match="durability must be 'normal' or 'full'"):
+        await open_sqlite_store(path, durability="sometimes")  # type: ignore[arg-type]
