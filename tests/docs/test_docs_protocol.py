@@ -21,6 +21,9 @@ def test_every_file_protocol_cites_exists() -> None:
     text = PROTOCOL.read_text("utf-8")
     links = [t for t in re.findall(r"\]\(([^)#\s]+)", text) if "://" not in t]
     named = re.findall(r"`([\w./-]+\.(?:txt|md|json|jsonl|toml|py))`", text)
+    # ``a2e/caps/...`` names a module of the public A2E SDK, whose shapes the capabilities
+    # follow (its commit: tests/support/sdk_schemas/README.md), not a file of ours
+    named = [t for t in named if not t.startswith("a2e/")]
     assert links, "the seed contract is linked"
     missing = [t for t in [*links, *named] if not (DOCS / t).exists()
                and not (DOCS.parent / t).exists()]
