@@ -358,8 +358,8 @@ def _graph(args: argparse.Namespace) -> int:
 
         return graph_run_main(args.run, args.format, store=args.store,
                               config_path=args.config)
-    if args.store is not None:
-        args.command_parser.error("--store goes with --run")
+    if args.store is not None or args.config is not None:
+        args.command_parser.error("--store and --config go with --run")
     from .commands.graph import graph_main
 
     return graph_main(Path(args.chain), args.format)
