@@ -249,12 +249,14 @@ class Client:
 
     async def list_runs(self, *, status: str = "", cursor: str = "", limit: int = 50
                         ) -> RunListResponse:
-        """A page of this principal's durable runs (``run/list``)."""
+        """A page of this principal's durable runs (``run/list``; the session must have
+        asked for the ``runs`` capability: ``agent_caps=[..., "runs"]``)."""
         return await list_runs(self, status=status, cursor=cursor, limit=limit)
 
     async def get_run(self, run_id: str, *, events: bool = False, since_seq: int = 0
                       ) -> RunGetResponse:
-        """A durable run's record, with a page of its events when ``events``."""
+        """A durable run's record, with a page of its events when ``events``
+        (``run/get``; needs the ``runs`` capability, as :meth:`list_runs`)."""
         return await get_run(self, run_id, events=events, since_seq=since_seq)
 
     async def ping(self, *, wait_timeout: float = 10.0) -> float:
