@@ -49,9 +49,10 @@ UNENCODABLE = "unencodable"
 _MAX_KEY_NAME = 100  # characters of a left-out key's name that are kept
 _check_encoder = msgspec.json.Encoder()
 
-NODE_FAILURE_CODES = frozenset({"chain_node_error", "chain_limit"})
+NODE_FAILURE_CODES = frozenset({"chain_node_error", "chain_limit", "interrupted"})
 """The codes a failed node reports (PROTOCOL.md §5): a ceiling refusing is
-``chain_limit``, anything else a node raises is ``chain_node_error``."""
+``chain_limit``, a node a restart interrupted ``interrupted`` (§5 Resume), anything else
+a node raises is ``chain_node_error``."""
 
 
 class ChainFailure(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,6 +17,9 @@ The tree::
     │   ├── CapabilityMissing     capability_missing  capability not granted to the session
     │   ├── Unauthorized          unauthorized        bad or missing ``auth_token``
     │   ├── Busy                  busy                more than ``max_parallel`` chains in flight
+    │   ├── UnknownProc           unknown_proc        a ``proc_id`` this session never had
+    │   ├── ProcDead              proc_dead           the process has ended (write, kill)
+    │   ├── ProcLimit             proc_limit          past the session's ``proc_limit``
     │   ├── UnknownRun            unknown_run         no such run for this principal
     │   ├── RunExpired            run_expired         the run's retention passed
     │   ├── BadSinceSeq           bad_since_seq       ``since_seq`` outside the run's events
@@ -240,3 +243,64 @@ class SkillError(A2EError):
     ``skill/call/resp.data.error_code``)."""
 
     code = "skill_error"
+
+
+class UnknownProc(RemoteProtocolError):
+    """A ``proc/*`` request names a ``proc_id`` this session does not have (PROTOCOL.md §10)."""
+
+    code = "unknown_proc"
+
+
+class ProcDead(RemoteProtocolError):
+    """A ``proc/write`` or ``proc/kill`` for a process that has already ended
+    (PROTOCOL.md §10); ``detail`` has its ``proc_id``, ``state`` and ``exit_code``."""
+
+    code = "proc_dead"
+
+
+class ProcLimit(RemoteProtocolError):
+    """A ``proc/spawn/req`` past the session's ``proc_limit`` ceiling (PROTOCOL.md §6, §10);
+    ``detail`` is ``{ceiling, scope, limit, requested}``. Retryable: it succeeds once one
+    of the session's processes has ended."""
+
+    code = "proc_limit"
+    retryable = True
+# ── the tools capability (PROTOCOL.md §11) ──────────────────────────────────
+
+
+class UnknownTool(RemoteProtocolError):
+    """A ``tool/call/req`` names a tool this host does not serve (``detail``:
+    ``{"tool", "suggestions"}``)."""
+
+    code = "unknown_tool"
+
+
+class ToolDenied(RemoteProtocolError):
+    """A ``tool/call/req`` names a tool this session may not call (``detail``:
+    ``{"tool"}``)."""
+
+    code = "tool_denied"
+
+
+class ToolFailed(RemoteProtocolError):
+    """A ``tool/*`` request the host could not serve for a reason of the tool's
+    (``tool_error``); a tool that ran and failed answers ``tool/call/resp`` with
+    ``success: false`` instead."""
+
+    code = "tool_error"
+
+
+class CallLimitExceeded(RemoteProtocolError):
+    """A direct call (``tool/call/req``) asked past a ceiling, e.g. a ``timeout`` over
+    ``max_timeout`` (``detail``: ``{ceiling, scope, limit, requested}``, PROTOCOL.md §6)."""
+
+    code = "chain_limit"
+
+
+class NodeInterrupted(NodeError):
+    """A node was running when the host restarted and may not run again (a durable run
+    resumed, PROTOCOL.md §5 Resume): its tool is not declared idempotent and the node
+    did not set ``resume: "rerun"``."""
+
+    code = "interrupted"
+    retryable = True

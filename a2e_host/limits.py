@@ -41,6 +41,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     max_attempts: int = 10
     """Attempts one node's ``retry`` may ask for, the first included (PROTOCOL.md §5
     Recovery): refused before anything runs when a node asks for more."""
+    proc_limit: int = 8
+    """Processes one session may have alive at once through the ``proc`` capability
+    (PROTOCOL.md §10): ``proc/spawn/req`` past it is refused with error ``proc_limit``."""
     max_retention: int = 7 * 86_400
     """Seconds a durable run's record and events may be kept after it ends
     (``chain/req.retention``, PROTOCOL.md §5 Durable runs); a request asking for more is

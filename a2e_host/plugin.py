@@ -28,7 +28,9 @@ from .limits import SessionLimits
 from .messages import Message
 from .store import RunStore
 
-__all__ = ["Plugin", "PluginContext", "Outbox", "SessionInfo", "RunHandle", "RunsView"]
+__all__ = [
+    "HostRuns", "Plugin", "PluginContext", "Outbox", "SessionInfo", "RunHandle", "RunsView",
+]
 
 
 class Outbox(Protocol):
@@ -114,6 +116,31 @@ class RunsView(Protocol):
 
     def __len__(self) -> int:
         """Runs in flight (e.g. against ``max_parallel``)."""
+        ...
+
+
+class HostRuns(Protocol):
+    """The host's runs as a plugin sees them when the host starts
+    (:meth:`Plugin.host_started`): work it resumes belongs to no connection."""
+
+    def start_detached(
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        req_id: str,
+        capability: str,
+        sink: Outbox,
+        name: str = "",
+    ) -> RunHandle:
+        """Start ``fn(run, *args)`` as a run of the host attached to no connection, that
+        runs on detached (``DetachPolicy.KEEP``) until it ends; its frames go through
+        ``sink`` (a durable run's, which stores them), and a connection may attach to it
+        later. Unlisted: it counts against no session's ``max_parallel``. An exception it
+        raises is sent through ``sink`` as an ``error`` with ``req_id``.
+
+        Raises:
+            RuntimeError: the host is not running.
+        """
         ...
 
 
@@ -226,6 +253,13 @@ class Plugin:
             return message_type.startswith(ns[:-1])
         return message_type == ns
 
+    def serves(self) -> bool:
+        """Whether this plugin serves its capability under its configuration (default
+        True). One that returns False (``tools`` on a host that enables no tool) is
+        loaded and its message types decode, but its capability is never granted: its
+        messages get ``capability_missing``."""
+        return True
+
     def gates(self) -> tuple[str, ...]:
         """The gates this plugin owns under its configuration (PROTOCOL.md §8): names an
         agent lists in ``agent_caps`` to unlock parts of this capability (``chains``:
@@ -248,6 +282,23 @@ class Plugin:
         long work goes to ``ctx.start_run`` / ``ctx.start_soon``. Exceptions become wire
         ``error``s (the host's single mapping place)."""
         raise UnknownType(f"plugin {self.capability!r} does not handle {message.TYPE!r}")
+
+    async def host_started(self, runs: HostRuns) -> None:
+        """The host is running (its run registry is open, its run store, if any, in
+        :attr:`store`) and has not served a connection yet: start what the plugin resumes,
+        e.g. the durable runs a previous process left unfinished (PROTOCOL.md §5 Resume),
+        with :meth:`HostRuns.start_detached`. Called once per host start; keep it short
+        (long work goes into the runs it starts). An exception is logged and the host
+        serves on. Default: nothing."""
+        return None
+
+    async def session_closing(self, session: SessionInfo) -> None:
+        """The session stopped taking work in order (``shutdown``, end of input, the host
+        stopping) and its runs are now given their grace period: a plugin whose runs wait
+        on the agent (a process reading its stdin) winds them down. Not called when the
+        peer vanished (its runs are cancelled at once then). Given at most the
+        connection's cancel grace (5 s). Default: nothing."""
+        return None
 
     async def session_closed(self, session: SessionInfo) -> None:
         """The session's connection is gone: forget what the plugin keeps per session

@@ -310,9 +310,11 @@ class ConnectionSession:
                 detail={"session_id": session_id},
             )
         if capability not in self.session.granted:
+            fix = (f"list {capability!r} in handshake/req.agent_caps" if capability in self.served
+                   else "this host does not serve it")
             raise CapabilityMissing(
                 f"{mtype!r} needs capability {capability!r}, which this session was not "
-                f"granted; list {capability!r} in handshake/req.agent_caps",
+                f"granted; {fix}",
                 detail={"capability": capability},
                 capability_name=capability,
             )

@@ -41,8 +41,11 @@ CONDITIONS = {
     "auth": "the host was started with an auth token, given as --auth-token",
     "other_cap": "the host serves a capability besides chains (found by the probe)",
     "host_defaults": "the host runs with PROTOCOL.md §6 default ceilings (--host-defaults)",
+    "cap:NAME": "the host serves the capability NAME (found by the probe), e.g. cap:tools",
     "fixture_skills": "the host serves the skill capability with the kit's fixture skills "
                       "(start it with --skills DIR, DIR from `a2e-conformance --skills-dir`)",
+    "proc_cat": "the host serves proc and allows cat (its proc metadata lists it: start it "
+                "with --allow-proc cat)",
 }
 FIXTURE_SKILL = "conformance_shout"
 """A fixture skill (``conformance/skills/``) the probe looks for with skill/discover/req."""
@@ -148,11 +151,26 @@ def skip_reason(case: Case, target: Target, probe: Probe) -> str | None:
         return f"host does not publish the ceiling {', '.join(unpublished)}"
     met = {"auth": bool(target.auth_token), "host_defaults": target.host_defaults,
            "other_cap": any(c != "chains" for c in probe.served),
-           "fixture_skills": f"{FIXTURE_SKILL}@2" in probe.skills}
+           "fixture_skills": f"{FIXTURE_SKILL}@2" in probe.skills,
+           "proc_cat": "cat" in _executables(probe.handshake)}
+    met.update((n, n.removeprefix("cap:") in probe.served) for n in case.needs
+               if n.startswith("cap:"))
     unmet = [n for n in case.needs if not met.get(n, False)]
     if unmet:
-        return f"needs {', '.join(unmet)}: {'; '.join(CONDITIONS.get(n, n) for n in unmet)}"
+        why = [CONDITIONS.get(n, f"the host serves the capability {n.removeprefix('cap:')!r}")
+               for n in unmet]
+        return f"needs {', '.join(unmet)}: {'; '.join(why)}"
     return None
+
+
+def _executables(handshake: dict[str, Any]) -> list[Any]:
+    """The ``executables`` the ``proc`` entry of a handshake/resp lists (PROTOCOL.md §9)."""
+    for entry in handshake.get("accepted_caps") or []:
+        if isinstance(entry, dict) and entry.get("capability") == "proc":
+            metadata = entry.get("metadata")
+            found = metadata.get("executables") if isinstance(metadata, dict) else None
+            return found if isinstance(found, list) else []
+    return []
 
 
 def suite_variables(target: Target, probe: Probe) -> dict[str, Any]:

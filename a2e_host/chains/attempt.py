@@ -24,7 +24,13 @@ for one item of a map:
    ``{}``, as it always was.
 
 It returns an :class:`~a2e_host.chains.outcome.Outcome`; the caller applies it (a node to
-the plan, an item to its map). A durable resume would replay its terminal event.
+the plan, an item to its map).
+
+In a run resumed after a restart (PROTOCOL.md §5 Resume), a map item whose terminal event
+is on the log is restored from it (no event, nothing runs); a node or item that was in
+flight sends no second ``start``: it runs again when
+:meth:`~a2e_host.chains.resume.Resumption.may_rerun` allows it, else ends at once with an
+``interrupted`` error; either way its terminal event's ``data`` says ``resumed: true``.
 
 It sees the run through :class:`~a2e_host.chains.run_state.RunState` and must not import
 the scheduler (which imports it). :data:`~a2e_host.chains.run_state.KindRunner` is
@@ -33,6 +39,7 @@ re-exported here.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -47,13 +54,20 @@ from .nodes import NodeContext
 from .outcome import LATE, NOT_STARTED, Outcome, OutcomeKind
 from .recovery import run_recovering
 from .recovery_policy import Report
+from .reports import NodeReports
+from .resume import Record, failure_error, interrupted_failure
 from .run_state import KindRunner, RunState
 from .subchains import subchain_runner
 from .validation import PlanNode
 
-__all__ = ["KindRunner", "execute", "run_attempt", "run_branch"]
+__all__ = ["STOPPED_ITEM", "KindRunner", "execute", "run_attempt", "run_branch"]
 
 _DONE, _FAILED = OutcomeKind.DONE, OutcomeKind.FAILED  # enum lookups cost ~0.1 µs each
+
+STOPPED_ITEM = Outcome(OutcomeKind.LATE)
+"""A map item a resumed run's log shows stopped, not failed (another item's failure, or
+the run's end, cancelled it): the map passes over it; the failure that stopped it, on the
+log too, fails the map as it did (PROTOCOL.md §5 Resume)."""
 
 async def run_attempt(
     run: RunState, shown: str, pnode: PlanNode, context: ContextView, *, item: bool = False
@@ -78,21 +92,34 @@ async def run_attempt(
     """
     if run.end is not None:
         return NOT_STARTED
-    wait_writable = run.config.wait_writable
+    config = run.config
+    wait_writable = config.wait_writable
     if wait_writable is not None:
         await wait_writable()
         if run.end is not None:
             return NOT_STARTED
+    resume = config.resume
+    resumed = False
+    if resume is not None:
+        record = resume.log.records.get(shown) if item else None
+        if record is not None and record.phase != "skip":
+            return _restored(run, shown, pnode, record)
+        resumed = resume.log.in_flight.pop(shown, None) is not None
+        if resumed:
+            resume.resumed.add(shown)
+            if not resume.may_rerun(pnode):
+                return _interrupted(run, shown, pnode, item)
     if not item:
         run.node_started(pnode.index)
     run.running[shown] = False
     recovery = pnode.recovery
     if recovery is not None:
         run.reports[shown] = Report(pnode.node.name)
-    if pnode.notice is None:
-        run.events.send(shown, "start")
-    else:  # a deprecated skill version: its warning travels in the start event
-        run.events.send_data(shown, "start", pnode.notice)
+    if not resumed:
+        if pnode.notice is None:
+            run.events.send(shown, "start")
+        else:  # a deprecated skill version: its warning travels in the start event
+            run.events.send_data(shown, "start", pnode.notice)
     if run.debug:
         run.log.debug("node started", node_id=shown, kind=pnode.kind)
     budget = run.budget
@@ -114,7 +141,7 @@ async def run_attempt(
         failure = chain_failure_of(exc, node_id=node_id)
         if not isinstance(exc, ChainError):
             run.log.warning("node raised", node_id=shown, exc_info=exc)
-        run.terminal_error(shown, failure.message)
+        run.terminal_error(shown, failure.message, failure)
         run.log.debug("node failed", node_id=shown, code=failure.code,
                       on_error=pnode.on_error, error=failure.message)
         return Outcome(_FAILED, error=exc, failure=failure)
@@ -124,16 +151,44 @@ async def run_attempt(
         run.terminal_error(shown, run.cancel_message(item=item))
         return LATE
     run.running[shown] = True
-    if recovery is None:
+    if recovery is None and not resumed:
         run.events.send(shown, "done", output=output)
     else:
-        report = run.reports.pop(shown)
-        if report.keep is not None:
-            report.keep(output, size)
-        run.events.send_data(shown, "done", report.data(True), output=output)
+        data: dict[str, Any] = {}
+        if recovery is not None:
+            report = run.reports.pop(shown)
+            if report.keep is not None:
+                report.keep(output, size)
+            data = report.data(True)
+        if resumed:
+            data["resumed"] = True
+        run.events.send_data(shown, "done", data, output=output)
     if run.debug:
         run.log.debug("node done", node_id=shown)
     return Outcome(_DONE, output, size, taken)
+
+
+def _restored(run: RunState, shown: str, pnode: PlanNode, record: Record) -> Outcome:
+    """A map item whose terminal event is on a resumed run's log: its outcome as
+    recorded, counted in the budgets as when it ran; no event, nothing runs."""
+    if record.phase == "error":
+        if record.failure is None:
+            return STOPPED_ITEM
+        return Outcome(_FAILED, error=failure_error(record.failure), failure=record.failure)
+    run.budget.restore(1, record.size)
+    return Outcome(_DONE, record.output, record.size)
+
+
+def _interrupted(run: RunState, shown: str, pnode: PlanNode, item: bool) -> Outcome:
+    """An in-flight node or item that may not run again: its ``error`` (code
+    ``interrupted``, ``data.resumed``) now, and the failure its ``on_error`` decides."""
+    if not item:
+        run.node_started(pnode.index)
+    run.running[shown] = False
+    failure = interrupted_failure(shown, pnode.node_id)
+    run.terminal_error(shown, failure.message, failure)
+    run.log.info("node interrupted by the restart", node_id=shown)
+    return Outcome(_FAILED, error=failure_error(failure), failure=failure)
 
 
 async def execute(
@@ -152,6 +207,7 @@ async def execute(
     executor = config.executors.get(pnode.kind)
     if executor is None:
         raise NodeError(f"node {shown!r}: no executor for kind {pnode.kind!r} on this host")
+    reports = NodeReports(run.events, shown)
     ctx = NodeContext(
         node_id=shown,
         chain_id=run.plan.request.chain_id,
@@ -165,13 +221,31 @@ async def execute(
             else None
         ),
         log=run.log,
+        run_key=config.run_key,
+        deadline=_deadline(run, pnode),
+        sink=reports,
     )
     recovery = pnode.recovery
-    if recovery is None:
-        return await executor(pnode.node, args, ctx), None
-    output = await run_recovering(run, shown, pnode.node, pnode.kind, recovery, executor,
-                                  args, ctx)
-    return output, None
+    try:
+        if recovery is None:
+            return await executor(pnode.node, args, ctx), None
+        output = await run_recovering(run, shown, pnode.node, pnode.kind, recovery, executor,
+                                      args, ctx)
+        return output, None
+    finally:
+        reports.close()
+
+
+def _deadline(run: RunState, pnode: PlanNode) -> float | None:
+    """When the node must end, ``time.monotonic()`` seconds: the run's deadline, or the
+    node's own ``timeout`` from now when that is sooner; None for neither."""
+    deadline = run.monotonic_deadline
+    timeout = pnode.node.timeout
+    if timeout is not None:
+        own = time.monotonic() + timeout
+        if deadline is None or own < deadline:
+            return own
+    return deadline
 
 
 async def run_branch(

@@ -203,6 +203,13 @@ class RunBudget:
         request.output_bytes = total
         self.kept += size
 
+    def restore(self, nodes: int, size: int) -> None:
+        """Count ``nodes`` executions and ``size`` kept output bytes a resumed run's log
+        restored (admitted when they ran: never refused now; PROTOCOL.md §5 Resume)."""
+        self.request.nodes += nodes
+        self.request.output_bytes += size
+        self.kept += size
+
     def release(self, size: int) -> None:
         """Give back ``size`` kept output bytes (outputs this run no longer keeps)."""
         self.request.output_bytes -= size

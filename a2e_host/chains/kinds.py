@@ -47,6 +47,7 @@ from .messages import ChainNode
 
 __all__ = [
     "BRANCH",
+    "LISTING_MESSAGE",
     "COMMON_EDGES",
     "FALSE_NODE",
     "MAP",
@@ -188,6 +189,13 @@ class KindSpec:
             it, or a map's list of its template's outputs.
         shape: how ``a2e-host graph`` draws the node: ``box``, ``rounded``,
             ``parallelogram``, ``diamond`` or ``subroutine``.
+        on_resume: what a durable run resumed after a restart does with a node of this
+            kind that was running (PROTOCOL.md §5 Resume), besides running it again when
+            it sets ``resume: "rerun"``: ``"rerun"`` runs it again (pure, or restored
+            piece by piece: a branch, a map); ``"idempotent"`` when its tool is declared
+            idempotent; ``"subchain"`` when it names a declarative skill (whose inner
+            nodes are restored one by one); ``"interrupt"`` never (an ``interrupted``
+            error).
     """
 
     name: str
@@ -204,17 +212,23 @@ class KindSpec:
     unknown_effects: bool = False
     output: Mapping[str, Any] | None = None
     shape: str = "box"
+    on_resume: str = "interrupt"
 
 
 def _named(what: str) -> Required:
     return Required(("name",), f"{what} node has no name",
-                    f"set 'name' to a registered {what} (see `a2e-host tools`)")
+                    f"set 'name' to a registered {what} ({LISTING_MESSAGE[what]} lists them)")
 
 
-TOOL = KindSpec("tool", own_fields=("retry", "timeout", "fallback", "cache"),
-                required=(_named("tool"),), registry="tool")
-SKILL = KindSpec("skill", own_fields=("timeout",), required=(_named("skill"),), gate="skill",
-                 registry="skill", subchains=True, shape="rounded")
+LISTING_MESSAGE = {"tool": "tool/list/req", "skill": "skill/discover/req"}
+"""The message that lists what a kind's ``name`` may be (PROTOCOL.md §9, §11)."""
+
+
+TOOL = KindSpec("tool", own_fields=("retry", "timeout", "fallback", "cache", "resume"),
+                required=(_named("tool"),), registry="tool", on_resume="idempotent")
+SKILL = KindSpec("skill", own_fields=("timeout", "resume"), required=(_named("skill"),),
+                 gate="skill", registry="skill", subchains=True, shape="rounded",
+                 on_resume="subchain")
 
 
 def _closed_object(**fields: str) -> Mapping[str, Any]:
@@ -224,7 +238,7 @@ def _closed_object(**fields: str) -> Mapping[str, Any]:
                              "required": list(fields)})
 
 
-PROC = KindSpec("proc", own_fields=("retry", "timeout"), gate="proc", proc_policy=True,
+PROC = KindSpec("proc", own_fields=("retry", "timeout", "resume"), gate="proc", proc_policy=True,
                 unknown_effects=True, shape="parallelogram",
                 output=_closed_object(exit_code="integer", stdout="string", stderr="string",
                                       duration_ms="integer", truncated="boolean"))
@@ -243,6 +257,7 @@ BRANCH = KindSpec(
     expressions=("condition",),
     output=_closed_object(condition="boolean", taken="string"),
     shape="diamond",
+    on_resume="rerun",
 )
 MAP = KindSpec(
     "map",
@@ -258,6 +273,7 @@ MAP = KindSpec(
     executed=False,
     expressions=("items_path",),
     shape="subroutine",
+    on_resume="rerun",
 )
 
 

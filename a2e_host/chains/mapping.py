@@ -25,7 +25,7 @@ import anyio.lowlevel
 
 from ..codec import json_kind
 from ..exceptions import NodeError
-from .attempt import run_attempt
+from .attempt import STOPPED_ITEM, run_attempt
 from .evaluation import evaluate
 from .interpreter import ContextView
 from .outcome import OutcomeKind, item_is_skipped, map_failure
@@ -106,6 +106,8 @@ async def run_map(
                 results[i] = outcome.output
                 kept += outcome.size
                 out_size += outcome.size
+            elif outcome is STOPPED_ITEM:  # resumed: stopped by another item's failure
+                out_size += 4
             else:
                 exc = outcome.error or NodeError(run.cancel_message(item=True))
                 if item_is_skipped(template.on_error, exc):

@@ -22,6 +22,7 @@ from .run_messages import RUN_MESSAGE_TYPES
 __all__ = [
     "DEFAULT_TIMEOUT",
     "JITTERS",
+    "RESUME_MODES",
     "ChainAccepted",
     "ChainAttach",
     "ChainCancel",
@@ -54,6 +55,9 @@ _OMITTED_TIMEOUT: int = int(str(DEFAULT_TIMEOUT))
 
 JITTERS: tuple[str, ...] = ("full", "none")
 """The values of :attr:`RetryPolicy.jitter`."""
+
+RESUME_MODES: tuple[str, ...] = ("", "rerun")
+"""The values of :attr:`ChainNode.resume` (PROTOCOL.md §5 Resume)."""
 
 
 class RetryPolicy(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -110,6 +114,12 @@ class ChainNode(msgspec.Struct, kw_only=True):
             failed (``tool`` nodes); ``""`` for none.
         cache: *extension*: answer from the host's step cache when the tool is pure
             (``tool`` nodes; the request's ``cache`` sets it for all of them).
+        resume: *extension* (PROTOCOL.md §5 Resume): what a durable run resumed after a
+            restart does with this node when it had started but not finished (``tool``,
+            ``skill`` and ``proc`` nodes): ``""`` (the default) runs it again only when
+            that cannot repeat an unknown side effect (a tool declared ``idempotent``, a
+            declarative skill), else ends it with an ``interrupted`` error; ``"rerun"``
+            runs it again, with the same idempotency key.
     """
 
     node_id: str
@@ -128,6 +138,7 @@ class ChainNode(msgspec.Struct, kw_only=True):
     timeout: float | None = None
     fallback: str = ""
     cache: bool = False
+    resume: str = ""
 
 
 class ChainRequest(Message, tag="chain/req", kw_only=True):

@@ -223,7 +223,8 @@ class NodeChecks:
                 if refusal:
                     self.invalid(nid, "input", refusal,
                                  "fix the proc input as the message says: argv[0] one of the "
-                                 "allowed names (see `a2e-host tools`), env keys from "
+                                 "allowed names (the proc capability's handshake metadata), env "
+                                 "keys from "
                                  "proc_env_keys, no NUL bytes")
         for check in spec.checks:
             for found in check(node):
@@ -250,9 +251,10 @@ class NodeChecks:
                          f"enable it with --tools +{pack}, or name it in A2E_TOOLS or "
                          "the configuration file's tools")
             return
+        listing = kind_table.LISTING_MESSAGE.get(what, "tool/list/req")
         self.invalid(nid, "name", f"unknown {what} {name!r}{self.suggest(name, what + 's')}",
-                     f"use a registered {what} (see `a2e-host tools`) or enable the "
-                     "pack that provides it")
+                     f"use a registered {what} ({listing} lists them) or enable the pack "
+                     "that provides it")
 
     def check_skill_ref(self, nid: str, ref: str, index: int) -> bool:
         """Resolve a skill reference through the catalog's ``resolve_skill``; False when

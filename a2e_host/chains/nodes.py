@@ -8,15 +8,43 @@ into the node's error) and must let cancellation propagate. Source: PROTOCOL.md 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
+
 from ..limits import SessionLimits
 from .messages import ChainNode
 
-__all__ = ["NodeContext", "Executor", "SubchainRunner", "current_node"]
+__all__ = [
+    "MAX_REPORT_BYTES",
+    "MAX_REPORTS",
+    "NodeContext",
+    "REPORT_KINDS",
+    "Executor",
+    "ReportSink",
+    "SubchainRunner",
+    "current_node",
+    "idempotency_key",
+]
+
+REPORT_KINDS: tuple[str, ...] = ("progress", "log", "artifact", "status")
+"""What a tool may report while it runs (A2E ``EventKind``): ``progress {pct, message}``,
+``log {level, message}``, ``artifact {name, mime, chunk, final}``, ``status {message}``."""
+
+MAX_REPORTS = 256
+"""Reports one node execution (one map item, one direct call) may send; later ones are
+dropped (:meth:`NodeContext.report` returns False), so a tool cannot flood the wire."""
+
+MAX_REPORT_BYTES = 4096
+"""The most bytes of JSON one report's ``data`` may encode to; a larger one is dropped."""
+
+ReportSink = Callable[[str, dict[str, Any]], bool]
+"""``sink(kind, data) -> sent``: where a node's checked reports go (the runtime's, which
+counts them against :data:`MAX_REPORTS` and moves them onto the event loop)."""
 
 SubchainRunner = Callable[[str, list[ChainNode], str, dict[str, Any]], Awaitable[Any]]
 """``run_subchain(skill_name, nodes, entry_node, initial_input) -> final_output``: runs a
@@ -40,6 +68,11 @@ class NodeContext:
             ceiling and must name its scope (PROTOCOL.md §6); None outside a session.
         run_subchain: see :data:`SubchainRunner`.
         log: a structlog logger bound with the chain's ids.
+        run_key: the run's key (``RunConfig.run_key``: ``"<session_id>/<req_id>"``, a
+            durable run's ``run_id``), from which :attr:`idempotency_key` is derived.
+        deadline: when the node must be done, ``time.monotonic()`` seconds (the chain's
+            or direct call's timeout, or the node's own shorter one); None for none.
+        sink: where :meth:`report` sends (None: reports are dropped).
     """
 
     node_id: str
@@ -51,12 +84,62 @@ class NodeContext:
     limits: SessionLimits | None = None
     run_subchain: SubchainRunner | None = None
     log: Any = None
+    run_key: str = ""
+    deadline: float | None = None
+    sink: ReportSink | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """sha256 hex of the run key and the node's display id (which holds its skill
+        prefix and map item index): the same for every attempt of this node in this run,
+        and after the run resumes; a tool passes it on to make a call idempotent."""
+        return idempotency_key(self.run_key, self.node_id)
+
+    def report(self, kind: str, data: Mapping[str, Any] | None = None) -> bool:
+        """Report ``kind`` (one of :data:`REPORT_KINDS`) with ``data`` while the node runs.
+
+        Inside a chain it travels as a ``chain/event`` with ``kind: "progress"``, the
+        node's phase (``start``) unchanged and ``data: {"report": kind, **data}``; in a
+        direct ``tool/call/req`` as a ``tool/event`` of that ``kind`` (PROTOCOL.md §11).
+        Callable from the tool's worker thread. At most :data:`MAX_REPORTS` per node
+        execution and :data:`MAX_REPORT_BYTES` of JSON each; past either, or once the
+        node has ended, the report is dropped.
+
+        Args:
+            kind: ``progress`` (data ``{pct, message}``), ``log`` (``{level, message}``),
+                ``artifact`` (``{name, mime, chunk, final}``) or ``status`` (``{message}``).
+            data: a JSON-able mapping; default ``{}``.
+
+        Returns:
+            Whether it was sent.
+
+        Raises:
+            ValueError: an unknown ``kind``, or ``data`` that is not a JSON-able mapping.
+        """
+        if kind not in REPORT_KINDS:
+            raise ValueError(
+                f"report kind {kind!r} is not one of {', '.join(REPORT_KINDS)}"
+            )
+        try:
+            payload = msgspec.to_builtins(dict(data or {}))
+            size = len(msgspec.json.encode(payload))
+        except (TypeError, ValueError, msgspec.EncodeError) as exc:
+            raise ValueError(f"report data must be a JSON-able mapping: {exc}") from None
+        if size > MAX_REPORT_BYTES or self.sink is None:
+            return False
+        return self.sink(kind, payload)
+
+
+def idempotency_key(run_key: str, node_id: str) -> str:
+    """sha256 hex of ``run_key`` and ``node_id`` (see :attr:`NodeContext.idempotency_key`)."""
+    return hashlib.sha256(f"{run_key}\n{node_id}".encode()).hexdigest()
 
 
 current_node: ContextVar[NodeContext | None] = ContextVar("a2e_current_node", default=None)
 """The :class:`NodeContext` of the tool node running in this task (and its worker
 threads), None outside one. Set by the ``tool`` executor, so a tool function, which sees
-only its input, can bound what it builds by ``max_output_bytes`` before building it."""
+only its input, can bound what it builds by ``max_output_bytes`` before building it, and
+report progress (:func:`a2e_host.tools.context`)."""
 
 
 class Executor(Protocol):

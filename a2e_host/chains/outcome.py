@@ -30,8 +30,9 @@ import msgspec
 
 from ..errors import ChainFailure, cancelled_failure, failure_message_of, timeout_failure
 from ..exceptions import ChainError, ChainLimitExceeded, NodeError
+from .messages import ChainRequest, ChainResponse
 from .plan import NodeStatus
-from .validation import PlanNode
+from .validation import ChainPlan, PlanNode
 
 __all__ = [
     "EndReason",
@@ -48,6 +49,8 @@ __all__ = [
     "map_failure",
     "named_failure",
     "response_failure",
+    "response_of",
+    "run_result",
     "subchain_error",
 ]
 
@@ -207,6 +210,39 @@ def final_output(
         if status[t] == NodeStatus.DONE:
             return outputs.get(plan_nodes[t].node_id)
     return None
+
+
+def run_result(
+    plan: ChainPlan,
+    end: EndReason | None,
+    prefix: str,
+    status: Sequence[int],
+    abort: NodeFailure | None,
+    failures: Sequence[NodeFailure],
+    outputs: dict[str, Any],
+    nodes_run: int,
+) -> RunResult:
+    """What a run that ended for ``end`` produced: :func:`response_failure` and
+    :func:`final_output` over its plan's ``status`` (per node index) and ``outputs``."""
+    error = response_failure(end, plan_nodes=plan.nodes, prefix=prefix, timeout=plan.timeout,
+                             abort=abort, failures=failures, status=status)
+    final = final_output(plan.nodes, plan.terminals, status, outputs)
+    return RunResult(error is None, outputs, final, nodes_run, error)
+
+
+def response_of(request: ChainRequest, result: RunResult, duration_ms: int) -> ChainResponse:
+    """The ``chain/resp`` of a finished run (PROTOCOL.md §5): ``outputs`` only when the
+    request's ``include_outputs`` asks for them."""
+    return ChainResponse(
+        req_id=request.id,
+        chain_id=request.chain_id,
+        success=result.success,
+        outputs=result.outputs if request.include_outputs else {},
+        final_output=result.final_output,
+        duration_ms=duration_ms,
+        nodes_run=result.nodes_run,
+        error=result.error,
+    )
 
 
 def handler_error(failed_id: str, failure: ChainFailure) -> dict[str, Any]:

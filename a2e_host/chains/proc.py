@@ -65,13 +65,15 @@ from .proc_policy import (
     ProcPolicy,
     argv_problem,
 )
-from .proc_supervisor import become_subreaper, spawn_supervisor
+from .proc_supervisor import Supervisor, become_subreaper, spawn_supervisor
 
 __all__ = [
     "ProcPolicy",
     "ProcInput",
     "Executable",
     "run_proc",
+    "start_process",
+    "Supervisor",
     "DEFAULT_MAX_STREAM_BYTES",
     "DEFAULT_MAX_PROCS",
 ]
@@ -191,6 +193,49 @@ async def run_proc(
         return await _run(spec, exe, env, stdin_data, policy, node_id)
 
 
+async def start_process(
+    policy: ProcPolicy,
+    exe: Executable,
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str],
+    *,
+    stdin_piped: bool,
+) -> Supervisor:
+    """Start one checked process under its supervisor and wait until it runs: what a
+    proc node and a ``proc/spawn/req`` (PROTOCOL.md §10) share.
+
+    Args:
+        policy: gives the ``cwd`` confinement and the kill grace.
+        exe: the executable ``policy.resolve`` allowed for ``argv[0]``.
+        argv: the command; the child gets ``exe.name`` as its ``argv[0]``.
+        cwd: relative to (and confined to) the root; None = the root.
+        env: the child's whole environment (``policy.child_env``).
+        stdin_piped: give the child a stdin pipe (``supervisor.process.stdin``), else
+            ``/dev/null``.
+
+    Returns:
+        The running process's :class:`Supervisor`; its caller must
+        :meth:`~Supervisor.end` it (whatever happens).
+
+    Raises:
+        NodeError: ``cwd`` is refused, or the process could not be started (the
+            supervisor is ended then).
+    """
+    become_subreaper()
+    with policy.open_cwd(cwd) as cwd_fd:
+        supervisor = await spawn_supervisor(
+            exe, argv, cwd_fd, env=env, stdin_piped=stdin_piped,
+            kill_grace=policy.kill_grace,
+        )
+    try:
+        await supervisor.started(argv[0], exe)
+    except BaseException:
+        await supervisor.end(policy.kill_grace)
+        raise
+    return supervisor
+
+
 async def _run(
     spec: ProcInput,
     exe: Executable,
@@ -201,16 +246,13 @@ async def _run(
 ) -> dict[str, Any]:
     """Spawn, supervise and end one checked proc node (see :func:`run_proc`)."""
     started = time.monotonic()
-    with policy.open_cwd(spec.cwd) as cwd_fd:
-        supervisor = await spawn_supervisor(
-            exe, spec.argv, cwd_fd, env=env, stdin_piped=stdin_data is not None,
-            kill_grace=policy.kill_grace,
-        )
+    supervisor = await start_process(
+        policy, exe, spec.argv, spec.cwd, env, stdin_piped=stdin_data is not None
+    )
     process = supervisor.process
     out, err = _Capture(policy.max_stdout_bytes), _Capture(policy.max_stderr_bytes)
     code: int | None = None
     try:
-        await supervisor.started(spec.argv[0], exe)
         _log.debug("proc started", node_id=node_id, pid=supervisor.child_pid, exe=exe.real)
         with anyio.move_on_after(spec.timeout) as scope:
             async with anyio.create_task_group() as tg:

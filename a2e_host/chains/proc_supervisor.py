@@ -80,6 +80,8 @@ def tell(line):
     except OSError:
         pass
 
+child_reaped = []
+
 def reap():
     while True:
         try:
@@ -89,6 +91,7 @@ def reap():
         if p == 0:
             return
         if p == pid:
+            child_reaped.append(p)
             tell(b"X %d\n" % os.waitstatus_to_exitcode(status))
 
 def tree():
@@ -133,6 +136,7 @@ wake_r, wake_w = os.pipe()
 os.set_blocking(wake_w, False)
 S.set_wakeup_fd(wake_w)
 S.signal(S.SIGCHLD, lambda *a: None)
+pending = b""
 while True:
     reap()
     ready = select.select([ctl, wake_r], [], [])[0]
@@ -140,11 +144,21 @@ while True:
         os.read(wake_r, 512)
     if ctl in ready:
         try:
-            if os.read(ctl, 64):
-                continue
+            data = os.read(ctl, 64)
         except OSError:
-            pass
-        break
+            data = b""
+        if not data:
+            break
+        pending += data
+        while b"\n" in pending:
+            line, _, pending = pending.partition(b"\n")
+            # "K <signal>": signal the child's process group; only while the child is
+            # unreaped, so its pid (the group id) cannot belong to anyone else
+            if line[:2] == b"K " and line[2:].isdigit() and not child_reaped:
+                try:
+                    os.killpg(pid, int(line[2:]))
+                except OSError:
+                    pass
 if signal_all(S.SIGTERM):  # nothing left below us (the usual case): nothing to wait for
     end = time.monotonic() + grace
     while time.monotonic() < end:
@@ -158,20 +172,25 @@ if signal_all(S.SIGTERM):  # nothing left below us (the usual case): nothing to 
             break
         time.sleep(0.002)
 # reap the last zombies: the host (a subreaper) would inherit them and never wait for them
+# (the child too, when the first signal ended it before tree() looked: it is reported)
 end = time.monotonic() + 2
 while time.monotonic() < end:
     try:
-        if os.waitpid(-1, os.WNOHANG)[0] == 0:
-            time.sleep(0.005)
+        p, status = os.waitpid(-1, os.WNOHANG)
     except ChildProcessError:
         break
+    if p == 0:
+        time.sleep(0.005)
+    elif p == pid:
+        tell(b"X %d\n" % os.waitstatus_to_exitcode(status))
 os._exit(0)
 """
 """The supervisor each proc node runs under (see the module docstring): ``argv`` is
 ``ctl_fd cwd_fd exe st_dev st_ino grace argv0 args…``. Reports on ``ctl``: ``F <pid>``
 (forked), then ``R`` (running) or ``E <errno>`` / ``E changed`` (not started), then
-``X <exit code>`` (the child exited; negative for a signal). Closing ``ctl`` tells it to
-end the tree and exit."""
+``X <exit code>`` (the child exited; negative for a signal). The host may write
+``K <signal number>`` lines on ``ctl``: the child's process group gets that signal (while
+the child is unreaped). Closing ``ctl`` tells it to end the tree and exit."""
 
 
 async def spawn_supervisor(
@@ -289,6 +308,19 @@ class Supervisor:
                 return None
             if line.startswith("X "):
                 return int(line[2:])
+
+    def signal(self, signum: int) -> None:
+        """Have the supervisor send ``signum`` to the child's process group (``K`` line);
+        nothing once the child was reaped or the supervisor is gone. Never blocks."""
+        with contextlib.suppress(OSError):
+            self.ctl.send(b"K %d\n" % signum)
+
+    def request_end(self) -> None:
+        """Tell the supervisor to end the tree and exit (shuts ``ctl`` for writing)
+        without waiting and without closing the pipes, so output still in them can be
+        read, and so can its last report (:meth:`exit_code`); :meth:`end` must follow."""
+        with contextlib.suppress(OSError):
+            self.ctl.shutdown(socket.SHUT_WR)
 
     async def end(self, grace: float) -> None:
         """Have the supervisor end the tree, then reap it; shielded and bounded. When the

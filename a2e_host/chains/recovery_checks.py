@@ -1,4 +1,4 @@
-"""Validation of the recovery fields: ``retry``, ``timeout``, ``fallback``.
+"""Validation of the recovery fields: ``retry``, ``timeout``, ``fallback``, ``resume``.
 
 Layer: core (no I/O, no clock, no anyio). Source: PROTOCOL.md §5 Recovery, §6
 (``max_attempts``). Run by :func:`~a2e_host.chains.validation.validate_chain` after the
@@ -11,7 +11,8 @@ here, on the kinds that own them:
   finite and >= 1; ``jitter`` ``full`` or ``none``; ``retry_on`` codes that can be
   retried;
 * ``timeout``: finite, > 0, and not over the chain's own ``timeout``;
-* ``fallback``: a registered tool other than the node's own.
+* ``fallback``: a registered tool other than the node's own;
+* ``resume``: ``""`` or ``"rerun"`` (PROTOCOL.md §5 Resume).
 
 A node with none of them costs three attribute reads.
 """
@@ -26,7 +27,7 @@ from ..exceptions import ChainLimitExceeded
 from ..limits import SessionLimits
 from . import kinds
 from .catalog import Catalog
-from .messages import JITTERS, ChainNode, ChainRequest, RetryPolicy
+from .messages import JITTERS, RESUME_MODES, ChainNode, ChainRequest, RetryPolicy
 from .recovery_policy import NEVER_RETRIED
 
 __all__ = ["RecoveryChecked", "check_recovery"]
@@ -65,7 +66,7 @@ def check_recovery(checks: RecoveryChecked) -> None:
     """Add a problem for every recovery field value that cannot be honoured."""
     chain_timeout: int | None = None
     for i, node in enumerate(checks.nodes):
-        if node.retry is None and node.timeout is None and not node.fallback:
+        if node.retry is None and node.timeout is None and not node.fallback and not node.resume:
             continue
         spec = kinds.NODE_KINDS.get(node.kind)
         if spec is None or not checks.is_own(i):
@@ -80,6 +81,10 @@ def check_recovery(checks: RecoveryChecked) -> None:
             _check_timeout(checks, nid, node.timeout, chain_timeout)
         if node.fallback and "fallback" in own:
             _check_fallback(checks, nid, node)
+        if node.resume and "resume" in own and node.resume not in RESUME_MODES:
+            checks.invalid(nid, "resume", f"resume must be 'rerun' or left out, got "
+                           f"{node.resume!r}", "set resume to 'rerun' to run the node again "
+                           "when a durable run resumes after a restart, or leave it out")
 
 
 def _chain_timeout(checks: RecoveryChecked) -> int:
@@ -142,4 +147,4 @@ def _check_fallback(checks: RecoveryChecked, nid: str, node: ChainNode) -> None:
     elif checks.catalog is not None and name not in checks.tool_names():
         checks.invalid(nid, "fallback", f"fallback names {name!r}, which is not a registered "
                        f"tool{checks.suggest(name, 'tools')}",
-                       "name a registered tool (see `a2e-host tools`), or remove fallback")
+                       "name a registered tool (tool/list/req lists them), or remove fallback")

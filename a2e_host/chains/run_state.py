@@ -13,6 +13,7 @@ nothing when the chain runs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,6 +23,7 @@ from .messages import ChainNode
 from .validation import ChainPlan, PlanNode
 
 if TYPE_CHECKING:
+    from ..errors import ChainFailure
     from ..limits import Limits, SessionLimits
     from ..tools.model import Tool
     from .budget import RunBudget
@@ -29,9 +31,10 @@ if TYPE_CHECKING:
     from .nodes import Executor
     from .outcome import EndReason, RunResult
     from .recovery_policy import Report
+    from .resume import Resumption
     from .step_cache import StepCache
 
-__all__ = ["Clock", "KindRunner", "RunConfig", "RunState", "SubchainPlanner"]
+__all__ = ["Clock", "KindRunner", "RunConfig", "RunState", "SubchainPlanner", "logs_debug"]
 
 SubchainPlanner = Callable[[str, list[ChainNode], str, int], ChainPlan]
 """``(skill_name, nodes, entry_node, depth) -> plan`` for a skill's sub-chain at that
@@ -73,6 +76,12 @@ class RunConfig:
             ``cacheable`` and ``version`` decide retries and caching), None when the
             host cannot say: then every tool counts as free of effects and uncacheable.
         step_cache: the host's step cache, None for none.
+        run_key: what the run's idempotency keys derive from
+            (:attr:`~a2e_host.chains.nodes.NodeContext.idempotency_key`):
+            ``"<session_id>/<req_id>"`` by default, a durable run's ``run_id``.
+        resume: a durable run resumed after a restart: its stored log, folded into each
+            plan's starting state and consulted for map items and in-flight nodes
+            (:mod:`~a2e_host.chains.resume`, PROTOCOL.md §5 Resume); None: a fresh run.
     """
 
     executors: Mapping[str, Executor]
@@ -85,6 +94,8 @@ class RunConfig:
     clock: Clock
     tool_of: Callable[[str], Tool | None] | None = None
     step_cache: StepCache | None = None
+    run_key: str = ""
+    resume: Resumption | None = None
 
 
 class RunState(Protocol):
@@ -154,6 +165,10 @@ class RunState(Protocol):
         (``inf`` before the run starts)."""
 
     @property
+    def monotonic_deadline(self) -> float | None:
+        """:attr:`deadline` on ``time.monotonic()``; None before the run starts."""
+
+    @property
     def end(self) -> EndReason | None:
         """Why the run ended; None while it runs."""
 
@@ -164,9 +179,10 @@ class RunState(Protocol):
     def node_started(self, index: int) -> None:
         """A declared node starts: the plan marks it running and ``nodes_run`` counts it."""
 
-    def terminal_error(self, shown: str, message: str) -> None:
+    def terminal_error(self, shown: str, message: str, failure: ChainFailure | None = None
+                       ) -> None:
         """Send a started node's (or item's) ``error`` event, unless its terminal event was
-        sent already or the run is closed."""
+        sent already or the run is closed; ``failure`` is kept by a durable run."""
 
     def cancel_message(self, *, item: bool = False) -> str:
         """The ``error`` text of a node or item stopped before it finished."""
@@ -183,3 +199,12 @@ class RunState(Protocol):
 KindRunner = Callable[[RunState, str, PlanNode, ContextView], Awaitable[tuple[Any, int | None]]]
 """Runs one started node of a kind: ``(run, shown, pnode, context) -> (output, taken)``,
 ``taken`` a branch's side (node index) or None. Raises what the node failed with."""
+
+
+def logs_debug(log: Any) -> bool:
+    """Whether ``log`` (a structlog bound logger) writes ``debug`` lines; True when it
+    cannot tell."""
+    try:
+        return bool(log.is_enabled_for(logging.DEBUG))
+    except AttributeError:
+        return True

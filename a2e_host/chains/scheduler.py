@@ -47,7 +47,6 @@ Theory of operation.
 
 from __future__ import annotations
 
-import logging
 import math
 import random
 import time
@@ -62,7 +61,7 @@ from ..limits import Limits, SessionLimits
 from ..tools.model import Tool
 from .attempt import run_attempt, run_branch
 from .budget import RequestBudget, RunBudget
-from .events import Emit, EventStream
+from .events import Checkpoint, Emit, EventStream, stream_for
 from .interpreter import ContextView
 from .mapping import run_map
 from .messages import ChainResponse
@@ -73,21 +72,20 @@ from .outcome import (
     OutcomeKind,
     RunResult,
     cancel_message,
-    final_output,
     handler_error,
-    response_failure,
+    response_of,
+    run_result,
 )
 from .plan import PlanState
 from .recovery_policy import Report
-from .run_state import Clock, KindRunner, RunConfig, SubchainPlanner
+from .resume import Resumption, Starting, fold_plan
+from .run_state import Clock, KindRunner, RunConfig, SubchainPlanner, logs_debug
 from .step_cache import StepCache
 from .validation import ChainPlan, PlanNode
 from .workers import WorkerPool
 
-__all__ = [
-    "ChainRunner", "Clock", "EndReason", "Emit", "KIND_RUNNERS", "LOOP_CLOCK", "RunConfig",
-    "RunResult",
-]
+__all__ = ["ChainRunner", "Clock", "EndReason", "Emit", "KIND_RUNNERS", "LOOP_CLOCK",
+           "RunConfig", "RunResult"]
 
 _GRACE = 0.25  # seconds running nodes get to wind down after a cancel before we move on
 _log = structlog.get_logger("a2e_host.scheduler")
@@ -119,6 +117,12 @@ class ChainRunner:
         tool_of: the host's tool by name, for retries and caching (see
             :class:`~a2e_host.chains.run_state.RunConfig`).
         step_cache: the host's step cache, None for none (PROTOCOL.md §5 Recovery).
+        run_key: the run's key, whence its nodes' idempotency keys (``RunConfig``);
+            ``""``: ``"/<req_id>"`` (the chains plugin passes ``"<session_id>/<req_id>"``).
+        resume: see :class:`~a2e_host.chains.run_state.RunConfig`.
+        checkpoint: a durable run's :data:`~a2e_host.chains.events.Checkpoint`, or None.
+        timeout_left: seconds left of the chain's timeout (a resumed run keeps its
+            original deadline); None: the plan's ``timeout``.
 
     It is the :class:`~a2e_host.chains.run_state.RunState` the run's parts (``attempt``,
     ``mapping``, ``subchains``) are given; they know it only through that protocol.
@@ -136,6 +140,8 @@ class ChainRunner:
             node and item.
         reports: display id → recovery report of a started node with recovery fields,
             until its terminal event carries it.
+        monotonic_deadline: the same on ``time.monotonic()`` (None until it starts), for
+            a tool's context (:attr:`~a2e_host.chains.nodes.NodeContext.deadline`).
         deadline: when the chain's timeout passes, on ``config.clock`` (``inf`` until
             the run starts; a sub-chain's is its parent's).
         end: why the run ended, None while it runs.
@@ -156,22 +162,24 @@ class ChainRunner:
         clock: Clock | None = None,
         tool_of: Callable[[str], Tool | None] | None = None,
         step_cache: StepCache | None = None,
+        run_key: str = "",
+        checkpoint: Checkpoint | None = None,
+        resume: Resumption | None = None,
+        timeout_left: float | None = None,
     ) -> None:
         scoped = limits if isinstance(limits, SessionLimits) else SessionLimits(limits)
         config = RunConfig(
-            executors=executors,
-            limits=scoped,
-            emit=emit,
-            wait_writable=wait_writable,
-            granted=granted,
-            subchain_planner=subchain_planner,
+            executors=executors, limits=scoped, emit=emit, wait_writable=wait_writable,
+            granted=granted, subchain_planner=subchain_planner,
             log=log if log is not None else _log,
             clock=clock if clock is not None else LOOP_CLOCK,
-            tool_of=tool_of,
-            step_cache=step_cache,
+            tool_of=tool_of, step_cache=step_cache,
+            run_key=run_key or f"/{plan.request.id}", resume=resume,
         )
         request = plan.request
-        events = EventStream(emit, request.id, request.streaming, request.event_outputs)
+        events = stream_for(emit, request, checkpoint,
+                            resume.log.last_seq if resume is not None else 0)
+        self._timeout_left = timeout_left
         self._setup(plan, config, events, RequestBudget(scoped.effective), None,
                     request.initial_input, "")
 
@@ -185,6 +193,7 @@ class ChainRunner:
             prefix: its node ids' display prefix (``"<skill node>/"``).
         """
         child = object.__new__(ChainRunner)
+        child._timeout_left = None
         child._setup(plan, self.config, self.events, self.budget.request, self,
                      initial_input, prefix)
         return child
@@ -203,7 +212,7 @@ class ChainRunner:
         self.config = config
         self.limits: Limits = config.limits.effective
         self.log = config.log
-        self.debug: bool = parent.debug if parent is not None else _logs_debug(config.log)
+        self.debug: bool = parent.debug if parent is not None else logs_debug(config.log)
         """Whether per-node debug lines are written: asked once per run, since building
         a log call's arguments costs more than a node's bookkeeping at other levels."""
         self.events = events
@@ -217,6 +226,9 @@ class ChainRunner:
         self.running: dict[str, bool] = {}
         self.reports: dict[str, Report] = {}
         self.deadline: float = parent.deadline if parent is not None else math.inf
+        self.monotonic_deadline: float | None = (
+            parent.monotonic_deadline if parent is not None else None
+        )
         self.end: EndReason | None = None
         self.closed = False
         self._state = PlanState(plan)
@@ -229,6 +241,12 @@ class ChainRunner:
         self._stop = anyio.Event()
         self._drive_done = anyio.Event()
         self._work_scope = anyio.CancelScope()
+        self._starting: Starting | None = None
+        if config.resume is not None:  # where the log left this plan (PROTOCOL.md §5 Resume)
+            st = self._starting = fold_plan(plan, initial_input, config.resume.log, prefix)
+            self._state, self.context, self.outputs = st.state, st.context, st.outputs
+            self._failures, self._abort, self._nodes_run = st.failures, st.abort, st.nodes_run
+            self.budget.restore(st.nodes_run, st.kept)
 
     # ── public ──────────────────────────────────────────────────────────────
 
@@ -262,7 +280,8 @@ class ChainRunner:
                 before_response()
             sent.append(self._send_response(result, started))
 
-        await self.run(self.plan.timeout, respond)
+        timeout = self.plan.timeout if self._timeout_left is None else self._timeout_left
+        await self.run(max(0.0, timeout), respond)
         return sent[0]
 
     async def run(
@@ -284,6 +303,7 @@ class ChainRunner:
             return result
         if chain_timeout is not None:
             self.deadline = self.config.clock.now() + chain_timeout
+            self.monotonic_deadline = time.monotonic() + chain_timeout
         async with anyio.create_task_group() as outer:
             outer.start_soon(self._drive)
             try:
@@ -317,18 +337,25 @@ class ChainRunner:
         self._state.node_started(index)
         self._nodes_run += 1
 
-    def terminal_error(self, shown: str, message: str) -> None:
+    def terminal_error(self, shown: str, message: str, failure: ChainFailure | None = None
+                       ) -> None:
         """Send a started node's (or item's) ``error`` event, unless its terminal event
         was sent already or the run is closed; a node with recovery fields' carries its
-        report as ``data`` (PROTOCOL.md §5 Recovery)."""
+        report as ``data`` (PROTOCOL.md §5 Recovery), a resumed one ``resumed: true``
+        (§5 Resume); ``failure`` is what a durable run keeps with it."""
         running = self.running
         if running.get(shown) is False and not self.closed:
             running[shown] = True
             report = self.reports.pop(shown, None) if self.reports else None
-            if report is None:
-                self.events.send(shown, "error", error=message)
+            resume = self.config.resume
+            if resume is not None and shown in resume.resumed:
+                data = {**(report.data(False) if report is not None else {}), "resumed": True}
+                self.events.send_data(shown, "error", data, error=message, failure=failure)
+            elif report is None:
+                self.events.send(shown, "error", error=message, failure=failure)
             else:
-                self.events.send_data(shown, "error", report.data(False), error=message)
+                self.events.send_data(shown, "error", report.data(False), error=message,
+                                      failure=failure)
 
     def cancel_message(self, *, item: bool = False) -> str:
         """The ``error`` text of a node or item stopped before it finished: why the
@@ -347,12 +374,26 @@ class ChainRunner:
     async def _drive(self) -> None:
         try:
             with self._work_scope:
-                roots = self._state.start()
+                roots = self._state.start() if self._starting is None else self._resumed()
                 if not roots:
                     self._finish_if_done()
                 await self._pool.serve(roots)
         finally:
             self._drive_done.set()
+
+    def _resumed(self) -> list[int]:
+        """A resumed run's first nodes: the skips the log lost are sent; a recorded abort,
+        or a deadline passed while the host was down, ends the run at once; else the
+        ready nodes run (PROTOCOL.md §5 Resume)."""
+        starting = self._starting
+        assert starting is not None
+        for s in starting.unsent_skips:
+            self.events.send(self.prefix + self.plan.nodes[s].node_id, "skip")
+        if starting.abort is None and self.config.clock.now() < self.deadline:
+            return starting.ready
+        self.end = EndReason.ABORT if starting.abort is not None else EndReason.TIMEOUT
+        self._stop.set()
+        return []
 
     def _ended(self) -> bool:
         return self.end is not None
@@ -434,45 +475,25 @@ class ChainRunner:
                 if not ended:
                     self.terminal_error(shown, message)
                     self.log.debug("node abandoned", node_id=shown)
+        resume = self.config.resume
+        if resume is not None and self.parent is None and resume.log.in_flight:
+            # in flight at the restart, never reached: their one terminal event now
+            message = self.cancel_message() if reason is not EndReason.DONE else (
+                "cancelled: the chain ended before the node could resume")
+            for shown in resume.take_in_flight():
+                self.running[shown] = False
+                self.terminal_error(shown, message)
         self.closed = True
         return self._result()
 
     def _result(self) -> RunResult:
         plan = self.plan
-        status = self._state.status
-        error = response_failure(
-            self.end,
-            plan_nodes=plan.nodes,
-            prefix=self.prefix,
-            timeout=plan.timeout,
-            abort=self._abort,
-            failures=self._failures,
-            status=status,
-        )
-        final = final_output(plan.nodes, plan.terminals, status, self.outputs)
-        return RunResult(error is None, self.outputs, final, self._nodes_run, error)
+        return run_result(plan, self.end, self.prefix, self._state.status, self._abort,
+                          self._failures, self.outputs, self._nodes_run)
 
     def _send_response(self, result: RunResult, started: float) -> ChainResponse:
-        request = self.plan.request
-        response = ChainResponse(
-            req_id=request.id,
-            chain_id=request.chain_id,
-            success=result.success,
-            outputs=result.outputs if request.include_outputs else {},
-            final_output=result.final_output,
-            duration_ms=int((time.monotonic() - started) * 1000),
-            nodes_run=result.nodes_run,
-            error=result.error,
-        )
+        response = response_of(self.plan.request, result,
+                               int((time.monotonic() - started) * 1000))
         self.events.closed = True
         self.config.emit(response)
         return response
-
-
-def _logs_debug(log: Any) -> bool:
-    """Whether ``log`` (a structlog bound logger) writes ``debug`` lines; True when it
-    cannot tell."""
-    try:
-        return bool(log.is_enabled_for(logging.DEBUG))
-    except AttributeError:
-        return True

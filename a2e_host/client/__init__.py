@@ -37,13 +37,18 @@ Modules, one job each:
 
 * :mod:`.session` — :class:`Client`, :func:`open_client`, the :class:`MessageStream` it speaks;
 * :mod:`.chains` — :class:`ChainRun`, one ``chain/req`` in flight;
+* :mod:`.procs` — :class:`ProcHandle`, one process on the host (``proc/*``);
+* :mod:`.tools` — :func:`~a2e_host.client.tools.list_tools` and :class:`ToolCall`, one
+  ``tool/call/req`` in flight (``client.list_tools()``, ``client.call_tool()``);
+* :mod:`.codec` — the decoder of every message a client reads;
 * :mod:`.websocket`, :mod:`.stdio`, :mod:`.memory` — the three transports;
 * :mod:`.server` — :func:`open_ws_server`, :func:`serve_ws`;
 * :mod:`.errors`, :mod:`.lines` (NDJSON lines from a byte stream), :mod:`.processes`
   (ending a child).
 
-Their imports point one way, lowest first: errors / lines / processes → chains → session
-→ websocket / stdio / memory → server (a module never imports one after it).
+Their imports point one way, lowest first: errors / lines / processes / streams → chains, tools,
+codec → procs → session → websocket / stdio / memory → server (a module never imports one
+after it).
 """
 
 from __future__ import annotations
@@ -51,9 +56,11 @@ from __future__ import annotations
 from .chains import ChainRun
 from .errors import ClientError, ConnectionLost, HandshakeFailed, HostError, ServerFailed
 from .memory import connect_memory
+from .procs import ProcHandle, ProcOutput, SpawnRefused
 from .server import SERVE_COMMAND, WsServer, open_ws_server, serve_ws
 from .session import DEFAULT_AGENT_CAPS, Client, MessageStream, open_client
 from .stdio import StdioStream, spawn_stdio
+from .tools import ToolCall
 from .websocket import connect_ws
 
 __all__ = [
@@ -66,8 +73,12 @@ __all__ = [
     "HandshakeFailed",
     "HostError",
     "MessageStream",
+    "ProcHandle",
+    "ProcOutput",
     "ServerFailed",
+    "SpawnRefused",
     "StdioStream",
+    "ToolCall",
     "WsServer",
     "connect_memory",
     "connect_ws",

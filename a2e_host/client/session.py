@@ -37,6 +37,7 @@ from ..chains.messages import (
     ChainRequest,
     ChainResponse,
 )
+from ..chains.proc_messages import ProcStatusRequest, ProcStatusResponse
 from ..chains.run_messages import RunGetResponse, RunListResponse
 from ..chains.skill_messages import SkillDefinition
 from ..exceptions import A2EError
@@ -49,10 +50,15 @@ from ..messages import (
     Pong,
     Shutdown,
 )
+from ..tools.messages import ToolCallResponse, ToolDefinition, ToolListResponse
 from .chains import RESPONSE_GRACE, ChainRun
 from .errors import ConnectionLost, HandshakeFailed, HostError, unwrap_group
+from .procs import ProcHandle
+from .procs import spawn as spawn_proc
 from .runs import alias_route, attach, detach, get_run, list_runs
 from .skills import SkillCall, discover_skills, skill_call_request
+from .streams import MessageStream
+from .tools import ToolCall, list_tools, tool_call
 
 if TYPE_CHECKING:
     from anyio.abc import Process
@@ -61,20 +67,6 @@ __all__ = ["DEFAULT_AGENT_CAPS", "Client", "MessageStream", "RunningServer", "op
 
 DEFAULT_AGENT_CAPS: tuple[str, ...] = ("chains", "tools", "proc", "skill")
 """Capabilities asked for when the caller names none (PROTOCOL.md §2)."""
-
-
-class MessageStream(Protocol):
-    """A connection as the client sees it: whole messages in and out.
-
-    ``receive`` raises :class:`anyio.EndOfStream` (or any exception, treated alike) when the
-    connection is gone.
-    """
-
-    async def send(self, message: Message) -> None: ...
-
-    async def receive(self) -> Message: ...
-
-    async def aclose(self) -> None: ...
 
 
 class RunningServer(Protocol):
@@ -208,6 +200,45 @@ class Client:
             receive_timeout = max(request.timeout, 1) + RESPONSE_GRACE
         return ChainRun(self, request, receive_timeout)
 
+    async def list_tools(
+        self,
+        *,
+        query: str = "",
+        filter_tags: Sequence[str] = (),
+        filter_kind: str = "",
+        include_deferred: bool = False,
+        wait_timeout: float = 30.0,
+    ) -> list[ToolDefinition]:
+        """The host's tools (``tool/list/req``; see :func:`a2e_host.client.tools.list_tools`)."""
+        return await list_tools(self, query=query, filter_tags=filter_tags,
+                                filter_kind=filter_kind, include_deferred=include_deferred,
+                                wait_timeout=wait_timeout)
+
+    def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        streaming: bool = True,
+        timeout: int | None = None,
+        correlation_id: str = "",
+        receive_timeout: float | None = None,
+    ) -> ToolCall:
+        """Call tool ``name`` directly (``tool/call/req``); iterate the result for its
+        events and response, or ``await call.result()`` (a
+        :class:`~a2e_host.client.tools.ToolCall`).
+
+        Args:
+            name: the tool.
+            arguments: its input (default ``{}``).
+            streaming: receive its reports as ``tool/event`` while it runs.
+            timeout: int seconds; None (left out) is ``min(30, max_timeout)``.
+            correlation_id: ties the call to an agent turn.
+            receive_timeout: seconds to wait for any one message; default timeout + 30.
+        """
+        return tool_call(self, name, arguments, streaming=streaming, timeout=timeout,
+                         correlation_id=correlation_id, receive_timeout=receive_timeout)
+
     async def discover_skills(
         self, *, tags: Sequence[str] = (), categories: Sequence[str] = ()
     ) -> list[SkillDefinition]:
@@ -225,6 +256,20 @@ class Client:
         return SkillCall(self, skill_call_request(
             name, arguments, timeout=timeout, streaming=streaming,
             correlation_id=correlation_id, session_id=self.session_id))
+
+    async def spawn_proc(self, cmd: Sequence[str], **options: Any) -> ProcHandle:
+        """Start a process on the host (``proc/spawn/req``, PROTOCOL.md §10); see
+        :func:`.procs.spawn` for ``cwd``, ``env``, ``stdin_mode``, ``timeout``,
+        ``wait_timeout`` and what it raises."""
+        return await spawn_proc(self, list(cmd), session_id=self.session_id, **options)
+
+    async def proc_status(self, proc_id: str = "", *, wait_timeout: float = 10.0
+                          ) -> ProcStatusResponse:
+        """``proc/status/req``: one process (``procs`` has it), or every process of the
+        session (``proc_id`` ``""``)."""
+        reply = await self._request(ProcStatusRequest(proc_id=proc_id), wait_timeout)
+        assert isinstance(reply, ProcStatusResponse)
+        return reply
 
     async def cancel(self, req_id: str) -> None:
         """Send ``chain/cancel`` for a running chain (PROTOCOL.md §5, *extension*).
@@ -375,7 +420,8 @@ class Client:
             return
         if isinstance(message, ChainAccepted):
             alias_route(self._routes, message)
-        if isinstance(message, ChainResponse | ErrorMessage | Pong | HandshakeResponse):
+        if isinstance(message, ChainResponse | ErrorMessage | Pong | HandshakeResponse
+                      | ToolCallResponse | ToolListResponse):
             self._close_route(req_id)
 
     async def _read_loop(self) -> None:

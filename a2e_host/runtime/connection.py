@@ -149,6 +149,10 @@ class HostConnection:
                               name=f"{self.conn_id} handshake deadline")
                 await self._stop.wait()
                 if not self._dropped:
+                    session = self.session
+                    if session is not None:
+                        await self.router.session_closing(session, self.log,
+                                                          grace=CANCEL_GRACE)
                     await self._drain()
                 tg.cancel_scope.cancel()
         finally:

@@ -21,7 +21,7 @@ capabilities. The host itself names no capability.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from importlib.metadata import entry_points
 from types import MappingProxyType
@@ -35,14 +35,14 @@ from ..config import HostConfig
 from ..errors import error_message_of
 from ..logs import get_logger
 from ..messages import CORE_MESSAGE_TYPES, Message
-from ..plugin import Plugin
+from ..plugin import Outbox, Plugin, RunHandle
 from ..session import MetadataFn, Session
 from ..store import Durability, RunStore, open_store
 from ..transports import CloseCode, Transport
 from .connection import HostConnection
 from .retention import prune_periodically
 from .router import Router
-from .runs import RunRegistry
+from .runs import DetachPolicy, RunRegistry, RunSink
 
 __all__ = ["Host", "load_plugins", "PLUGIN_GROUP", "GATES_FEATURE"]
 
@@ -150,7 +150,7 @@ class Host:
         its ``features``."""
         served: dict[str, MetadataFn | None] = {}
         for plugin in self.plugins:
-            if plugin.capability and plugin.capability not in served:
+            if plugin.capability and plugin.capability not in served and plugin.serves():
                 served[plugin.capability] = (
                     _with_gates(plugin.metadata) if plugin.gates() else plugin.metadata
                 )
@@ -162,7 +162,7 @@ class Host:
         priority wins a name two of them claim)."""
         owners: dict[str, str] = {}
         for plugin in self.plugins:
-            if plugin.capability:
+            if plugin.capability and plugin.serves():
                 for gate in plugin.gates():
                     owners.setdefault(gate, plugin.capability)
         return owners
@@ -176,7 +176,9 @@ class Host:
         Every entry point enters it before serving (the ``serve`` and ``stdio`` commands,
         :func:`~a2e_host.runtime.memory.open_memory_client`). Re-entrant: an entry while
         the host runs joins it, and the block that started it waits for those that
-        joined to leave; on leaving, runs still alive are cancelled and awaited.
+        joined to leave; on leaving, runs still alive are cancelled and awaited. The
+        outermost entry calls every plugin's :meth:`~a2e_host.plugin.Plugin.host_started`
+        once the registry (and the store) is open, before anything is served.
 
         With ``config.store`` the outermost entry opens the run store first (every
         plugin's :attr:`~a2e_host.plugin.Plugin.store` is set), prunes it every
@@ -194,7 +196,10 @@ class Host:
                     self.config.store, durability=_durability(self.config),
                     commit_delay=self.config.store_commit_delay)
         if not opens:
+            outermost = not self.runs.is_open
             async with self.runs.open():
+                if outermost:
+                    await self._host_started()
                 yield self
             return
         store = self.store
@@ -205,6 +210,7 @@ class Host:
             async with self.runs.open(), anyio.create_task_group() as tg:
                 tg.start_soon(prune_periodically, store, self.config.store_prune_interval,
                               self.log)
+                await self._host_started()
                 try:
                     yield self
                 finally:
@@ -217,6 +223,18 @@ class Host:
                     self.store = None
                     for plugin in self.plugins:
                         plugin.store = None
+
+    async def _host_started(self) -> None:
+        """Tell every plugin the host runs (:meth:`Plugin.host_started
+        <a2e_host.plugin.Plugin.host_started>`), from the outermost :meth:`running`
+        only; a plugin's failure is logged."""
+        runs = _HostRuns(self.runs)
+        for plugin in self.plugins:
+            try:
+                await plugin.host_started(runs)
+            except Exception as exc:
+                self.log.error("plugin failed at host start", plugin=plugin.capability,
+                               exc_info=exc)
 
     async def serve_connection(self, transport: Transport, *, conn_id: str = "") -> None:
         """Serve one connection until it ends: the handler transports serve
@@ -267,6 +285,30 @@ class Host:
                 await plugin.aclose()
             except Exception as exc:
                 self.log.error("plugin failed to close", plugin=plugin.capability, exc_info=exc)
+
+
+class _HostRuns:
+    """The host's runs a plugin starts at host start (implements
+    :class:`~a2e_host.plugin.HostRuns`)."""
+
+    __slots__ = ("_runs",)
+
+    def __init__(self, runs: RunRegistry) -> None:
+        self._runs = runs
+
+    def start_detached(
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        req_id: str,
+        capability: str,
+        sink: Outbox,
+        name: str = "",
+    ) -> RunHandle:
+        if not isinstance(sink, RunSink):
+            raise TypeError("a detached run needs a RunSink (e.g. a durable run's sink)")
+        return self._runs.start(fn, *args, req_id=req_id, capability=capability, name=name,
+                                policy=DetachPolicy.KEEP, sink=sink)
 
 
 def _durability(config: HostConfig) -> Durability:

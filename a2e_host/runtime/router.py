@@ -83,15 +83,25 @@ class Router:
         """Tell every plugin a session's connection is gone: each is given at most
         ``grace`` seconds, so one slow or failing plugin (logged) never keeps the
         others from being told."""
+        await self._tell(session, "session_closed", log, grace)
+
+    async def session_closing(
+        self, session: SessionInfo, log: Any = None, *, grace: float = math.inf
+    ) -> None:
+        """Tell every plugin a session stopped taking work in order, as
+        :meth:`session_closed` tells them it is gone."""
+        await self._tell(session, "session_closing", log, grace)
+
+    async def _tell(self, session: SessionInfo, hook: str, log: Any, grace: float) -> None:
         log = log or self.log
         for plugin in self.plugins:
             try:
                 with anyio.move_on_after(grace) as scope:
-                    await plugin.session_closed(session)
+                    await getattr(plugin, hook)(session)
             except Exception as exc:
-                log.error("plugin failed in session_closed", plugin=plugin.capability,
+                log.error(f"plugin failed in {hook}", plugin=plugin.capability,
                           exc_info=exc)
                 continue
             if scope.cancelled_caught:
-                log.warning("plugin did not finish session_closed in time",
+                log.warning(f"plugin did not finish {hook} in time",
                             plugin=plugin.capability, grace=grace)

@@ -58,7 +58,7 @@ class Tool:
         fn: ``fn(value)`` sync or async. ``value`` is the input dict when ``input_type``
             is None, else the converted ``input_type`` instance (or, with
             ``call_kwargs``, the converted fields passed as keyword arguments).
-        description: one line for listings (``a2e-host tools``).
+        description: one line for listings (``tool/list/req``, ``a2e-host tools``).
         input_type: a msgspec-convertible type of the whole input (a Struct or TypedDict);
             None means "any JSON object" and skips validation.
         output_type: the type the output must convert to; None means any JSON value.
@@ -79,6 +79,14 @@ class Tool:
             ``none``".
         blocking: for sync functions: True runs them in a worker thread (abandoned when
             cancelled); False calls them on the event loop (cheap pure functions only).
+        tags: free-form labels for listings (``tool/list/req.filter_tags`` and ``query``
+            match them); default none.
+        toolkit: the toolkit it belongs to (``ToolDefinition.toolkit``); None: the
+            tool pack it was enabled from.
+        defer_loading: leave it out of a plain ``tool/list/req`` (it is found by a
+            ``query`` with ``include_deferred``, and callable as any other); default false.
+        streaming: it reports progress while it runs (``ToolDefinition.streaming``, a
+            hint for listings: every tool may report, :func:`a2e_host.tools.report`).
 
     Attributes:
         input_schema / output_schema: JSON Schemas (dicts) of the input and output.
@@ -102,6 +110,10 @@ class Tool:
         "idempotent",
         "cacheable",
         "blocking",
+        "tags",
+        "toolkit",
+        "defer_loading",
+        "streaming",
         "is_async",
         "_mode",
         "_call_kwargs",
@@ -123,6 +135,10 @@ class Tool:
         idempotent: bool = False,
         cacheable: bool | None = None,
         blocking: bool = True,
+        tags: tuple[str, ...] | list[str] = (),
+        toolkit: str | None = None,
+        defer_loading: bool = False,
+        streaming: bool = False,
     ) -> None:
         if side_effects not in SIDE_EFFECTS:
             raise ValueError(
@@ -147,6 +163,10 @@ class Tool:
         self.idempotent = idempotent
         self.cacheable = side_effects == "none" if cacheable is None else cacheable
         self.blocking = blocking
+        self.tags: tuple[str, ...] = tuple(tags)
+        self.toolkit = toolkit
+        self.defer_loading = defer_loading
+        self.streaming = streaming
         self.is_async = inspect.iscoroutinefunction(fn)
         self._mode = _AWAIT if self.is_async else (_THREAD if blocking else _INLINE)
         self._call_kwargs = call_kwargs
@@ -274,6 +294,10 @@ def tool(
     idempotent: bool = False,
     cacheable: bool | None = None,
     blocking: bool = True,
+    tags: tuple[str, ...] | list[str] = (),
+    toolkit: str | None = None,
+    defer_loading: bool = False,
+    streaming: bool = False,
 ) -> Any:
     """Make a :class:`Tool` of a function, deriving its schemas from its type hints.
 
@@ -329,6 +353,10 @@ def tool(
             idempotent=idempotent,
             cacheable=cacheable,
             blocking=blocking,
+            tags=tags,
+            toolkit=toolkit,
+            defer_loading=defer_loading,
+            streaming=streaming,
         )
         if ret in (dict, dict[str, Any]):
             made.output_schema = dict(_ANY_OBJECT)

@@ -67,15 +67,16 @@ class ToolPackError(ValueError):
 class ToolRegistry:
     """The tools one host serves, by name."""
 
-    __slots__ = ("_tools",)
+    __slots__ = ("_tools", "_packs")
 
     def __init__(self, tools: list[Tool] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
+        self._packs: dict[str, str] = {}
         for t in tools or ():
             self.register(t)
 
-    def register(self, tool: Tool) -> None:
-        """Add ``tool``.
+    def register(self, tool: Tool, pack: str = "") -> None:
+        """Add ``tool``, enabled from the tool pack ``pack`` (``""``: none).
 
         Raises:
             ValueError: a tool of that name is already registered.
@@ -85,6 +86,13 @@ class ToolRegistry:
                 f"tool {tool.name!r} is registered twice; enable only one pack that defines it"
             )
         self._tools[tool.name] = tool
+        if pack:
+            self._packs[tool.name] = pack
+
+    def pack_of(self, name: str) -> str:
+        """The tool pack (entry-point name) tool ``name`` was enabled from; ``""`` when
+        it was registered directly or is unknown."""
+        return self._packs.get(name, "")
 
     def get(self, name: str) -> Tool | None:
         """The tool called ``name``, or None."""
@@ -193,7 +201,7 @@ def load_tools(config: HostConfig, *, packs: dict[str, ToolPack] | None = None) 
                 "point's", entry_point=pack_name, pack_name=pack.name,
             )
         for t in _build(pack_name, pack, config):
-            registry.register(t)
+            registry.register(t, pack_name)
     return registry
 
 

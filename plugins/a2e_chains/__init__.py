@@ -64,6 +64,7 @@ from a2e_host.runtime.limiters import loop_limiter
 
 from .counting import check_total_nodes, worst_case_node_count
 from .durable_handlers import DurableChains, forget_durable_runs
+from .resume import RESUME_FEATURE, ResumedChains, checkpoint_for
 from .runs import RunsPlugin
 
 __all__ = [
@@ -95,7 +96,7 @@ _planning_limiter: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel
 )
 
 
-class ChainPlugin(DurableChains, Plugin):
+class ChainPlugin(ResumedChains, DurableChains, Plugin):
     """Validates and runs chains.
 
     Args:
@@ -116,6 +117,7 @@ class ChainPlugin(DurableChains, Plugin):
         "chain/node.timeout",
         "chain/node.fallback",
         "chain/cache",
+        "chain/event.report",
     )
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
@@ -132,11 +134,12 @@ class ChainPlugin(DurableChains, Plugin):
 
     def metadata(self, session: SessionInfo) -> dict[str, Any]:
         """Namespace, priority, features and the session's effective ceilings (§2); the
-        feature ``chain/durable`` only on a host with a run store (§5 Durable runs)."""
+        features ``chain/durable`` and ``chain/resume`` only on a host with a run store
+        (§5 Durable runs, Resume)."""
         meta = super().metadata(session)
         meta["limits"] = session.limits.effective.to_dict()
         if self.store is not None:
-            meta["features"].append(DURABLE_FEATURE)
+            meta["features"] += [DURABLE_FEATURE, RESUME_FEATURE]
         return meta
 
     async def handle(self, message: Message, ctx: PluginContext) -> None:
@@ -266,6 +269,9 @@ class ChainPlugin(DurableChains, Plugin):
                 log=log,
                 tool_of=self.toolbox.tools.get,
                 step_cache=self.step_cache,
+                run_key=run_id or f"{session.session_id}/{request.id}",
+                checkpoint=None if live is None else checkpoint_for(
+                    live.sink, lambda: self.durable.host_stops(live)),
             )
             run.on_cancel(runner.cancel)  # at once when cancelled while it was planned
             log.info("chain started", nodes=len(plan.nodes))

@@ -122,10 +122,12 @@ class DurableRuns:
         return await store.by_idempotency_key(principal, key)
 
     async def create(
-        self, request: ChainRequest, session: SessionInfo, *, run_seconds: int, retention: int
+        self, request: ChainRequest, session: SessionInfo, *, run_seconds: int, retention: int,
+        plan_hash: str = "",
     ) -> RunRecord | None:
         """Record a new durable run that may run ``run_seconds`` (its timeout) and is kept
-        ``retention`` seconds after it ends.
+        ``retention`` seconds after it ends; ``plan_hash`` is what a resume compares
+        (PROTOCOL.md §5 Resume).
 
         Returns:
             The new record, or None when the principal's ``idempotency_key`` was taken
@@ -139,6 +141,7 @@ class DurableRuns:
             req_id=request.id,
             chain_id=request.chain_id,
             request=encode_message(request),
+            plan_hash=plan_hash,
             deadline=now + run_seconds,
             created=now,
             updated=now,
@@ -162,9 +165,10 @@ class DurableRuns:
             self._by_key[(live.principal, live.idempotency_key)] = live
         return live
 
-    def make_sink(self, record: RunRecord) -> DurableSink:
-        """The store-backed sink of a new run: the replay an attach behind the live
-        position needs runs on the attaching connection (cancelled if it drops)."""
+    def make_sink(self, record: RunRecord, position: int = 0) -> DurableSink:
+        """The store-backed sink of a new run (or, with ``position``, of a resumed one
+        whose last stored frame is that): the replay an attach behind the live position
+        needs runs on the attaching connection (cancelled if it drops)."""
         store = self.store
         assert store is not None  # create() opened it
         run_id = record.run_id
@@ -176,7 +180,7 @@ class DurableRuns:
             live.spawn(fn, name=f"replay {run_id}")
 
         return DurableSink(store, run_id, req_id=record.req_id, capability="chains",
-                           start_soon=start_soon)
+                           start_soon=start_soon, position=position)
 
     def host_stops(self, live: LiveRun) -> bool:
         """Whether the run is ending only because the host is stopping (it cancels every

@@ -90,7 +90,8 @@ class DurableChains:
             return
         self._check_admission(request, ctx)  # type: ignore[attr-defined]
         timeout = min(request.timeout_within(effective.max_timeout), effective.max_timeout)
-        record = await durable.create(request, session, run_seconds=timeout, retention=retention)
+        record = await durable.create(request, session, run_seconds=timeout, retention=retention,
+                                      plan_hash=self._plan_hash(request))  # type: ignore[attr-defined]
         if record is None:  # the key was taken meanwhile: attach to that run
             existing = await durable.existing(session.principal, request.idempotency_key)
             if existing is None:

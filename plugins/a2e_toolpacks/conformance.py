@@ -1,7 +1,8 @@
 """The ``conformance`` tool pack: the deterministic fixture tools of PROTOCOL.md §7.
 
 Every host under conformance test exposes exactly these (``--tools conformance``):
-``echo``, ``add``, ``concat``, ``count``, ``upper``, ``sleep``, ``fail``, ``big``, ``flaky``.
+``echo``, ``add``, ``concat``, ``count``, ``upper``, ``sleep``, ``fail``, ``big``, ``flaky``,
+``progress``. ``progress`` reports through the tool context (:func:`a2e_host.tools.report`).
 ``flaky``'s failures are retryable and it is never answered from the step cache. All
 but ``sleep`` are cheap and run on the event loop (``upper`` of a long text runs in a
 worker thread); ``sleep`` is async and cancellable. ``big`` and ``concat`` refuse an output
@@ -14,11 +15,12 @@ import threading
 from typing import Annotated, Any, TypedDict
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import NodeError
-from a2e_host.tools import Tool, ToolPack, tool
+from a2e_host.tools import Tool, ToolPack, report, tool
 
 from ._caps import offload, output_cap, refuse_output
 
@@ -54,6 +56,11 @@ class DataOut(TypedDict):
 
 class AttemptsOut(TypedDict):
     attempts: int
+
+
+class ProgressOut(TypedDict):
+    steps: int
+    reported: int
 
 
 @tool(blocking=False)
@@ -138,6 +145,25 @@ def flaky(key: str, failures: Annotated[int, msgspec.Meta(ge=0)]) -> AttemptsOut
     return {"attempts": n}
 
 
+@tool(streaming=True, cacheable=False, tags=("fixture", "progress"))
+async def progress(
+    steps: Annotated[int, msgspec.Meta(ge=0, le=100_000)],
+    delay: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.0,
+) -> ProgressOut:
+    """Report `steps` progress events (`pct` = 100·i/steps, `message` "step i of steps"),
+    waiting `delay` float seconds before each; then {"steps", "reported"}: how many
+    reports were sent (the host drops those past its per-node cap)."""
+    sent = 0
+    for i in range(1, steps + 1):
+        if delay:
+            await anyio.sleep(delay)
+        elif i % 64 == 0:
+            await anyio.lowlevel.checkpoint()
+        if report("progress", {"pct": i * 100 // steps, "message": f"step {i} of {steps}"}):
+            sent += 1
+    return {"steps": steps, "reported": sent}
+
+
 def reset_flaky() -> None:
     """Forget every ``flaky`` counter (tests)."""
     with _flaky_lock:
@@ -146,7 +172,7 @@ def reset_flaky() -> None:
 
 def make_tools(config: HostConfig) -> list[Tool]:
     """The §7 fixture tools (they read nothing from ``config``)."""
-    return [echo, add, concat, count, upper, sleep, fail, big, flaky]
+    return [echo, add, concat, count, upper, sleep, fail, big, flaky, progress]
 
 
 PACK = ToolPack(

@@ -26,7 +26,7 @@ SKILLS = {"summarize"}
 #: A valid value of each own field that is not an expression or a node reference (the
 #: recovery fields, PROTOCOL.md §5 Recovery).
 SAMPLES: dict[str, Any] = {"retry": RetryPolicy(), "timeout": 5.0, "fallback": "add",
-                           "cache": True}
+                           "cache": True, "resume": "rerun"}
 
 
 class Catalog:

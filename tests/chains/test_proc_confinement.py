@@ -30,8 +30,9 @@ async def proc_stdio(root: Path, **env: str) -> AsyncIterator[Client]:
     """The real stdio host confined to ``root``, handshake asking ``proc``; EOF, exit 0."""
     async with stdio_process([*CLI, "stdio", *PROC_FLAGS, "--root", str(root)], **env) as host:
         resp = await handshake(host, CAPS)
-        assert [c["capability"] for c in resp["accepted_caps"]] == ["chains"], resp
-        assert resp["accepted_caps"][0]["metadata"]["gates"] == ["proc"], resp  # a gate
+        # with an executable allowed, proc is a served capability, no longer a gate
+        assert [c["capability"] for c in resp["accepted_caps"]] == ["chains", "proc"], resp
+        assert resp["accepted_caps"][0]["metadata"]["gates"] == [], resp
         yield Client(host, resp)
 
 

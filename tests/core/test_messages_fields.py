@@ -112,6 +112,7 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("timeout", float | None, None),  # extension
         ("fallback", str, ""),  # extension
         ("cache", bool, False),  # extension
+        ("resume", str, ""),  # extension (PROTOCOL.md §5 Resume)
     ],
     HandshakeRequest: ENVELOPE + [
         ("agent_id", str, ""),

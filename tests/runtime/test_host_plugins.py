@@ -11,15 +11,17 @@ from a2e_host.plugin import Plugin
 from a2e_host.runtime.host import PLUGIN_GROUP, Host, load_plugins
 
 
-def test_the_chains_plugin_is_found_through_the_public_entry_point_group() -> None:
+def test_the_first_party_plugins_are_found_through_the_public_entry_point_group() -> None:
     names = {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP)}
     assert names["chains"] == "a2e_chains:ChainPlugin"
     assert names["runs"] == "a2e_chains:RunsPlugin"
     assert names["skill"] == "a2e_skills:SkillPlugin"
+    assert names["tools"] == "a2e_tools:ToolsPlugin"
     loaded = [(p.capability, p.namespace, p.priority) for p in load_plugins(HostConfig())]
     assert loaded[0] == ("chains", "chain/*", 10)
     assert ("runs", "run/*", 15) in loaded
     assert ("skill", "skill/*", 30) in loaded
+    assert ("tools", "tool/*", 20) in loaded
     assert loaded == sorted(loaded, key=lambda p: p[2])
 
 

@@ -151,7 +151,9 @@ async def test_attaching_behind_replays_then_goes_live_with_no_gap_and_no_duplic
                 await sink.catch_up(second, after=100)  # a new connection, since_seq 100
                 assert sink.live
             await store.flush()
-        assert seqs(first.frames) == list(range(1, seen + 1))
+        # a gapless prefix of the run (on a loaded machine the whole run, its response
+        # included, may reach the first connection before it drops)
+        assert seqs(first.frames) == [*range(1, 2001), "resp"][:seen]
         assert seqs(second.frames) == [*range(101, 2001), "resp"]
     finally:
         await store.aclose()

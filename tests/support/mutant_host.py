@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from a2e_host.chains import events, recovery, scheduler
+from a2e_host.chains import events, recovery, reports, scheduler
 from a2e_host.chains.messages import ChainEvent
 from a2e_host.chains.typecheck import TypeChecks
 from a2e_host.chains.validation import _Validator
@@ -109,6 +109,9 @@ def attach_replays_a_seen_frame() -> None:
 
     durable.DurableRuns.attach_live = attach_live  # type: ignore[method-assign]
     durable.DurableRuns.replay = replay  # type: ignore[method-assign]
+def tool_reports_dropped() -> None:
+    """A running tool's reports never reach the wire (no ``tool/event``, no progress)."""
+    reports.NodeReports._send = lambda self, kind, data: False  # type: ignore[method-assign]
 
 
 MUTANTS: dict[str, tuple[Callable[[], None], str]] = {
@@ -121,6 +124,7 @@ MUTANTS: dict[str, tuple[Callable[[], None], str]] = {
     "progress_as_status": (progress_as_status, "CHAIN-EVT-LIFECYCLE"),
     "static_checks_off": (static_checks_off, "VAL-STATIC-INFERRED"),
     "attach_replays_a_seen_frame": (attach_replays_a_seen_frame, "DURABLE-ATTACH-GAPLESS"),
+    "tool_reports_dropped": (tool_reports_dropped, "TOOLS-CALL-EVENTS"),
 }
 """mutant name → (patch, a requirement the conformance kit must report failed)."""
 

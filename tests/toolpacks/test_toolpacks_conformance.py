@@ -27,7 +27,7 @@ def call(tools: ToolRegistry, name: str, args: dict[str, Any]) -> Any:
 
 def test_the_pack_has_exactly_the_fixture_tools(tools: ToolRegistry) -> None:
     assert tools.names() == sorted(
-        ["echo", "add", "concat", "count", "upper", "sleep", "fail", "big", "flaky"]
+        ["echo", "add", "concat", "count", "upper", "sleep", "fail", "big", "flaky", "progress"]
     )
 
 
@@ -102,4 +102,4 @@ def test_flaky_is_never_cached_and_the_pure_fixtures_are(tools: ToolRegistry) ->
     cacheable = {name: tools.get(name).cacheable for name in tools.names()}  # type: ignore[union-attr]
     assert cacheable == {"add": True, "big": True, "concat": True, "count": True,
                          "echo": True, "fail": True, "flaky": False, "sleep": True,
-                         "upper": True}
+                         "progress": False, "upper": True}

@@ -1,0 +1,79 @@
+"""Where a running tool's reports go: :class:`NodeReports`, one per node execution.
+
+Layer: runtime (anyio: a report made in a tool's worker thread is handed to the event
+loop). Source: PROTOCOL.md §5 (a ``chain/event`` with ``kind: "progress"``), §11 (a
+direct call's ``tool/event``).
+
+A tool reports through :meth:`~a2e_host.chains.nodes.NodeContext.report`, which checks
+the kind and the size of the data, then calls the node's sink: this object. It counts
+the reports against :data:`~a2e_host.chains.nodes.MAX_REPORTS` on the event loop (so
+the count needs no lock), drops every report once :meth:`close` was called (the node's
+terminal event is on its way), and sends the rest as ``chain/event`` frames of kind
+``progress`` (phase ``start``, ``data: {"report": kind, …}``) through the run's event
+stream (a direct call's plugin turns them into ``tool/event`` frames).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import anyio.from_thread
+
+from .nodes import MAX_REPORTS
+
+if TYPE_CHECKING:
+    from .events import EventStream
+
+__all__ = ["NodeReports"]
+
+
+class NodeReports:
+    """A node execution's report sink (a :data:`~a2e_host.chains.nodes.ReportSink`).
+
+    Args:
+        events: the run's event stream.
+        node_id: the node's display id (``t[3]``, ``outer/inner``).
+
+    Attributes:
+        sent: reports delivered.
+        dropped: reports refused (over :data:`MAX_REPORTS`, or after :meth:`close`).
+        closed: whether :meth:`close` was called.
+    """
+
+    __slots__ = ("_events", "_node_id", "_thread", "sent", "dropped", "closed")
+
+    def __init__(self, events: EventStream, node_id: str) -> None:
+        self._events = events
+        self._node_id = node_id
+        self._thread = threading.get_ident()
+        self.sent = 0
+        self.dropped = 0
+        self.closed = False
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> bool:
+        """Deliver one report; from a worker thread of anyio's, through the event loop
+        (a thread the tool started itself cannot reach the loop: its report is dropped).
+        Returns whether it was delivered."""
+        if threading.get_ident() == self._thread:
+            return self._send(kind, data)
+        try:
+            return bool(anyio.from_thread.run_sync(self._send, kind, data))
+        except RuntimeError:  # not an anyio worker thread, or the loop is gone
+            self.dropped += 1
+            return False
+
+    def close(self) -> None:
+        """The node ended: every later report is dropped."""
+        self.closed = True
+
+    def _send(self, kind: str, data: dict[str, Any]) -> bool:
+        if self.closed or self.sent >= MAX_REPORTS:
+            self.dropped += 1
+            return False
+        self.sent += 1
+        payload = {"report": kind}
+        payload.update(data)
+        payload["report"] = kind
+        self._events.send_data(self._node_id, "start", payload, kind="progress")
+        return True

@@ -1,0 +1,255 @@
+"""Durable chains resumed after a restart (PROTOCOL.md §5 Resume).
+
+A mixin of :class:`a2e_chains.ChainPlugin`. When the host starts
+(:meth:`~a2e_host.plugin.Plugin.host_started`) with a run store, every run the store
+holds as ``running`` — left so by a process that stopped or was killed — is claimed and
+resumed as a detached run of the host (``DetachPolicy.KEEP``): its frames continue in
+the store after its last ``seq``, and a client attaches to it like to any durable run.
+
+A resumed run:
+
+1. reloads its stored ``chain/req`` and validates it again; when what it was validated
+   against changed (a tool's or skill's schema, a skill's nodes: the *plan hash* differs,
+   or the chain no longer validates) it ends ``interrupted`` with ``details.reason``
+   ``resume_drift``, running nothing;
+2. folds its stored frames into the runner's starting state
+   (:mod:`a2e_host.chains.resume`): finished, skipped and failed nodes never run again,
+   an in-flight node runs again only when its tool is ``idempotent`` or the node sets
+   ``resume: "rerun"`` (with the same idempotency key), else ends ``interrupted``;
+3. keeps its original deadline (``created + timeout``) and a cancel asked while the host
+   was down; a run sent with ``streaming: false`` stored no events, so what ran is
+   unknown: it ends ``interrupted`` (reason ``resume_unrecorded``), running nothing;
+4. runs under the host's ceilings and every gate the host offers: the session that sent
+   it is gone, and it was validated under that session's when accepted.
+
+A durable run's terminal node events carry their node's output (or failure) to the
+store (:func:`checkpoint_for`), which is what step 2 reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from a2e_host.chains import kinds
+from a2e_host.chains.events import Checkpoint
+from a2e_host.chains.messages import ChainEvent, ChainRequest, ChainResponse, chain_codec
+from a2e_host.chains.resume import (
+    RESUME_DRIFT,
+    Resumption,
+    checkpoint_of,
+    plan_hash,
+    read_log,
+)
+from a2e_host.chains.scheduler import ChainRunner
+from a2e_host.chains.toolbox import Toolbox
+from a2e_host.chains.validation import ChainPlan
+from a2e_host.codec import encode_message
+from a2e_host.config import HostConfig
+from a2e_host.errors import ChainFailure, chain_failure_of
+from a2e_host.exceptions import ChainInvalid, NodeInterrupted
+from a2e_host.limits import SessionLimits
+from a2e_host.logs import get_logger
+from a2e_host.plugin import HostRuns, RunHandle
+from a2e_host.runtime.durable import DurableSink
+from a2e_host.store import RunRecord, RunStore, StoredFrame
+
+__all__ = ["RESUME_FEATURE", "ResumedChains", "checkpoint_for", "plan_hash_of"]
+
+RESUME_FEATURE = "chain/resume"
+"""The feature of resume after a restart (``ChainNode.resume``, ``data.resumed``, code
+``interrupted``), advertised with ``chain/durable`` by a host with a run store."""
+
+_PAGE = 1000  # stored frames read per store call
+
+UNRECORDED = "resume_unrecorded"
+"""``details.reason`` of a durable run that cannot resume because it sent (and so
+stored) no events: ``streaming: false``."""
+
+
+def checkpoint_for(sink: DurableSink, stopping: Callable[[], bool]) -> Checkpoint:
+    """A durable run's :data:`~a2e_host.chains.events.Checkpoint`: each terminal event
+    goes to the store with its node's failure, or its output when the event carries none
+    (``event_outputs: false``); an output the event carries is stored once, in it. Nothing
+    goes anywhere once ``stopping()`` (the host stops: the run stays as stored, to be
+    resumed; ``DurableRuns.host_stops``)."""
+
+    def checkpoint(event: ChainEvent, phase: str, output: Any,
+                   failure: ChainFailure | None) -> None:
+        if stopping():
+            return
+        kept = None
+        if phase == "error" or (event.output is None and output is not None):
+            kept = checkpoint_of(phase, output, failure)
+        sink.send_nowait(event, output=kept)
+
+    return checkpoint
+
+
+def plan_hash_of(request: ChainRequest, toolbox: Toolbox) -> str:
+    """The plan hash a durable run is stored with (:func:`a2e_host.chains.resume.
+    plan_hash`): its encoded request, and the schemas of every tool and skill its nodes
+    name (a declarative skill's nodes too), as the host declares them now."""
+    signatures: dict[str, Any] = {}
+    for node in request.nodes:
+        spec = kinds.NODE_KINDS.get(node.kind)
+        registry = spec.registry if spec is not None else None
+        names = [node.name, node.fallback] if registry == "tool" else [node.name]
+        for name in names:
+            if registry is None or not name or f"{registry}:{name}" in signatures:
+                continue
+            signature = toolbox.signature_of(registry, name)
+            skill = toolbox.skills.declared.get(name) if registry == "skill" else None
+            signatures[f"{registry}:{name}"] = {
+                "signature": msgspec.to_builtins(signature) if signature else None,
+                "nodes": msgspec.to_builtins(skill.nodes) if skill is not None else None,
+            }
+    return plan_hash(encode_message(request), signatures)
+
+
+@dataclass(frozen=True)
+class _ResumedSession:
+    """The session a resumed run runs as (:class:`~a2e_host.plugin.SessionInfo`): its
+    own principal, the host's ceilings and gates (the sender's session is gone)."""
+
+    session_id: str
+    agent_id: str
+    granted: frozenset[str]
+    limits: SessionLimits
+    principal: str
+
+
+class ResumedChains:
+    """What :class:`a2e_chains.ChainPlugin` does at host start (a mixin)."""
+
+    config: HostConfig
+    toolbox: Toolbox
+    store: Any = None
+
+    def _plan_hash(self, request: ChainRequest) -> str:
+        """:func:`plan_hash_of` with this host's toolbox (stored when a run is accepted)."""
+        return plan_hash_of(request, self.toolbox)
+
+    async def host_started(self, runs: HostRuns) -> None:
+        """Claim and resume every run the store holds as ``running`` (oldest first)."""
+        store: RunStore | None = self.store
+        if store is None:
+            return
+        for record in await store.unfinished():
+            claimed = await store.claim(record.run_id)
+            if claimed is not None:
+                self._resume_run(runs, store, claimed)
+
+    def _resume_run(self, runs: HostRuns, store: RunStore, record: RunRecord) -> None:
+        durable: Any = self.durable  # type: ignore[attr-defined]
+        sink = durable.make_sink(record, position=record.last_seq)
+        handle = runs.start_detached(self._resumed, record, store, req_id=record.req_id,
+                                     capability="chains", sink=sink,
+                                     name=f"resumed chain {record.req_id}")
+        durable.started(record, handle, sink, None)
+
+    async def _resumed(self, run: RunHandle, record: RunRecord, store: RunStore) -> None:
+        """The body of a resumed run: reload, check for drift, fold, run to its end."""
+        durable: Any = self.durable  # type: ignore[attr-defined]
+        live = durable.live[record.run_id]
+        sink: DurableSink = live.sink
+        log = get_logger().bind(run_id=record.run_id, req_id=record.req_id)
+        started = time.monotonic()
+        try:
+            message = chain_codec.decode(record.request)
+            assert isinstance(message, ChainRequest)
+            request = message
+            frames = await _all_frames(store, record.run_id)
+            log_of_run = read_log(frames)
+            session = _ResumedSession(
+                session_id=f"resumed/{record.run_id}", agent_id="",
+                granted=frozenset({"chains", *self.gates()}),  # type: ignore[attr-defined]
+                limits=SessionLimits(self.config.limits), principal=record.principal)
+            drift = await self._drift(request, record, session)
+            if drift:
+                durable.finished(live, _interrupted(request, started, drift, RESUME_DRIFT))
+                log.warning("chain not resumed", reason=RESUME_DRIFT, detail=drift)
+                return
+            if not request.streaming:
+                durable.finished(live, _interrupted(request, started, (
+                    "it was sent with streaming false, so no event recorded what ran"),
+                    UNRECORDED))
+                log.warning("chain not resumed", reason=UNRECORDED)
+                return
+            plan: ChainPlan = await self._plan(request, session)  # type: ignore[attr-defined]
+            tools = self.toolbox.tools
+            declared = self.toolbox.skills.declared
+            resume = Resumption(
+                log_of_run,
+                idempotent=lambda name: bool(getattr(tools.get(name), "idempotent", False)),
+                declared_skill=lambda name: name in declared,
+            )
+
+            def emit(m: Any) -> None:
+                if durable.host_stops(live):
+                    return  # the run stays as stored, for the next start to resume
+                if isinstance(m, ChainResponse):
+                    durable.finished(live, m)
+                else:
+                    sink.send_nowait(m)
+
+            left = None if record.deadline is None else record.deadline - time.time()
+            runner = ChainRunner(
+                plan, executors=self.toolbox.executors, limits=session.limits, emit=emit,
+                wait_writable=sink.wait_writable, granted=session.granted,
+                subchain_planner=self._planner(session),  # type: ignore[attr-defined]
+                log=log, tool_of=tools.get,
+                step_cache=self.step_cache,  # type: ignore[attr-defined]
+                run_key=record.run_id, resume=resume,
+                checkpoint=checkpoint_for(sink, lambda: durable.host_stops(live)),
+                timeout_left=left,
+            )
+            run.on_cancel(runner.cancel)
+            if record.cancel_requested:
+                runner.cancel()
+            log.info("chain resumed", last_seq=log_of_run.last_seq,
+                     restored=len(log_of_run.records), in_flight=len(log_of_run.in_flight))
+            response = await runner.run_to_response(started)
+            log.info("chain finished", success=response.success, nodes_run=response.nodes_run,
+                     code=response.error.code if response.error is not None else "")
+        finally:
+            await durable.ended(live)
+
+    async def _drift(self, request: ChainRequest, record: RunRecord,
+                     session: _ResumedSession) -> str:
+        """Why the run cannot resume as accepted (``""``: it can): its plan hash differs,
+        or it no longer validates."""
+        if record.plan_hash and record.plan_hash != plan_hash_of(request, self.toolbox):
+            return ("the tools or skills it names changed since it was accepted (its plan "
+                    "hash differs)")
+        try:
+            await self._plan(request, session)  # type: ignore[attr-defined]
+        except ChainInvalid as exc:
+            return f"it no longer validates: {exc.message}"
+        return ""
+
+
+def _interrupted(request: ChainRequest, started: float, why: str, reason: str
+                 ) -> ChainResponse:
+    """The ``chain/resp`` of a run that could not resume (code ``interrupted``,
+    ``details.reason``)."""
+    return ChainResponse(
+        req_id=request.id, chain_id=request.chain_id, success=False,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        error=chain_failure_of(NodeInterrupted(
+            f"the chain was not resumed after the host restarted: {why}; send it again",
+            details={"reason": reason})),
+    )
+
+
+async def _all_frames(store: RunStore, run_id: str) -> list[StoredFrame]:
+    frames: list[StoredFrame] = []
+    while True:
+        page = await store.frames(run_id, after=frames[-1].seq if frames else 0, limit=_PAGE)
+        frames.extend(page)
+        if len(page) < _PAGE:
+            return frames
