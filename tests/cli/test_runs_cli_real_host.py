@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.support.process import CLI
+from tests.support.process import CLI, open_host
 from tests.support.requests import chain, tool
 from tests.support.stdio import Client, handshake, stdio_process
 
@@ -88,3 +88,48 @@ async def test_runs_list_and_graph_show_what_a_real_host_stored(tmp_path: Path) 
     assert drawn.returncode == 0, drawn.stderr
     assert [line.strip() for line in drawn.stdout.splitlines()
             if line.strip().startswith("class ")] == ["class a done", "class b error"]
+
+
+@pytest.mark.asyncio
+async def test_graph_and_runs_show_a_node_a_restart_interrupted(tmp_path: Path) -> None:
+    """kill -9 while a non-idempotent tool sleeps; the restarted host resumes the run and
+    ends that node ``interrupted``: the stored outcome the operator commands show."""
+    store = tmp_path / "runs.sqlite3"
+    argv = [*CLI, "stdio", "--tools", "conformance", "--store", str(store)]
+    nodes = [tool("a", "upper", input={"text": "x"}, next_node="s"),
+             tool("s", "sleep", input={"seconds": 60})]
+    async with anyio.create_task_group() as tg:
+        first = await open_host(argv)
+        tg.start_soon(first.collect_stderr)
+        await handshake(first)
+        await first.send({**chain("cut", nodes), "durable": True})
+        accepted = await first.receive()
+        assert accepted["type"] == "chain/accepted", accepted
+        seen = [await first.receive() for _ in range(3)]  # a start, a done, s start
+        assert [(e["node_id"], e["phase"]) for e in seen] == [
+            ("a", "start"), ("a", "done"), ("s", "start")]
+        first.process.kill()  # SIGKILL: no chance to write anything more
+        await first.wait()
+        tg.cancel_scope.cancel()
+    run_id = accepted["run_id"]
+    async with stdio_process(argv) as host:  # resumes the run as it starts
+        client = Client(host, await handshake(host))
+        await client.send({"type": "chain/attach", "id": "att", "run_id": run_id,
+                           "since_seq": 3})
+        got = await client.reply()
+        assert got["type"] == "chain/accepted", got
+        with anyio.fail_after(30):
+            resp = await client.reply()
+        assert resp["type"] == "chain/resp" and resp["success"] is False, resp
+
+    drawn = cli("graph", "--run", run_id, "--store", str(store))
+    assert drawn.returncode == 0, drawn.stderr
+    assert [line.strip() for line in drawn.stdout.splitlines()
+            if line.strip().startswith("class ")] == ["class a done", "class s interrupted"]
+    shown = cli("runs", "show", run_id, "--events", "--store", str(store))
+    assert shown.returncode == 0, shown.stderr
+    last = shown.stdout.splitlines()[-1].split(None, 3)
+    assert last[:3] == ["4", "s", "error"], last
+    assert last[3].startswith("error [interrupted]: ") and last[3].endswith("(resumed)")
+    listed = cli("runs", "list", "--store", str(store), "--json")
+    assert [r["status"] for r in json.loads(listed.stdout)["runs"]] == ["interrupted"]
