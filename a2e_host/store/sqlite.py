@@ -157,6 +157,7 @@ class SQLiteRunStore:
         self._next_callback = 0
         self._changed: anyio.Event | None = None  # set at the next commit (or break)
         self._jobs: dict[int, asyncio.Future[Any]] = {}
+        self._wake_due = False  # a wake of the idle writer is scheduled on the loop
 
     def _start_writer(self, conn: sqlite3.Connection, *, blob_threshold: int,
                       commit_delay: float) -> None:
@@ -190,10 +191,22 @@ class SQLiteRunStore:
         self._ticket = ticket = self._ticket + 1
         queue = writer.queue
         queue.append((op_kind, ticket, nbytes, *args))
-        if writer.idle or (writer.delaying and len(queue) == writer.max_batch):
+        if writer.idle:
+            # one wake per loop tick, not per write: the writes a tick makes go out as
+            # one batch, and the loop takes the writer's lock once, not per event
+            if not self._wake_due:
+                self._wake_due = True
+                self._loop.call_soon(self._wake)
+        elif writer.delaying and len(queue) == writer.max_batch:
             writer.wake()
         self.pending_bytes += nbytes
         return ticket
+
+    def _wake(self) -> None:
+        self._wake_due = False
+        writer = self._writer
+        if writer is not None and writer.idle:
+            writer.wake()
 
     # ── writes ──────────────────────────────────────────────────────────────
 
