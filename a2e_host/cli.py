@@ -72,6 +72,26 @@ def _port(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
 _FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
@@ -108,6 +128,14 @@ def _add_logging(parser: argparse.ArgumentParser) -> None:
                        help="auto: console on a terminal, JSON lines otherwise")
     group.add_argument("--log-level", choices=("auto", "debug", "info", "warning", "error"),
                        help="auto (the default): warning for stdio and run, info for serve")
+
+
+def _add_store_to_read(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("run store (command line > A2E_STORE > file)")
+    group.add_argument("--store", metavar="PATH", help="the run store's SQLite file")
+    group.add_argument("-c", "--config", metavar="FILE",
+                       help="TOML configuration file naming the store (default: "
+                            "$A2E_CONFIG, if set)")
 
 
 def _command(
@@ -184,10 +212,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="diagnostics as one JSON object")
     _add_config(p, root=True)
 
-    p = _command(sub, "graph", "Print the chain as a Mermaid or Graphviz diagram.", "", _graph)
-    p.add_argument("chain", metavar="CHAIN.json", help="a chain/req body (JSON)")
+    p = _command(sub, "graph", "Print the chain as a Mermaid or Graphviz diagram.",
+                 "With --run, the chain of a stored run, each node coloured by its outcome "
+                 "(done, error,\nskipped, running, interrupted).", _graph)
+    p.add_argument("chain", metavar="CHAIN.json", nargs="?",
+                   help="a chain/req body (JSON); leave out with --run")
     p.add_argument("--format", default="mermaid", metavar="mermaid|dot",
                    help="diagram language (default mermaid)")
+    p.add_argument("--run", metavar="RUN", help="draw this stored run's chain and outcomes")
+    _add_store_to_read(p)
+
+    p = _command(sub, "runs", "List and show the runs kept in a run store.",
+                 "Reads the store file directly: no host needs to run. Exit codes: 0 shown, "
+                 "1 unknown or expired run,\n2 usage, or a store that is missing or "
+                 "unreadable.", _runs_usage)
+    actions = p.add_subparsers(title="actions", metavar="ACTION", parser_class=_Parser)
+    q = _command(actions, "list", "List runs, newest first.", "", _runs_list)
+    q.add_argument("--status", metavar="STATUS",
+                   help="only runs in this status (running, succeeded, failed, cancelled, "
+                        "timeout, interrupted, budget_exhausted, expired)")
+    q.add_argument("--limit", type=_positive, default=50, metavar="N",
+                   help="at most N runs (default 50)")
+    q.add_argument("--cursor", metavar="CURSOR",
+                   help="continue after the previous page (its last line names the cursor)")
+    q.add_argument("--json", action="store_true", help="as one JSON object")
+    _add_store_to_read(q)
+    q = _command(actions, "show", "Show one run: its record and response summary.",
+                 "With --events, every stored frame as one line, read page by page.",
+                 _runs_show)
+    q.add_argument("run", metavar="RUN", help="the run id")
+    q.add_argument("--events", action="store_true", help="also every stored frame, in seq order")
+    q.add_argument("--after", type=_non_negative, default=0, metavar="SEQ",
+                   help="with --events: start after this seq (default 0)")
+    q.add_argument("--limit", type=_positive, default=None, metavar="N",
+                   help="with --events: at most N frames (default all)")
+    q.add_argument("--json", action="store_true",
+                   help="the record as one JSON line; with --events each stored frame "
+                        "follows as an NDJSON line")
+    _add_store_to_read(q)
 
     p = _command(sub, "tools", "List the tools, skills and proc allowlist a configuration "
                  "exposes.", "With --all, also the installed tool packs that are not enabled.",
@@ -289,9 +351,39 @@ def _validate(args: argparse.Namespace) -> int:
 def _graph(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    if (args.chain is None) == (args.run is None):
+        args.command_parser.error("give either CHAIN.json or --run RUN")
+    if args.run is not None:
+        from .commands.graph_run import graph_run_main
+
+        return graph_run_main(args.run, args.format, store=args.store,
+                              config_path=args.config)
+    if args.store is not None or args.config is not None:
+        args.command_parser.error("--store and --config go with --run")
     from .commands.graph import graph_main
 
     return graph_main(Path(args.chain), args.format)
+
+
+def _runs_usage(args: argparse.Namespace) -> int:
+    args.command_parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _runs_list(args: argparse.Namespace) -> int:
+    from .commands.runs_list import runs_list_main
+
+    return runs_list_main(status=args.status, limit=args.limit, cursor=args.cursor,
+                          json_out=args.json, store=args.store, config_path=args.config)
+
+
+def _runs_show(args: argparse.Namespace) -> int:
+    if (args.after or args.limit is not None) and not args.events:
+        args.command_parser.error("--after and --limit go with --events")
+    from .commands.runs_show import runs_show_main
+
+    return runs_show_main(args.run, events=args.events, after=args.after, limit=args.limit,
+                          json_out=args.json, store=args.store, config_path=args.config)
 
 
 def _tools(args: argparse.Namespace) -> int:

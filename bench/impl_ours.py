@@ -48,8 +48,12 @@ RESPONSE = b'{"type":"chain/resp",'
 """How the frames the host encodes begin (``type`` is always their first field)."""
 
 
-def connection_call(host: Any) -> Call:
+def connection_call(host: Any, on_frame: Callable[[bytes], bool] | None = None) -> Call:
     """``async f(request, sink) -> response`` over an in-memory connection to ``host``.
+
+    ``on_frame``, when given, is shown every frame that is not a ``chain/event`` (e.g. a
+    durable run's ``chain/accepted``); True takes it out of the sink; False leaves it to
+    be the ``chain/resp``, or else the host's unexpected answer (an AssertionError).
 
     One connection (and session) per event loop, opened and handshaken by the first call
     and reused by every later one, as an agent keeps its connection: a request pays for
@@ -93,11 +97,15 @@ def connection_call(host: Any) -> Call:
         client.send(request)
         while True:
             for frame in await client.receive_some():
+                if frame.startswith(EVENT):
+                    sink(frame)
+                    continue
+                if on_frame is not None and on_frame(frame):
+                    continue
                 sink(frame)
-                if not frame.startswith(EVENT):
-                    if frame.startswith(RESPONSE):
-                        return frame  # the last frame of this request: nothing follows
-                    raise AssertionError(f"the host answered {frame[:300]!r}")
+                if frame.startswith(RESPONSE):
+                    return frame  # the last frame of this request: nothing follows
+                raise AssertionError(f"the host answered {frame[:300]!r}")
 
     return call
 

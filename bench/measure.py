@@ -15,8 +15,10 @@ Implementations (``IMPLS``): ``spec`` (a thread per node and per map item, 10 ms
 a pool of 64 threads instead),
 ``minimal`` (asyncio, readiness counters),
 ``minimal_fast`` (+ dotted-path fast path), ``ours`` (a host, over its in-memory
-connection); optional peers ``chainweaver`` and ``langgraph`` (``bench.peers``:
-"unavailable" when not installed, "unsupported" for a chain they cannot express).
+connection), ``ours_durable`` (the same host with a SQLite run store, every request
+``durable``; plus the replay figure: ``bench.durable``); optional peers ``chainweaver``
+and ``langgraph`` (``bench.peers``: "unavailable" when not installed, "unsupported" for a
+chain they cannot express).
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ from bench.impl_ours import Unavailable
 from bench.peers import PEERS, Unsupported, installed
 from bench.workloads import NAMES, Workload, check_response
 
-IMPLS = ["spec", "spec_tick", "spec_pooled_map", "minimal", "minimal_fast", "ours", *PEERS]
+IMPLS = ["spec", "spec_tick", "spec_pooled_map", "minimal", "minimal_fast", "ours",
+         "ours_durable", *PEERS]
 #: The peers join the default run only when their library is installed.
-DEFAULT_IMPLS = ["spec", "minimal", "minimal_fast", "ours",
+DEFAULT_IMPLS = ["spec", "minimal", "minimal_fast", "ours", "ours_durable",
                  *[p for p in PEERS if installed(p)]]
 
 Runner = Callable[[bytes, Callable[[bytes], None]], Any]
@@ -63,6 +66,10 @@ def load(impl: str) -> tuple[bool, Runner]:
         from bench import impl_ours
 
         return True, impl_ours.load()
+    if impl == "ours_durable":
+        from bench import durable
+
+        return True, durable.load()
     if impl in PEERS:
         from bench import peers
 
@@ -91,6 +98,8 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
         return out | {"status": "unavailable", "reason": str(exc)}
 
     times: list[float] = []
+    cpu_times: list[float] = []  # process CPU seconds (every thread) of each timed run
+    loop_cpu_times: list[float] = []  # CPU seconds of the thread running the event loop
 
     async def one_async(req: bytes, sink: Callable[[bytes], None]) -> tuple[float, bytes]:
         t = time.perf_counter()
@@ -110,8 +119,10 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
             gc.collect()
             if traced:
                 tracemalloc.start()
+            cpu, loop_cpu = time.process_time(), time.thread_time()
             dt, resp = await one_async(req, events.append) if is_async else \
                 one_sync(req, events.append)
+            cpu, loop_cpu = time.process_time() - cpu, time.thread_time() - loop_cpu
             if traced:
                 peak = tracemalloc.get_traced_memory()[1]
                 tracemalloc.stop()
@@ -120,6 +131,8 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
             check_response(w, resp, events)
             if r >= warmup and not traced:
                 times.append(dt)
+                cpu_times.append(cpu)
+                loop_cpu_times.append(loop_cpu)
         return peak
 
     gc.collect()
@@ -132,11 +145,22 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
         return out | {"status": "error", "error": str(exc)}
     except Unsupported as exc:
         return out | {"status": "unsupported", "reason": str(exc)}
+    if impl == "ours_durable":
+        from bench import durable
+
+        try:
+            out["replay"] = asyncio.run(durable.replay_figure())
+        except AssertionError as exc:
+            return out | {"status": "error", "error": str(exc)}
     med = statistics.median(times)
     per = 1e6 / w.units
     return out | {
         "status": "ok", "runs": len(times), "warmup": warmup, "loadavg": os.getloadavg(),
-        "times_s": times, "median_s": med, "min_s": min(times), "max_s": max(times),
+        "times_s": times, "median_s": med,
+        "min_s": min(times), "max_s": max(times),
+        "cpu_times_s": cpu_times, "cpu_median_s": statistics.median(cpu_times),
+        "loop_cpu_times_s": loop_cpu_times,
+        "loop_cpu_median_s": statistics.median(loop_cpu_times),
         "us_per_unit": med * per, "us_per_unit_min": min(times) * per,
         "us_per_unit_max": max(times) * per,
         "events_per_s": w.events / med,

@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bench import durable
 from bench.measure import DEFAULT_IMPLS, IMPLS
 from bench.peers import PEERS
 from bench.workloads import HOST_MAX_CONCURRENCY, NAMES, QUICK_SIZES
@@ -42,6 +43,7 @@ LABELS = {
     "minimal": "minimal asyncio scheduler (readiness counters, expr cache, msgspec)",
     "minimal_fast": "minimal + fast path for dotted paths",
     "ours": "**a2e-host, in-process** (in-memory connection)",
+    "ours_durable": "a2e-host, durable runs (SQLite store, synchronous=NORMAL)",
     "chainweaver": "chainweaver 0.14.1 (DAGFlow, async lane; events from the node callable)",
     "langgraph": "langgraph 1.2.24 (StateGraph, Send map; events from the node callable)",
 }
@@ -101,6 +103,8 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         bad = [r for r in rounds if r.get("status") != "ok"]
         return bad[0] if bad else rounds[0]
     times = [t for r in rounds for t in r["times_s"]]
+    cpu = [t for r in rounds for t in r.get("cpu_times_s", [])]
+    loop_cpu = [t for r in rounds for t in r.get("loop_cpu_times_s", [])]
     med = statistics.median(times)
     units, events = rounds[0]["units"], rounds[0]["events"]
     per = 1e6 / units
@@ -110,6 +114,9 @@ def merge_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         max_s=max(times), us_per_unit=med * per, us_per_unit_min=min(times) * per,
         us_per_unit_max=max(times) * per, events_per_s=events / med,
         loadavg=[r.get("loadavg") for r in rounds],
+        **({"cpu_times_s": cpu, "cpu_median_s": statistics.median(cpu),
+            "loop_cpu_times_s": loop_cpu, "loop_cpu_median_s": statistics.median(loop_cpu)}
+           if cpu and loop_cpu else {}),
         **{k: max(r[k] for r in rounds)
            for k in ("rss_peak_mb", "rss_added_mb", "py_heap_peak_mb")})
     return out
@@ -347,6 +354,9 @@ def report(r: dict[str, Any]) -> str:
                 *[f"- unsupported — {u}" for u in unsupported],
                 *[f"- **{b}**" for b in bad]]
 
+    out += durable.report_lines(inp, keys)
+    if r.get("durable_map"):
+        out += durable.map_lines(r["durable_map"])
     if r["e2e"]:
         out += ["", "## End to end (one client, requests one at a time)", "",
                 "`reference` = the minimal scheduler (fast paths) behind `bench.fake_host`, a "
@@ -390,10 +400,14 @@ def failed(r: dict[str, Any]) -> list[str]:
             st = x.get("status")
             if impl in PEERS and st in ("unavailable", "unsupported"):
                 continue  # optional peers: not installed, or a chain they cannot express
-            if st == "error" or (st != "ok" and impl != "ours"):
+            if st == "error" or (st != "ok" and impl not in ("ours", "ours_durable")):
                 out.append(f"{impl} on {NAMES[k]}: {st}: {x.get('error')}")
             elif st not in ("ok", "unavailable"):
                 out.append(f"{impl} on {NAMES[k]}: {st}: {x.get('error')}")
+    for x in r.get("durable_map") or []:
+        if x.get("status") not in ("ok", "unavailable") or x.get("correct") is False:
+            out.append(f"map of {x.get('items')} items (durable={x.get('durable')}): "
+                       f"{x.get('status')}: {x.get('error')}")
     for x in r["e2e"]:
         if x.get("status") == "error" or (x.get("host") == "reference"
                                           and x.get("status") != "ok"):
@@ -443,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
         _progress(f"note: --jobs {jobs}: concurrent measurements disturb each other's times")
     r = collect(keys, impls, runs, warmup, a.quick, not a.no_e2e,
                 not (a.quick or a.no_micro), e2e_runs, a.rounds, jobs)
+    if "ours_durable" in impls and "c" in keys:  # the 100,000-item map, memory and store
+        sizes = durable.QUICK_MAP_SIZES if a.quick else durable.MAP_SIZES
+        r["durable_map"] = _run_json_lines(durable.map_argv(sizes), 2 * len(sizes))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "quick" if a.quick else "latest"

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +33,10 @@ from ..chains import kinds
 from ..chains.messages import ChainNode
 from ..chains.validation import declared_edges
 from .run import ChainFileError, read_chain_request
+from .run_outcomes import NodeOutcome
 
-__all__ = ["Edge", "chain_edges", "graph_main", "to_dot", "to_mermaid", "FORMATS"]
+__all__ = ["Edge", "chain_edges", "graph_main", "to_dot", "to_mermaid", "FORMATS",
+           "OUTCOME_STYLES"]
 
 FORMATS = ("mermaid", "dot")
 
@@ -47,6 +49,17 @@ _MERMAID_RESERVED = frozenset(
 # as a Graphviz shape; an unknown kind is drawn as a box
 _MERMAID_SHAPES = {"box": ("[", "]"), "rounded": ("(", ")"), "parallelogram": ("[/", "/]"),
                    "diamond": ("{", "}"), "subroutine": ("[[", "]]")}
+OUTCOME_FILLS = {"done": "#d3f9d8", "error": "#ffc9c9", "skipped": "#e9ecef",
+                 "running": "#d0ebff", "interrupted": "#ffec99"}
+"""Fill colour of each outcome (:data:`~a2e_host.commands.run_outcomes.OUTCOMES`)."""
+_OUTCOME_STROKES = {"done": "#2b8a3e", "error": "#c92a2a", "skipped": "#868e96",
+                    "running": "#1864ab", "interrupted": "#e67700"}
+OUTCOME_STYLES = {
+    name: f"fill:{fill},stroke:{_OUTCOME_STROKES[name]}"
+    + (",stroke-dasharray:4 3" if name in ("skipped", "interrupted") else "")
+    for name, fill in OUTCOME_FILLS.items()
+}
+"""Each outcome's Mermaid ``classDef`` style, in the order the drawing declares them."""
 _DOT_SHAPES = {"box": "box", "rounded": "ellipse", "parallelogram": "parallelogram",
                "diamond": "diamond", "subroutine": "box3d"}
 
@@ -123,20 +136,35 @@ def _shape(node: ChainNode) -> str:
     return spec.shape if spec is not None else "box"
 
 
-def _label(node: ChainNode) -> str:
+def _label(node: ChainNode, outcomes: Mapping[str, NodeOutcome] | None = None) -> str:
     name = f" {node.name}" if node.name else ""
-    return f"{node.node_id}\n{node.kind}{name}"
+    label = f"{node.node_id}\n{node.kind}{name}"
+    outcome = outcomes.get(node.node_id) if outcomes else None
+    if outcome is not None and outcome.items:
+        counts = " · ".join(f"{outcome.items[k]:,} {k}" for k in OUTCOME_STYLES
+                            if outcome.items[k])
+        label += f"\nitems: {counts}"
+    return label
 
 
 # ── Mermaid ─────────────────────────────────────────────────────────────────
 
 
-def to_mermaid(nodes: Iterable[ChainNode]) -> str:
+def to_mermaid(
+    nodes: Iterable[ChainNode], outcomes: Mapping[str, NodeOutcome] | None = None
+) -> str:
     """The chain as a Mermaid ``flowchart TD`` (one node declaration per node id).
 
     Branches are rhombi, maps subroutine boxes, templates sit in a ``subgraph`` named
     after their map. Node ids that Mermaid cannot take as written (``end``, hyphens,
     dots, a leading digit) are replaced by ``n_…`` ids; the label keeps the real id.
+
+    Args:
+        nodes: the chain's nodes.
+        outcomes: a run's outcome per node id (:mod:`~a2e_host.commands.run_outcomes`),
+            or None to draw the declaration alone. Given, the drawing ends with a
+            ``classDef`` per outcome (:data:`OUTCOME_STYLES`) and a ``class`` line per
+            outcome listing its nodes; a map template's label adds its items' counts.
     """
     nodes = list(nodes)
     edges = chain_edges(nodes)
@@ -147,7 +175,7 @@ def to_mermaid(nodes: Iterable[ChainNode]) -> str:
     lines = ["flowchart TD"]
 
     def declare(node: ChainNode, indent: str) -> None:
-        lines.append(indent + _mermaid_node(ids[node.node_id], node))
+        lines.append(indent + _mermaid_node(ids[node.node_id], node, outcomes))
 
     def declare_with_template(node: ChainNode, indent: str) -> None:
         declare(node, indent)
@@ -177,6 +205,13 @@ def to_mermaid(nodes: Iterable[ChainNode]) -> str:
                 lines.append(f"    {src} -->|{text}| {dst}")
         else:
             lines.append(f"    {src} {arrow} {dst}")
+    if outcomes is not None:
+        lines.extend(f"    classDef {name} {style}" for name, style in OUTCOME_STYLES.items())
+        for name in OUTCOME_STYLES:
+            members = [ids[n.node_id] for n in nodes
+                       if (o := outcomes.get(n.node_id)) is not None and o.outcome == name]
+            if members:
+                lines.append(f"    class {','.join(members)} {name}")
     return "\n".join(lines)
 
 
@@ -211,16 +246,26 @@ def _mermaid_text(text: str) -> str:
     return out.replace("\n", "<br/>")
 
 
-def _mermaid_node(mid: str, node: ChainNode) -> str:
+def _mermaid_node(
+    mid: str, node: ChainNode, outcomes: Mapping[str, NodeOutcome] | None = None
+) -> str:
     opening, closing = _MERMAID_SHAPES[_shape(node)]
-    return f'{mid}{opening}"{_mermaid_text(_label(node))}"{closing}'
+    return f'{mid}{opening}"{_mermaid_text(_label(node, outcomes))}"{closing}'
 
 
 # ── Graphviz ────────────────────────────────────────────────────────────────
 
 
-def to_dot(nodes: Iterable[ChainNode]) -> str:
-    """The chain as a Graphviz ``digraph`` (templates in ``cluster_`` subgraphs)."""
+def to_dot(
+    nodes: Iterable[ChainNode], outcomes: Mapping[str, NodeOutcome] | None = None
+) -> str:
+    """The chain as a Graphviz ``digraph`` (templates in ``cluster_`` subgraphs).
+
+    Args:
+        nodes: the chain's nodes.
+        outcomes: as for :func:`to_mermaid`; a node with an outcome is filled with its
+            colour (``style=filled``) and a template's label adds its items' counts.
+    """
     nodes = list(nodes)
     edges = chain_edges(nodes)
     by_id = {n.node_id: n for n in nodes}
@@ -230,8 +275,11 @@ def to_dot(nodes: Iterable[ChainNode]) -> str:
 
     def declare(node: ChainNode, indent: str) -> None:
         shape = _DOT_SHAPES[_shape(node)]
-        lines.append(f"{indent}{_dot_id(node.node_id)} [label={_dot_str(_label(node))}, "
-                     f"shape={shape}];")
+        outcome = outcomes.get(node.node_id) if outcomes else None
+        fill = (f", style=filled, fillcolor={_dot_str(OUTCOME_FILLS[outcome.outcome])}"
+                if outcome is not None else "")
+        lines.append(f"{indent}{_dot_id(node.node_id)} "
+                     f"[label={_dot_str(_label(node, outcomes))}, shape={shape}{fill}];")
         if node.node_id in boxes:
             lines.append(f"{indent}subgraph {_dot_id('cluster_' + node.node_id)} {{")
             lines.append(f"{indent}    label={_dot_str('for each item of ' + node.node_id)};")

@@ -1,0 +1,157 @@
+"""Each node's outcome in a stored run, folded from its ``chain/event`` frames.
+
+Layer: command support (pure: no I/O, no anyio). ``a2e-host graph --run`` colours a chain's
+nodes with it; the frames come from a run store (:mod:`a2e_host.store`), one at a time, so
+memory is bounded by the nodes in flight, not by the events (a map of 100,000 items keeps
+counters, not items).
+
+Outcomes (:data:`OUTCOMES`), from the events' ``phase`` (PROTOCOL.md §5):
+
+- ``done`` — a ``done`` event; ``skipped`` — a ``skip`` event;
+- ``error`` — an ``error`` event; ``interrupted`` when its code is ``interrupted`` (a node
+  cut off by a restart that could not re-run it): the code of the failure a durable run
+  keeps with the event (:attr:`~a2e_host.store.StoredFrame.output`, ``{code, message,
+  …}``), else the event's ``data.code``;
+- ``running`` — a ``start`` and no terminal event, while the run is still ``running``;
+  ``interrupted`` when the run has ended (or stopped with the host) without one.
+
+A node with no event at all (not reached, or cancelled before it started) has no outcome.
+Map items (``<template>[<index>]``) are counted under their template, whose outcome is
+the most pressing of its items' (``running`` > ``interrupted`` > ``error`` > ``done`` >
+``skipped``). Inner nodes of a skill (``<outer>/<inner>``) belong to their skill node,
+which has events of its own, and are not folded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import msgspec
+
+__all__ = ["OUTCOMES", "NodeOutcome", "OutcomeFold", "error_code"]
+
+OUTCOMES = ("done", "error", "skipped", "running", "interrupted")
+"""Every outcome, in the order the drawing declares their classes."""
+
+_RANK = {"running": 5, "interrupted": 4, "error": 3, "done": 2, "skipped": 1}
+_TERMINAL = {"done": "done", "skip": "skipped", "error": "error"}
+INTERRUPTED_CODE = "interrupted"
+
+
+class _ErrorData(msgspec.Struct):
+    data: dict[str, object] = {}
+
+
+class _Failure(msgspec.Struct):
+    code: str = ""
+
+
+_error_decoder = msgspec.json.Decoder(_ErrorData)
+_failure_decoder = msgspec.json.Decoder(_Failure)
+
+
+@dataclass(slots=True)
+class NodeOutcome:
+    """One declared node's outcome.
+
+    Attributes:
+        outcome: one of :data:`OUTCOMES`.
+        items: for a map's template, how many items ended in each outcome (``running``
+            and ``interrupted`` included); empty for any other node.
+    """
+
+    outcome: str
+    items: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass(slots=True)
+class _Items:
+    ended: Counter[str] = field(default_factory=Counter)
+    open: set[str] = field(default_factory=set)
+
+
+class OutcomeFold:
+    """Fold a run's frames, in ``seq`` order, into each node's outcome.
+
+    Example::
+
+        fold = OutcomeFold()
+        for f in frames:
+            fold.add(f.node_id, f.phase, f.frame)
+        fold.outcomes(run_running=False)   # {"a": NodeOutcome("done"), ...}
+    """
+
+    __slots__ = ("_last", "_items")
+
+    def __init__(self) -> None:
+        self._last: dict[str, str] = {}  # declared node id -> "start" or an outcome
+        self._items: dict[str, _Items] = {}  # template id -> its items' counts
+
+    def add(self, node_id: str, phase: str, frame: bytes = b"",
+            output: bytes | None = None) -> None:
+        """Take one stored frame.
+
+        Args:
+            node_id: the event's ``node_id`` (``""`` for the ``chain/resp``: ignored).
+            phase: ``start``, ``done``, ``skip`` or ``error``; anything else is ignored.
+            frame: the encoded frame; read only for an ``error`` event without a kept
+                failure (its ``data.code``).
+            output: what the store kept with the frame: for an ``error`` event, its
+                encoded failure (``{code, …}``), read for the code; else ignored.
+        """
+        if not node_id or "/" in node_id:
+            return
+        if phase == "start":
+            state = "start"
+        elif phase in _TERMINAL:
+            state = _TERMINAL[phase]
+            if state == "error" and error_code(frame, output) == INTERRUPTED_CODE:
+                state = "interrupted"
+        else:
+            return
+        bracket = node_id.find("[")
+        if bracket <= 0:
+            self._last[node_id] = state
+            return
+        items = self._items.setdefault(node_id[:bracket], _Items())
+        if state == "start":
+            items.open.add(node_id)
+        else:
+            items.open.discard(node_id)
+            items.ended[state] += 1
+
+    def outcomes(self, *, run_running: bool) -> dict[str, NodeOutcome]:
+        """Each node with an event, by declared node id.
+
+        Args:
+            run_running: whether the run is still ``running`` (a node started and not
+                ended is then ``running``, else ``interrupted``).
+        """
+        unended = "running" if run_running else "interrupted"
+        out = {node_id: NodeOutcome(unended if state == "start" else state)
+               for node_id, state in self._last.items()}
+        for template, items in self._items.items():
+            counts = Counter(items.ended)
+            if items.open:
+                counts[unended] += len(items.open)
+            ranked = max(counts, key=lambda k: _RANK[k], default="")
+            if ranked:
+                out[template] = NodeOutcome(ranked, +counts)
+        return out
+
+
+def error_code(frame: bytes, failure: bytes | None = None) -> str:
+    """An ``error`` event's code: its kept failure's ``code`` (``failure``, the stored
+    frame's ``output``), else the frame's ``data.code``; ``""`` when neither says."""
+    try:
+        if failure:
+            code: object = _failure_decoder.decode(failure).code
+            if code:
+                return str(code)
+        if not frame:
+            return ""
+        code = _error_decoder.decode(frame).data.get("code")
+    except msgspec.DecodeError:
+        return ""
+    return code if isinstance(code, str) else ""
