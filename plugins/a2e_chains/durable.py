@@ -91,6 +91,7 @@ class DurableRuns:
         self.live: dict[str, LiveRun] = {}
         self._by_key: dict[tuple[str, str], LiveRun] = {}
         self._by_req: dict[tuple[str, str], LiveRun] = {}
+        self._held: dict[str, int] = {}  # principal → live runs + runs being started
 
     @property
     def configured(self) -> bool:
@@ -112,6 +113,22 @@ class DurableRuns:
         return self.store
 
     # ── starting ───────────────────────────────────────────────────────────
+
+    def reserve(self, principal: str) -> int:
+        """Count one more run of ``principal`` in flight (``max_durable_runs``, §6):
+        a run being started, until :meth:`release`, or a live one, until it is
+        forgotten. Returns the principal's count with it."""
+        held = self._held.get(principal, 0) + 1
+        self._held[principal] = held
+        return held
+
+    def release(self, principal: str) -> None:
+        """Undo one :meth:`reserve` of ``principal``."""
+        held = self._held.get(principal, 0) - 1
+        if held > 0:
+            self._held[principal] = held
+        else:
+            self._held.pop(principal, None)
 
     async def existing(self, principal: str, key: str) -> LiveRun | RunRecord | None:
         """The principal's run with ``idempotency_key`` ``key``: live, stored, or None."""
@@ -160,6 +177,7 @@ class DurableRuns:
         live = LiveRun(record.run_id, record.principal, record.req_id,
                        record.idempotency_key or "", handle, sink, spawn=spawn)
         self.live[live.run_id] = live
+        self.reserve(live.principal)
         self._by_req[(live.principal, live.req_id)] = live
         if live.idempotency_key:
             self._by_key[(live.principal, live.idempotency_key)] = live
@@ -216,7 +234,9 @@ class DurableRuns:
 
     def forget(self, live: LiveRun) -> None:
         """The run's task ended: later lookups read the store."""
-        self.live.pop(live.run_id, None)
+        if self.live.get(live.run_id) is live:
+            del self.live[live.run_id]
+            self.release(live.principal)
         if self._by_req.get((live.principal, live.req_id)) is live:
             del self._by_req[(live.principal, live.req_id)]
         if self._by_key.get((live.principal, live.idempotency_key)) is live:

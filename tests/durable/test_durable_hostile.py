@@ -1,0 +1,92 @@
+"""Hostile clients of durable runs on the real ``a2e-host serve`` with a SQLite store
+(PROTOCOL.md §5 Durable runs, §6): what one principal may hold on the host at once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from tests.support.process import WAIT
+from tests.support.ws import receive, serving
+
+
+async def _session(url: str, token: str = "") -> ClientConnection:
+    ws = await connect(url, subprotocols=["a2e.v1"])  # type: ignore[list-item]
+    hello: dict[str, Any] = {"type": "handshake/req", "id": "h",
+                             "agent_caps": ["chains", "runs"]}
+    if token:
+        hello["auth_token"] = token
+    await ws.send(json.dumps(hello))
+    resp = await receive(ws)
+    assert resp["type"] == "handshake/resp" and resp["ok"], resp
+    return ws
+
+
+def _sleeping(req_id: str) -> str:
+    return json.dumps({
+        "type": "chain/req", "id": req_id, "chain_id": "c", "entry_node": "s",
+        "durable": True, "nodes": [{"node_id": "s", "kind": "tool", "name": "sleep",
+                                    "input": {"seconds": 60}}],
+    })
+
+
+async def _answer(ws: ClientConnection) -> dict[str, Any]:
+    """The next message that is neither a ``chain/event`` nor ``chain/accepted`` is not
+    what this waits for: the next ``chain/accepted`` or terminal answer."""
+    while True:
+        message = await receive(ws)
+        if message["type"] != "chain/event":
+            return message
+
+
+@pytest.mark.asyncio
+async def test_durable_runs_left_behind_by_closed_connections_are_capped_per_principal(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "host.toml"
+    config.write_text('[auth.tokens]\nalice = "tok-a"\nbob = "tok-b"\n', encoding="utf-8")
+    flags = ["--store", str(tmp_path / "runs.db"), "-c", str(config)]
+    async with serving(*flags, env={"A2E_MAX_DURABLE_RUNS": "3"}) as (url, _host):
+        with anyio.fail_after(WAIT * 2):
+            run_ids: list[str] = []
+            for n in range(3):  # each connection starts one, then goes away
+                ws = await _session(url, "tok-a")
+                await ws.send(_sleeping(f"r{n}"))
+                accepted = await _answer(ws)
+                assert accepted["type"] == "chain/accepted", accepted
+                run_ids.append(accepted["run_id"])
+                await ws.close()
+            ws = await _session(url, "tok-a")
+            await ws.send(_sleeping("r3"))
+            refused = await _answer(ws)
+            other = await _session(url, "tok-b")
+            await other.send(_sleeping("b0"))
+            bobs = await _answer(other)
+            for run_id in run_ids:  # end them here: a cancelled run frees its place
+                await ws.send(json.dumps({"type": "chain/attach", "id": f"a-{run_id}",
+                                          "run_id": run_id, "since_seq": 1}))
+                await ws.send(json.dumps({"type": "chain/cancel", "id": f"c-{run_id}",
+                                          "run_id": run_id}))
+            ended = 0
+            while ended < len(run_ids):
+                message = await receive(ws)
+                ended += message["type"] == "chain/resp"
+            await ws.send(_sleeping("r4"))
+            again = await _answer(ws)
+            await ws.send(json.dumps({"type": "chain/cancel", "id": "c4",
+                                      "run_id": again.get("run_id", "")}))
+            await other.send(json.dumps({"type": "chain/cancel", "id": "cb",
+                                         "run_id": bobs.get("run_id", "")}))
+            await ws.close()
+            await other.close()
+    assert refused["type"] == "chain/resp" and refused["req_id"] == "r3"
+    assert refused["error"]["code"] == "chain_limit"
+    assert refused["error"]["details"] == {"ceiling": "max_durable_runs", "scope": "host",
+                                           "limit": 3, "requested": 4}
+    assert bobs["type"] == "chain/accepted"  # another principal's place is its own
+    assert again["type"] == "chain/accepted"
