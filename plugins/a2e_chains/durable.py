@@ -25,7 +25,13 @@ import anyio
 from a2e_host.chains.messages import ChainAccepted, ChainRequest, ChainResponse
 from a2e_host.codec import encode_message
 from a2e_host.config import HostConfig
-from a2e_host.exceptions import BadSinceSeq, RunExpired, StoreRequired, UnknownRun
+from a2e_host.exceptions import (
+    BadSinceSeq,
+    RunExpired,
+    StoreRequired,
+    StoreUnavailable,
+    UnknownRun,
+)
 from a2e_host.plugin import PluginContext, RunHandle, SessionInfo
 from a2e_host.runtime.durable import DurableSink, replay_stored
 from a2e_host.runtime.runs import FrameOutbox
@@ -112,6 +118,18 @@ class DurableRuns:
             )
         return self.store
 
+    async def writable(self) -> RunStore:
+        """The host's run store, when it can record a new run.
+
+        Raises:
+            StoreRequired: the host has no store configured.
+            StoreUnavailable: the store failed (its writes are refused until a restart).
+        """
+        store = await self.open()
+        if store.error is not None:
+            raise _unavailable(store.error)
+        return store
+
     # ── starting ───────────────────────────────────────────────────────────
 
     def reserve(self, principal: str) -> int:
@@ -149,8 +167,11 @@ class DurableRuns:
         Returns:
             The new record, or None when the principal's ``idempotency_key`` was taken
             meanwhile (attach to :meth:`existing` instead).
+
+        Raises:
+            StoreUnavailable: the store failed; nothing was recorded.
         """
-        store = await self.open()
+        store = await self.writable()
         now = time.time()
         record = RunRecord(
             run_id=secrets.token_hex(16),
@@ -165,10 +186,13 @@ class DurableRuns:
             idempotency_key=request.idempotency_key or None,
             retention_until=now + retention,  # the store moves it to end + retention
         )
-        if request.idempotency_key:
-            stored, created = await store.create_or_get(record)
-            return stored if created else None
-        store.create(record)
+        try:
+            if request.idempotency_key:
+                stored, created = await store.create_or_get(record)
+                return stored if created else None
+            store.create(record)
+        except StoreError as exc:  # it failed since writable() looked
+            raise _unavailable(store.error or exc) from None
         return record
 
     def started(self, record: RunRecord, handle: RunHandle, sink: DurableSink,
@@ -197,8 +221,16 @@ class DurableRuns:
                 raise RuntimeError(f"durable run {run_id!r} has no attaching connection")
             live.spawn(fn, name=f"replay {run_id}")
 
+        def store_failed(_error: BaseException) -> None:
+            # nothing the run does from now on is recorded: stop it rather than let its
+            # nodes act unrecorded (a restarted host resumes it from what was stored)
+            live = self.live.get(run_id)
+            if live is not None:
+                live.handle.cancel()
+
         return DurableSink(store, run_id, req_id=record.req_id, capability="chains",
-                           start_soon=start_soon, position=position)
+                           start_soon=start_soon, position=position,
+                           on_store_error=store_failed)
 
     def host_stops(self, live: LiveRun) -> bool:
         """Whether the run is ending only because the host is stopping (it cancels every
@@ -319,6 +351,13 @@ def check_not_expired(record: RunRecord) -> None:
             "are gone (ask a longer chain/req.retention next time)",
             detail={"run_id": record.run_id},
         )
+
+
+def _unavailable(cause: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"this host's run store failed ({cause}) and records no durable run until the "
+        "host is restarted; send the chain/req without durable, or again later"
+    )
 
 
 def _check_since(since_seq: int, last: int, run_id: str) -> None:

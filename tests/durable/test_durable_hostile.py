@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from tests.support.process import WAIT
-from tests.support.ws import receive, serving
+from tests.support.ws import SERVE, receive, serving, serving_argv
 
 
 async def _session(url: str, token: str = "") -> ClientConnection:
@@ -90,3 +91,47 @@ async def test_durable_runs_left_behind_by_closed_connections_are_capped_per_pri
                                            "limit": 3, "requested": 4}
     assert bobs["type"] == "chain/accepted"  # another principal's place is its own
     assert again["type"] == "chain/accepted"
+
+
+def _file_size_capped(argv: list[str], limit: int) -> list[str]:
+    """``argv`` run with its files capped at ``limit`` bytes (``RLIMIT_FSIZE``, SIGXFSZ
+    ignored): a write past it fails with EFBIG, as on a full disk."""
+    prelude = ("import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+               f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
+               "os.execvp(sys.argv[1], sys.argv[1:])")
+    return [sys.executable, "-c", prelude, *argv]
+
+
+@pytest.mark.asyncio
+async def test_a_store_that_fails_mid_run_stops_the_run_and_refuses_new_durable_runs_clearly(
+    tmp_path: Path,
+) -> None:
+    argv = _file_size_capped([*SERVE, "--store", str(tmp_path / "runs.db")], 1_500_000)
+    nodes = [{"node_id": "a", "kind": "tool", "name": "big", "input": {"bytes": 3_000_000},
+              "next_node": "b"},
+             {"node_id": "b", "kind": "tool", "name": "sleep", "input": {"seconds": 600}}]
+    async with serving_argv(argv) as (url, host):
+        with anyio.fail_after(WAIT * 2):
+            ws = await _session(url)
+            await ws.send(json.dumps({"type": "chain/req", "id": "r1", "chain_id": "c",
+                                      "entry_node": "a", "durable": True, "nodes": nodes}))
+            accepted = await _answer(ws)
+            broken = await _answer(ws)  # a's done frame cannot be stored
+            # the run stops at once: no node of it goes on unrecorded
+            await host.wait_stderr(r'"req_id": "r1".*"code": "cancelled".*"chain finished"')
+            await ws.send(_sleeping("r2"))
+            refused = await _answer(ws)
+            await ws.send(json.dumps({"type": "chain/req", "id": "r3", "chain_id": "c",
+                                      "entry_node": "e", "nodes": [
+                                          {"node_id": "e", "kind": "tool", "name": "echo",
+                                           "input": {"v": 1}}]}))
+            plain = await _answer(ws)
+            await ws.close()
+    assert accepted["type"] == "chain/accepted"
+    assert (broken["type"], broken["req_id"], broken["code"]) == ("error", "r1",
+                                                                  "runtime_error")
+    assert (refused["type"], refused["req_id"]) == ("error", "r2")
+    assert refused["code"] == "runtime_error" and refused["retryable"] is True
+    assert "run store" in refused["message"] and "without durable" in refused["message"]
+    assert plain["type"] == "chain/resp" and plain["success"] is True  # others still served
+    assert b"internal error while handling" not in host.stderr
