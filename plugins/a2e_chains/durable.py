@@ -39,6 +39,10 @@ from a2e_host.store import RunRecord, RunStatus, RunStore, StoreError
 
 __all__ = ["DurableRuns", "LiveRun", "check_not_expired", "status_of"]
 
+REQ_ID_SEARCH = 1000
+"""A run named by ``req_id`` is looked for among the principal's newest this many runs
+(bounded work per lookup); older ones are named by ``run_id``."""
+
 FINISH_WAIT = 5.0
 """Seconds a durable run's task waits, at its end, for its status to be committed."""
 
@@ -296,11 +300,18 @@ class DurableRuns:
             return live
         store = await self.open()
         record: RunRecord | None
+        searched_all = True
         if run_id:
             record = await store.get(run_id)
         else:
-            record = await _newest_with_req_id(store, principal, req_id)
+            record, searched_all = await _newest_with_req_id(store, principal, req_id)
         if record is None or record.principal != principal:
+            if not searched_all:
+                raise UnknownRun(
+                    f"no durable run with {what} among the {REQ_ID_SEARCH} newest runs "
+                    "of this session's principal; name an older run by its run_id "
+                    "(run/list lists them)"
+                )
             raise UnknownRun(
                 f"no durable run with {what} for this session's principal; list yours "
                 "with run/list"
@@ -375,15 +386,16 @@ def _last_seq(sink: DurableSink) -> int:
 
 
 async def _newest_with_req_id(store: RunStore, principal: str, req_id: str
-                              ) -> RunRecord | None:
-    """The principal's newest stored run serving ``req_id`` (its first 1000 runs)."""
+                              ) -> tuple[RunRecord | None, bool]:
+    """The principal's newest stored run serving ``req_id`` among its
+    :data:`REQ_ID_SEARCH` newest runs, and whether those were all its runs."""
     cursor: str | None = None
-    for _ in range(2):
+    for _ in range(REQ_ID_SEARCH // 500):
         records, cursor = await store.list(principal=principal, cursor=cursor, limit=500)
         for record in records:
             if record.req_id == req_id:
-                return record
+                return record, True
         if cursor is None:
-            break
-    return None
+            return None, True
+    return None, False
 
