@@ -30,6 +30,15 @@ _RECORD = (
     "idempotency_key, retention_until, id FROM runs"
 )
 
+_LISTED = (
+    "SELECT run_id, principal, req_id, chain_id, status, x'', plan_hash, "
+    "max(last_seq, coalesce((SELECT max(seq) FROM events e WHERE e.run = runs.id), 0)), "
+    "owner, epoch, cancel_requested, deadline, created, updated, NULL, "
+    "idempotency_key, retention_until, id FROM runs"
+)
+""":data:`_RECORD` without the request and response bodies (up to a message each): a
+page of up to 1000 runs must not read them into memory (``RunStore.list``)."""
+
 _FRAMES = (
     "SELECT e.seq, e.node_id, e.phase, coalesce(e.payload, bp.bytes), "
     "coalesce(e.output, bo.bytes) FROM events e "
@@ -106,7 +115,7 @@ def list_runs(
     if statuses is not None:
         where.append(f"status IN ({', '.join('?' * len(statuses))})")
         params.extend(statuses)
-    sql = _RECORD + (" WHERE " + " AND ".join(where) if where else "")
+    sql = _LISTED + (" WHERE " + " AND ".join(where) if where else "")
     rows = conn.execute(sql + " ORDER BY id DESC LIMIT ?", (*params, limit + 1)).fetchall()
     more = len(rows) > limit
     rows = rows[:limit]

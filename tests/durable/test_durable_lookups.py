@@ -5,6 +5,7 @@ does not exist."""
 from __future__ import annotations
 
 import time
+import tracemalloc
 from pathlib import Path
 
 import anyio
@@ -62,3 +63,29 @@ async def test_an_attach_by_req_id_past_the_searched_runs_names_the_bound_and_ru
     assert isinstance(found, ChainAccepted) and found.req_id == "old"
     assert isinstance(final, ChainResponse) and final.req_id == "old" and final.success
     assert isinstance(recent, ChainAccepted) and recent.run_id == run_ids["new999"]
+
+
+@pytest.mark.asyncio
+async def test_listing_runs_reads_no_request_or_response_bodies(tmp_path: Path) -> None:
+    big = b'{"x":"' + b"y" * 4_000_000 + b'"}'
+    store = await open_store(str(tmp_path / "runs.db"))
+    try:
+        for n in range(5):
+            store.create(RunRecord(run_id=f"{n:032x}", principal="p", req_id=f"r{n}",
+                                   request=big, created=float(n), updated=float(n)))
+            store.finish(f"{n:032x}", RunStatus.SUCCEEDED, big, 0)
+        await store.flush()
+        tracemalloc.start()
+        try:
+            listed, _ = await store.list(principal="p", limit=500)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        fetched = await store.get(f"{4:032x}")
+    finally:
+        await store.aclose()
+    assert [r.req_id for r in listed] == ["r4", "r3", "r2", "r1", "r0"]
+    assert [r.status for r in listed] == [RunStatus.SUCCEEDED] * 5
+    assert all(r.request == b"" and r.response is None for r in listed)
+    assert peak < 1_000_000  # 40 MB of bodies stay on disk
+    assert fetched is not None and fetched.request == big and fetched.response == big
