@@ -333,6 +333,10 @@ class DurableRuns:
         _check_since(since_seq, last, live.run_id)
         ctx.outbox.send_nowait(ChainAccepted(req_id=live.req_id, run_id=live.run_id,
                                              last_seq=last, attach_id=attach_id))
+        if not live.sink.attached_to(ctx.outbox):
+            # taken over: it no longer counts against the max_parallel of the session
+            # that started it (max_durable_runs still counts it)
+            live.handle.release()
         live.spawn = ctx.start_soon
         ctx.attach_run(live.handle, after=since_seq)
 

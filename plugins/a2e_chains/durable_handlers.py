@@ -149,6 +149,7 @@ class DurableChains:
                 f"durable run {_run_id(found)!r} is not streaming to this connection; "
                 "nothing to detach"
             )
+        found.handle.release()  # no longer one of this session's max_parallel chains
         ctx.outbox.send_nowait(ChainDetached(req_id=message.id, run_id=found.run_id,
                                              last_seq=found.sink.delivered))
 

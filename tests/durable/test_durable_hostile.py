@@ -135,3 +135,51 @@ async def test_a_store_that_fails_mid_run_stops_the_run_and_refuses_new_durable_
     assert "run store" in refused["message"] and "without durable" in refused["message"]
     assert plain["type"] == "chain/resp" and plain["success"] is True  # others still served
     assert b"internal error while handling" not in host.stderr
+
+
+def _echo(req_id: str) -> str:
+    return json.dumps({"type": "chain/req", "id": req_id, "chain_id": "c", "entry_node": "e",
+                       "nodes": [{"node_id": "e", "kind": "tool", "name": "echo",
+                                  "input": {"v": 1}}]})
+
+
+async def _one_at_a_time(url: str) -> ClientConnection:
+    ws = await connect(url, subprotocols=["a2e.v1"])  # type: ignore[list-item]
+    await ws.send(json.dumps({"type": "handshake/req", "id": "h", "limits": {"max_parallel": 1},
+                              "agent_caps": ["chains", "runs"]}))
+    assert (await receive(ws))["ok"]
+    return ws
+
+
+@pytest.mark.asyncio
+async def test_a_durable_run_detached_or_taken_over_frees_its_sessions_max_parallel_place(
+    tmp_path: Path,
+) -> None:
+    async with serving("--store", str(tmp_path / "runs.db")) as (url, _host):
+        with anyio.fail_after(WAIT * 2):
+            ws = await _one_at_a_time(url)
+            await ws.send(_sleeping("d1"))
+            first = await _answer(ws)
+            await ws.send(json.dumps({"type": "chain/detach", "id": "dt",
+                                      "run_id": first["run_id"]}))
+            detached = await _answer(ws)
+            await ws.send(_echo("after-detach"))
+            after_detach = await _answer(ws)
+            await ws.send(_sleeping("d2"))
+            second = await _answer(ws)
+            other = await _one_at_a_time(url)
+            await other.send(json.dumps({"type": "chain/attach", "id": "take",
+                                         "run_id": second.get("run_id", ""),
+                                         "since_seq": 0}))
+            taken = await _answer(other)
+            await ws.send(_echo("after-take-over"))
+            after_take_over = await _answer(ws)
+            for n, run in enumerate((first, second)):
+                await other.send(json.dumps({"type": "chain/cancel", "id": f"c{n}",
+                                             "run_id": run.get("run_id", "")}))
+            await ws.close()
+            await other.close()
+    assert first["type"] == second["type"] == "chain/accepted"
+    assert detached["type"] == "chain/detached" and taken["type"] == "chain/accepted"
+    assert (after_detach["type"], after_detach.get("success")) == ("chain/resp", True)
+    assert (after_take_over["type"], after_take_over.get("success")) == ("chain/resp", True)
