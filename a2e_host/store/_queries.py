@@ -49,6 +49,7 @@ _FRAMES = (
 )
 
 _CURSOR = re.compile(r"r([0-9]{1,19})")
+_MAX_ROWID = 2**63 - 1  # a larger cursor is none this store made (and not an SQLite int)
 
 
 def record_row(record: RunRecord) -> tuple[Any, ...]:
@@ -104,7 +105,7 @@ def list_runs(
     params: list[Any] = []
     if cursor is not None:
         match = _CURSOR.fullmatch(cursor)
-        if match is None:
+        if match is None or int(match.group(1)) > _MAX_ROWID:
             raise ValueError(f"cursor {cursor[:40]!r} is not one this store made; pass the "
                              "next_cursor of the previous page, or none for the first page")
         where.append("id < ?")

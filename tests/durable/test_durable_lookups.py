@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from a2e_host.chains.messages import ChainAccepted, ChainAttach, ChainResponse
+from a2e_host.chains.run_messages import RunList, RunListResponse
 from a2e_host.codec import encode_message
 from a2e_host.config import ANONYMOUS_PRINCIPAL
 from a2e_host.messages import ErrorMessage
@@ -89,3 +90,21 @@ async def test_listing_runs_reads_no_request_or_response_bodies(tmp_path: Path) 
     assert all(r.request == b"" and r.response is None for r in listed)
     assert peak < 1_000_000  # 40 MB of bodies stay on disk
     assert fetched is not None and fetched.request == big and fetched.response == big
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("cursor", ["r9223372036854775808", "r9999999999999999999"])
+async def test_a_run_list_cursor_past_sqlite_integers_is_refused_as_not_ours(
+    tmp_path: Path, cursor: str,
+) -> None:
+    with anyio.fail_after(WAIT):
+        async with durable_host(tmp_path / "runs.db", Gates()) as host, \
+                open_memory_client(host) as client:
+            await handshake_as(client)
+            client.send(RunList(id="l", cursor=cursor))
+            answer = await client.receive()
+            client.send(RunList(id="l2", cursor="r9223372036854775807"))
+            largest = await client.receive()
+    assert isinstance(answer, ErrorMessage) and answer.code == "invalid_message"
+    assert "not one this host gave" in answer.message
+    assert isinstance(largest, RunListResponse) and largest.runs == []
