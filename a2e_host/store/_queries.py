@@ -17,7 +17,7 @@ from ._writer import INSERT_RUN
 
 __all__ = [
     "record_row", "get", "by_idempotency_key", "list_runs", "frames", "unfinished",
-    "create_or_get", "claim", "prune", "PRUNE_EVENTS_PER_CALL",
+    "create_or_get", "claim", "prune", "PRUNE_EVENTS_PER_CALL", "MAX_SEQ",
 ]
 
 PRUNE_EVENTS_PER_CALL = 20_000
@@ -50,6 +50,8 @@ _FRAMES = (
 
 _CURSOR = re.compile(r"r([0-9]{1,19})")
 _MAX_ROWID = 2**63 - 1  # a larger cursor is none this store made (and not an SQLite int)
+MAX_SEQ = 2**63 - 1
+"""The largest ``seq`` (or frame count) an SQLite integer holds."""
 
 
 def record_row(record: RunRecord) -> tuple[Any, ...]:

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from a2e_host.chains.messages import ChainAccepted, ChainAttach, ChainResponse
-from a2e_host.chains.run_messages import RunList, RunListResponse
+from a2e_host.chains.run_messages import RunGet, RunGetResponse, RunList, RunListResponse
 from a2e_host.codec import encode_message
 from a2e_host.config import ANONYMOUS_PRINCIPAL
 from a2e_host.messages import ErrorMessage
@@ -108,3 +108,19 @@ async def test_a_run_list_cursor_past_sqlite_integers_is_refused_as_not_ours(
     assert isinstance(answer, ErrorMessage) and answer.code == "invalid_message"
     assert "not one this host gave" in answer.message
     assert isinstance(largest, RunListResponse) and largest.runs == []
+
+
+@pytest.mark.asyncio
+async def test_run_get_events_after_a_seq_past_sqlite_integers_is_an_empty_page(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    run_ids = await _seed(path, ["only"])
+    with anyio.fail_after(WAIT):
+        async with durable_host(path, Gates()) as host, open_memory_client(host) as client:
+            await handshake_as(client)
+            client.send(RunGet(id="g", run_id=run_ids["only"], events=True, since_seq=2**63))
+            answer = await client.receive()
+    assert isinstance(answer, RunGetResponse), answer
+    assert answer.events == [] and answer.next_since_seq == 0
+    assert answer.run.run_id == run_ids["only"] and answer.run.status == "succeeded"
