@@ -75,6 +75,7 @@ class _SessionProcs:
     procs: dict[str, LiveProcess | None] = field(default_factory=dict)  # None: spawning
     counter: int = 0
     pending_writes: dict[str, int] = field(default_factory=dict)
+    pending_bytes: int = 0  # data of the session's writes not yet taken by a stdin
     closing: bool = False  # the session stopped taking work: a process starting now closes
 
     @property
@@ -139,8 +140,9 @@ class ProcPlugin(Plugin):
 
         Raises:
             ProcLimit: a spawn past the session's ``proc_limit``.
-            Busy: the host is shutting down, every host-wide process slot is taken, or
-                :data:`MAX_PENDING_WRITES` writes wait for that process already.
+            Busy: the host is shutting down, every host-wide process slot is taken,
+                :data:`MAX_PENDING_WRITES` writes wait for that process already, or the
+                session's waiting writes would hold more than ``max_message_bytes``.
             UnknownProc: no process of this session has that ``proc_id``.
             ProcDead: a write to, or a kill of, a process that has ended.
             SchemaViolation: an unknown ``signal``.
@@ -324,26 +326,40 @@ class ProcPlugin(Plugin):
                 f"{pending} writes to process {process.proc_id!r} are waiting for its stdin "
                 "already; wait for a proc/write/resp before sending more"
             )
+        data = request.data.encode("utf-8", errors="surrogatepass")
+        limit = ctx.session.limits.effective.max_message_bytes
+        if procs.pending_bytes and procs.pending_bytes + len(data) > limit:
+            # every process's writes may wait at once: bound the session's bytes, not
+            # only the count per process (proc_limit x 4 writes x 16 MiB otherwise)
+            raise Busy(
+                f"{procs.pending_bytes} bytes of this session's writes are waiting for "
+                f"stdin already and {len(data)} more would pass {limit} "
+                "(max_message_bytes); wait for a proc/write/resp before sending more"
+            )
         procs.pending_writes[process.proc_id] = pending + 1
-        ctx.start_soon(self._write_now, request, process, procs, ctx.outbox,
-                       name=f"proc write {process.proc_id}")
+        procs.pending_bytes += len(data)
+        ctx.start_soon(self._write_now, request.id, data, request.eof, process, procs,
+                       ctx.outbox, name=f"proc write {process.proc_id}")
 
     @staticmethod
     async def _write_now(
-        request: ProcWriteRequest, process: LiveProcess, procs: _SessionProcs, outbox: Outbox
+        req_id: str, data: bytes, eof: bool, process: LiveProcess, procs: _SessionProcs,
+        outbox: Outbox,
     ) -> None:
-        data = request.data.encode("utf-8", errors="surrogatepass")
+        size = len(data)
         try:
-            error = await process.write(data, request.eof)
+            error = await process.write(data, eof)
         finally:
+            del data  # the request's copy of it is gone already; do not hold this one
+            procs.pending_bytes -= size
             left = procs.pending_writes.get(process.proc_id, 1) - 1
             if left:
                 procs.pending_writes[process.proc_id] = left
             else:
                 procs.pending_writes.pop(process.proc_id, None)
         outbox.send_nowait(ProcWriteResponse(
-            req_id=request.id, proc_id=process.proc_id, ok=error is None, pid=process.pid,
-            error=error or "", written=0 if error else len(data),
+            req_id=req_id, proc_id=process.proc_id, ok=error is None, pid=process.pid,
+            error=error or "", written=0 if error else size,
         ))
 
     def _kill(self, request: ProcKillRequest, ctx: PluginContext) -> None:

@@ -1,0 +1,87 @@
+"""Hostile agents against the ``tools``, ``skill`` and ``proc`` capabilities of a real
+``a2e-host serve`` on 127.0.0.1 (issue 15, PROTOCOL.md §9–§11): no request may grow the
+host's memory past its ceilings, and every error names what was wrong in a sentence of
+bounded size."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from tests.support.process import CLI, current_rss, peak_rss, reset_peak_rss
+from tests.support.procs import PROC_FLAGS
+from tests.support.sdk import assert_sdk_accepts
+from tests.support.ws import receive, serving_argv
+
+pytestmark = pytest.mark.timeout(120)
+
+MIB = 1024 * 1024
+
+
+@asynccontextmanager
+async def session(url: str, caps: list[str]) -> AsyncIterator[ClientConnection]:
+    """A handshaken WebSocket session asking ``caps``."""
+    async with connect(url, subprotocols=["a2e.v1"], max_size=None) as ws:  # type: ignore[list-item]
+        await ws.send(json.dumps({"type": "handshake/req", "id": "h", "agent_caps": caps}))
+        resp = await receive(ws)
+        assert resp["ok"], resp
+        yield ws
+
+
+async def replies_until(ws: ClientConnection, *wanted: str) -> dict[str, dict[str, Any]]:
+    """Every reply (not a read event) by ``req_id`` until each of ``wanted`` came."""
+    replies: dict[str, dict[str, Any]] = {}
+    while not set(wanted) <= replies.keys():
+        message = await receive(ws)
+        if message["type"] != "proc/read/event":
+            replies[message["req_id"]] = message
+    return replies
+
+
+@pytest.mark.asyncio
+async def test_writes_waiting_for_stdin_hold_at_most_one_message_of_bytes_per_session() -> None:
+    # eight processes that never read stdin, four 3 MiB writes each: 96 MiB of data the
+    # host would hold (twice: the text and its bytes) if only the count per process counted
+    limit = 4 * MIB
+    async with serving_argv(CLI, "--port", "0", *PROC_FLAGS,
+                            A2E_MAX_MESSAGE_BYTES=str(limit)) as (url, host):
+        pid = host.process.pid
+        async with session(url, ["proc"]) as ws:
+            for n in range(8):
+                await ws.send(json.dumps({"type": "proc/spawn/req", "id": f"s{n}",
+                                          "cmd": ["sh", "-c", "exec sleep 60"]}))
+            spawned = await replies_until(ws, *(f"s{n}" for n in range(8)))
+            proc_ids = sorted(r["proc_id"] for r in spawned.values() if r.get("ok"))
+            assert len(proc_ids) == 8, spawned
+            reset_peak_rss(pid)
+            before = current_rss(pid)
+            data = "x" * (3 * MIB)
+            writes = [f"w-{p}-{n}" for p in proc_ids for n in range(4)]
+            for write_id in writes:
+                await ws.send(json.dumps({"type": "proc/write/req", "id": write_id,
+                                          "proc_id": write_id.split("-")[1], "data": data}))
+            await ws.send(json.dumps({"type": "ping", "id": "after-writes"}))
+            refused = await replies_until(ws, "after-writes")
+            grown = peak_rss(pid) - before
+            # the first write waits; the second would take the session past one message
+            busy = {k: v for k, v in refused.items() if k != "after-writes"}
+            assert sorted(busy) == sorted(writes[1:]), sorted(busy)
+            first = busy[writes[1]]
+            assert_sdk_accepts(first)
+            assert (first["code"], first["retryable"]) == ("busy", True)
+            assert first["message"] == (
+                f"{3 * MIB} bytes of this session's writes are waiting for stdin already and "
+                f"{3 * MIB} more would pass {limit} (max_message_bytes); wait for a "
+                "proc/write/resp before sending more")
+            assert grown < 40 * MIB, f"the host grew {grown / MIB:.0f} MiB holding writes"
+            for n, proc_id in enumerate(proc_ids):
+                await ws.send(json.dumps({"type": "proc/kill/req", "id": f"k{n}",
+                                          "proc_id": proc_id}))
+            ended = await replies_until(ws, writes[0], *(f"k{n}" for n in range(8)))
+            assert ended[writes[0]]["type"] == "proc/write/resp"
+            assert ended[writes[0]]["ok"] is False
