@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from tests.support.process import CLI, current_rss, peak_rss, reset_peak_rss
 from tests.support.procs import PROC_FLAGS
 from tests.support.sdk import assert_sdk_accepts
+from tests.support.skills import write_versioned_skills
 from tests.support.ws import receive, serving_argv
 
 pytestmark = pytest.mark.timeout(120)
@@ -85,3 +87,66 @@ async def test_writes_waiting_for_stdin_hold_at_most_one_message_of_bytes_per_se
             ended = await replies_until(ws, writes[0], *(f"k{n}" for n in range(8)))
             assert ended[writes[0]]["type"] == "proc/write/resp"
             assert ended[writes[0]]["ok"] is False
+
+
+async def ask(ws: ClientConnection, message: dict[str, Any]) -> dict[str, Any]:
+    """Send ``message``; its reply (``chain/event`` and ``skill/event`` frames skipped)."""
+    await ws.send(json.dumps(message))
+    while True:
+        reply = await receive(ws)
+        if reply["type"] not in ("chain/event", "skill/event"):
+            assert reply["req_id"] == message["id"], reply
+            return reply
+
+
+@pytest.mark.asyncio
+async def test_a_skill_version_of_thousands_of_digits_is_an_unknown_version_not_a_host_failure(
+        tmp_path: Path) -> None:
+    # PEP 440 parsing raises ValueError past int()'s 4300 digits, not InvalidVersion
+    skills = write_versioned_skills(tmp_path / "skills")
+    ref = "shout@" + "9" * 5000
+    async with serving_argv(CLI, "--port", "0", "--tools", "conformance",
+                            "--skills", str(skills)) as (url, _):
+        async with session(url, ["chains", "skill"]) as ws:
+            called = await ask(ws, {"type": "skill/call/req", "id": "c", "name": ref,
+                                    "arguments": {"parts": ["a"]}})
+            chained = await ask(ws, {"type": "chain/req", "id": "r", "session_id": "",
+                                     "entry_node": "s",
+                                     "nodes": [{"node_id": "s", "kind": "skill", "name": ref,
+                                                "input": {"parts": ["a"]}}]})
+            served = await ask(ws, {"type": "skill/call/req", "id": "ok", "name": "shout",
+                                    "arguments": {"parts": ["a"]}})
+    assert_sdk_accepts(called)
+    shown = "'" + "9" * 60 + "'… (5,000 characters)"
+    assert called["data"] is None
+    assert called["error"] == {
+        "code": "unknown_skill",
+        "message": f"skill 'shout' has no version {shown} (versions: 1 deprecated, 2 active, "
+                   "10 draft); name one of its versions, or 'shout' alone for the newest "
+                   "active one",
+        "retryable": False,
+        "details": {"hint": "name one of its versions, or 'shout' alone for the newest "
+                            "active one"},
+    }
+    assert chained["type"] == "chain/resp" and chained["success"] is False, chained
+    assert chained["error"]["code"] == "chain_invalid", chained["error"]
+    assert f"has no version {shown}" in chained["error"]["message"]
+    assert len(json.dumps(chained)) < 4096, "the refusal repeats the whole reference"
+    assert (served["type"], served["data"]["success"]) == ("skill/call/resp", True), served
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("ref", ["a@b@c", "@", "@2", "shout@2@x"])
+async def test_a_skill_reference_with_no_name_or_two_ats_is_refused_as_such(
+        tmp_path: Path, ref: str) -> None:
+    skills = write_versioned_skills(tmp_path / "skills")
+    async with serving_argv(CLI, "--port", "0", "--tools", "conformance",
+                            "--skills", str(skills)) as (url, _):
+        async with session(url, ["skill"]) as ws:
+            called = await ask(ws, {"type": "skill/call/req", "id": "c", "name": ref,
+                                    "arguments": {}})
+    assert_sdk_accepts(called)
+    assert called["error"]["code"] == "unknown_skill"
+    assert called["error"]["message"] == (
+        f"skill reference {ref!r} is not 'name' or 'name@version'; name a skill, with at "
+        "most one '@' before its version (skill/discover/req lists them)")
