@@ -261,12 +261,18 @@ def _chain_of(request: SkillCallRequest, session: SessionInfo) -> ChainRequest:
 
 def _call_refusal(exc: ChainInvalid) -> A2EError:
     """A refused one-node chain as the call's error: a ceiling stays ``chain_limit``
-    (its ``{ceiling, scope, limit, requested}``), anything else is the arguments
-    (``schema_violation``, the problems in ``details.errors``)."""
+    (its ``{ceiling, scope, limit, requested}``), a ``timeout`` under 1 is the call's
+    (``schema_violation``, ``details.path`` ``$.timeout``), anything else is the
+    arguments (``schema_violation``, the problems in ``details.errors``)."""
     errors = exc.details.get("errors") or []
     message = errors[0].get("message", exc.message) if errors else exc.message
     if exc.code == "chain_limit":
         return exc
+    if errors and errors[0].get("field") == "timeout":  # the call's own field, no argument
+        return SchemaViolation(
+            f"skill/call/req {message}; send a positive int, or leave it out for "
+            f"min({DEFAULT_CALL_TIMEOUT}, max_timeout)",
+            detail={"path": "$.timeout", "errors": errors})
     return SchemaViolation(f"the skill's arguments are refused: {message}",
                            detail={"errors": errors})
 
