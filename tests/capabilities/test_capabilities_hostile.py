@@ -153,18 +153,18 @@ async def test_a_skill_reference_with_no_name_or_two_ats_is_refused_as_such(
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("timeout", [0, -1])
+@pytest.mark.parametrize("seconds", [0, -1])
 async def test_a_skill_call_timeout_under_one_second_is_named_as_the_timeout_not_the_arguments(
-        tmp_path: Path, timeout: int) -> None:
+        tmp_path: Path, seconds: int) -> None:
     skills = write_versioned_skills(tmp_path / "skills")
     async with serving_argv(CLI, "--port", "0", "--tools", "conformance",
                             "--skills", str(skills)) as (url, _):
         async with session(url, ["skill"]) as ws:
             called = await ask(ws, {"type": "skill/call/req", "id": "c", "name": "shout",
-                                    "arguments": {"parts": ["a"]}, "timeout": timeout})
+                                    "arguments": {"parts": ["a"]}, "timeout": seconds})
     assert_sdk_accepts(called)
     error = called["error"]
     assert (error["code"], error["details"]["path"]) == ("schema_violation", "$.timeout")
     assert error["message"] == (
-        f"skill/call/req timeout must be positive seconds, got {timeout}; send a positive "
+        f"skill/call/req timeout must be positive seconds, got {seconds}; send a positive "
         "int, or leave it out for min(60, max_timeout)")
