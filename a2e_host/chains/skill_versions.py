@@ -30,6 +30,8 @@ from typing import Any, Generic, TypeVar
 
 from packaging.version import Version
 
+from .expressions import clip as _clip
+
 __all__ = [
     "ACTIVE",
     "DEPRECATED",
@@ -52,17 +54,6 @@ WIRE_STATUS = {DRAFT: "Created", ACTIVE: "Published", DEPRECATED: "Published",
 """Lifecycle → the A2E SDK's ``SkillStatus`` (``SkillDefinition.status`` on the wire)."""
 
 T = TypeVar("T")
-
-_SHOWN = 60
-"""Characters of an asked name or version a refusal repeats at most."""
-
-
-def _clip(text: str) -> str:
-    """``repr(text)``, cut to :data:`_SHOWN` characters (an agent's reference may be
-    megabytes: a refusal must not repeat it)."""
-    if len(text) <= _SHOWN:
-        return repr(text)
-    return repr(text[:_SHOWN]) + f"… ({len(text):,} characters)"
 
 
 def parse_ref(ref: str) -> tuple[str, str | None]:
