@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import anyio
 
+from a2e_host.chains.expressions import clip
 from a2e_host.chains.proc import start_process
 from a2e_host.chains.proc_messages import (
     PROC_MESSAGE_TYPES,
@@ -39,7 +40,7 @@ from a2e_host.chains.proc_messages import (
     ProcWriteRequest,
     ProcWriteResponse,
 )
-from a2e_host.chains.proc_policy import ProcPolicy, argv_problem
+from a2e_host.chains.proc_policy import SHOWN, ProcPolicy, argv_problem
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import (
     Busy,
@@ -217,8 +218,8 @@ class ProcPlugin(Plugin):
         exe, _ = self.policy.resolve(name)
         if exe is None:
             allowed = ", ".join(sorted(self.policy.allowed))
-            return (f"executable {name!r} is not allowed (allowed: {allowed}); give one of "
-                    "those names as cmd[0], or have the operator allow it with "
+            return (f"executable {clip(name, SHOWN)} is not allowed (allowed: {allowed}); "
+                    "give one of those names as cmd[0], or have the operator allow it with "
                     "--allow-proc"), "proc_denied"
         if not _same_file(exe.real, exe.dev, exe.ino):  # the supervisor checks it again
             return (f"executable {name!r} was replaced since the host started ({exe.real} is "
@@ -300,9 +301,10 @@ class ProcPlugin(Plugin):
             raise UnknownProc(
                 f"process {proc_id!r} is still starting; wait for its proc/spawn/resp"
                 if known else
-                f"this session has no process {proc_id!r}; use the proc_id of a "
+                f"this session has no process {clip(proc_id, SHOWN)}; use the proc_id of a "
                 "proc/spawn/resp (proc/status/req with proc_id \"\" lists them)",
-                detail={"proc_id": proc_id},
+                detail={"proc_id": proc_id if len(proc_id) <= SHOWN else
+                        proc_id[:SHOWN] + "…"},
             )
         return process
 
@@ -366,7 +368,7 @@ class ProcPlugin(Plugin):
         signum = SIGNALS.get(request.signal.upper())
         if signum is None:
             raise SchemaViolation(
-                f"proc/kill/req: signal {request.signal!r} is not one of "
+                f"proc/kill/req: signal {clip(request.signal, SHOWN)} is not one of "
                 f"{', '.join(SIGNALS)}",
                 detail={"path": "$.signal", "type": "proc/kill/req"},
             )

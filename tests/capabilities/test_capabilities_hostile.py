@@ -168,3 +168,34 @@ async def test_a_skill_call_timeout_under_one_second_is_named_as_the_timeout_not
     assert error["message"] == (
         f"skill/call/req timeout must be positive seconds, got {seconds}; send a positive "
         "int, or leave it out for min(60, max_timeout)")
+
+
+@pytest.mark.asyncio
+async def test_proc_refusals_repeat_a_bounded_part_of_a_megabyte_field() -> None:
+    # a refusal that echoes the field whole answers a 10 MiB request with 20 MiB, past
+    # the max_message_bytes the agent was told: its client drops the connection instead
+    huge = "q" * MIB
+    shown = "'" + "q" * 256 + "'… (1,048,576 characters)"
+    asked: list[tuple[dict[str, Any], str]] = [
+        ({"type": "proc/spawn/req", "cmd": [huge]}, f"executable {shown} is not allowed"),
+        ({"type": "proc/spawn/req", "cmd": ["cat"], "cwd": huge},
+         f"cwd {shown} is not a directory under the root"),
+        ({"type": "proc/spawn/req", "cmd": ["cat"], "env": {huge: "1"}},
+         f"env key {shown} is not allowed"),
+        ({"type": "proc/spawn/req", "cmd": ["cat"],
+          "env": {f"LD_{n:05}": "1" for n in range(20_000)}},
+         "env may not set LD_00000, LD_00001, LD_00002 and 19997 more: dynamic-loader"),
+        ({"type": "proc/kill/req", "proc_id": huge}, f"this session has no process {shown}"),
+        ({"type": "proc/status/req", "proc_id": huge},
+         f"this session has no process {shown}"),
+        ({"type": "proc/kill/req", "proc_id": "p1", "signal": huge},
+         f"proc/kill/req: signal {shown} is not one of"),
+    ]
+    async with serving_argv(CLI, "--port", "0", *PROC_FLAGS) as (url, _):
+        async with session(url, ["proc"]) as ws:
+            for n, (request, said) in enumerate(asked):
+                reply = await ask(ws, {"id": f"r{n}", **request})
+                assert_sdk_accepts(reply)
+                text = reply.get("error") or reply.get("message")
+                assert text.startswith(said) or text.startswith(f"proc: {said}"), text
+                assert len(json.dumps(reply)) < 2048, (n, len(json.dumps(reply)))
