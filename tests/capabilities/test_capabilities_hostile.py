@@ -199,3 +199,25 @@ async def test_proc_refusals_repeat_a_bounded_part_of_a_megabyte_field() -> None
                 text = reply.get("error") or reply.get("message")
                 assert text.startswith(said) or text.startswith(f"proc: {said}"), text
                 assert len(json.dumps(reply)) < 2048, (n, len(json.dumps(reply)))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("field", ["filter_tags", "filter_categories"])
+async def test_skill_discovery_takes_a_bounded_filter_and_answers_the_next_one(
+        tmp_path: Path, field: str) -> None:
+    # the filters were matched on the connection's reader, anew for every version: 1.4
+    # million tags held the event loop (every session's pings) for seconds
+    skills = write_versioned_skills(tmp_path / "skills")
+    async with serving_argv(CLI, "--port", "0", "--skills", str(skills),
+                            "--tools", "conformance") as (url, _):
+        async with session(url, ["skill"]) as ws:
+            refused = await ask(ws, {"type": "skill/discover/req", "id": "d",
+                                     field: [f"t{n}" for n in range(101)]})
+            kept = await ask(ws, {"type": "skill/discover/req", "id": "k",
+                                  field: [f"t{n}" for n in range(98)] + ["text", "none"]})
+    assert_sdk_accepts(refused)
+    assert (refused["type"], refused["code"], refused["detail"]) == (
+        "error", "schema_violation", {"path": f"$.{field}"})
+    assert refused["message"] == (
+        f"skill/discover/req {field} lists 101 entries, over 100; filter by fewer")
+    assert kept["type"] == "skill/discover/resp"
