@@ -304,3 +304,12 @@ class NodeInterrupted(NodeError):
 
     code = "interrupted"
     retryable = True
+
+
+class StoreUnavailable(RemoteProtocolError):
+    """The host's run store failed (a full disk, an I/O error) and records nothing more
+    until the host restarts: a new durable run is refused (PROTOCOL.md §5 Durable runs).
+    On the wire a ``runtime_error`` (the host's failure, not the peer's), retryable."""
+
+    code = "runtime_error"
+    retryable = True

@@ -48,6 +48,12 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Seconds a durable run's record and events may be kept after it ends
     (``chain/req.retention``, PROTOCOL.md §5 Durable runs); a request asking for more is
     refused before it runs."""
+    max_durable_runs: int = 64
+    """Durable runs one principal may have in flight on the host at once, those no
+    connection streams (detached, or left by a closed connection) and resumed ones
+    included (PROTOCOL.md §5 Durable runs); a durable ``chain/req`` past it is refused
+    before it runs. ``max_parallel`` bounds a session, this what its principal leaves
+    behind."""
 
     def to_dict(self) -> dict[str, int]:
         """The ceilings as a plain dict, e.g. for the handshake's ``chains`` metadata."""

@@ -354,6 +354,8 @@ class RunStore(Protocol):
         Returns:
             ``(records, next_cursor)``; ``next_cursor`` is None on the last page. A page
             never repeats or skips a run that existed when the first page was read.
+            Records are listed without their bodies (``request`` ``b""``, ``response``
+            None), so a page costs no more than its rows: :meth:`get` has them.
 
         Raises:
             ValueError: ``cursor`` is not one this store made, or ``limit`` is out of range.

@@ -17,7 +17,7 @@ from ._writer import INSERT_RUN
 
 __all__ = [
     "record_row", "get", "by_idempotency_key", "list_runs", "frames", "unfinished",
-    "create_or_get", "claim", "prune", "PRUNE_EVENTS_PER_CALL",
+    "create_or_get", "claim", "prune", "PRUNE_EVENTS_PER_CALL", "MAX_SEQ",
 ]
 
 PRUNE_EVENTS_PER_CALL = 20_000
@@ -30,6 +30,15 @@ _RECORD = (
     "idempotency_key, retention_until, id FROM runs"
 )
 
+_LISTED = (
+    "SELECT run_id, principal, req_id, chain_id, status, x'', plan_hash, "
+    "max(last_seq, coalesce((SELECT max(seq) FROM events e WHERE e.run = runs.id), 0)), "
+    "owner, epoch, cancel_requested, deadline, created, updated, NULL, "
+    "idempotency_key, retention_until, id FROM runs"
+)
+""":data:`_RECORD` without the request and response bodies (up to a message each): a
+page of up to 1000 runs must not read them into memory (``RunStore.list``)."""
+
 _FRAMES = (
     "SELECT e.seq, e.node_id, e.phase, coalesce(e.payload, bp.bytes), "
     "coalesce(e.output, bo.bytes) FROM events e "
@@ -40,6 +49,9 @@ _FRAMES = (
 )
 
 _CURSOR = re.compile(r"r([0-9]{1,19})")
+_MAX_ROWID = 2**63 - 1  # a larger cursor is none this store made (and not an SQLite int)
+MAX_SEQ = 2**63 - 1
+"""The largest ``seq`` (or frame count) an SQLite integer holds."""
 
 
 def record_row(record: RunRecord) -> tuple[Any, ...]:
@@ -95,7 +107,7 @@ def list_runs(
     params: list[Any] = []
     if cursor is not None:
         match = _CURSOR.fullmatch(cursor)
-        if match is None:
+        if match is None or int(match.group(1)) > _MAX_ROWID:
             raise ValueError(f"cursor {cursor[:40]!r} is not one this store made; pass the "
                              "next_cursor of the previous page, or none for the first page")
         where.append("id < ?")
@@ -106,7 +118,7 @@ def list_runs(
     if statuses is not None:
         where.append(f"status IN ({', '.join('?' * len(statuses))})")
         params.extend(statuses)
-    sql = _RECORD + (" WHERE " + " AND ".join(where) if where else "")
+    sql = _LISTED + (" WHERE " + " AND ".join(where) if where else "")
     rows = conn.execute(sql + " ORDER BY id DESC LIMIT ?", (*params, limit + 1)).fetchall()
     more = len(rows) > limit
     rows = rows[:limit]

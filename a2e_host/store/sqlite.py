@@ -406,7 +406,9 @@ class SQLiteRunStore:
                      ) -> builtins.list[StoredFrame]:
         if limit <= 0:
             raise ValueError(f"frames limit must be > 0, got {limit}")
-        return await self._read(lambda conn: q.frames(conn, run_id, after, limit))
+        if after >= q.MAX_SEQ:  # no seq is stored past it (nor fits an SQLite integer)
+            return []
+        return await self._read(lambda conn: q.frames(conn, run_id, after, min(limit, q.MAX_SEQ)))
 
     async def unfinished(self) -> builtins.list[RunRecord]:
         return await self._read(q.unfinished)

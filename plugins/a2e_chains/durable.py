@@ -25,13 +25,23 @@ import anyio
 from a2e_host.chains.messages import ChainAccepted, ChainRequest, ChainResponse
 from a2e_host.codec import encode_message
 from a2e_host.config import HostConfig
-from a2e_host.exceptions import BadSinceSeq, RunExpired, StoreRequired, UnknownRun
+from a2e_host.exceptions import (
+    BadSinceSeq,
+    RunExpired,
+    StoreRequired,
+    StoreUnavailable,
+    UnknownRun,
+)
 from a2e_host.plugin import PluginContext, RunHandle, SessionInfo
 from a2e_host.runtime.durable import DurableSink, replay_stored
 from a2e_host.runtime.runs import FrameOutbox
 from a2e_host.store import RunRecord, RunStatus, RunStore, StoreError
 
 __all__ = ["DurableRuns", "LiveRun", "check_not_expired", "status_of"]
+
+REQ_ID_SEARCH = 1000
+"""A run named by ``req_id`` is looked for among the principal's newest this many runs
+(bounded work per lookup); older ones are named by ``run_id``."""
 
 FINISH_WAIT = 5.0
 """Seconds a durable run's task waits, at its end, for its status to be committed."""
@@ -91,6 +101,7 @@ class DurableRuns:
         self.live: dict[str, LiveRun] = {}
         self._by_key: dict[tuple[str, str], LiveRun] = {}
         self._by_req: dict[tuple[str, str], LiveRun] = {}
+        self._held: dict[str, int] = {}  # principal → live runs + runs being started
 
     @property
     def configured(self) -> bool:
@@ -111,7 +122,35 @@ class DurableRuns:
             )
         return self.store
 
+    async def writable(self) -> RunStore:
+        """The host's run store, when it can record a new run.
+
+        Raises:
+            StoreRequired: the host has no store configured.
+            StoreUnavailable: the store failed (its writes are refused until a restart).
+        """
+        store = await self.open()
+        if store.error is not None:
+            raise _unavailable(store.error)
+        return store
+
     # ── starting ───────────────────────────────────────────────────────────
+
+    def reserve(self, principal: str) -> int:
+        """Count one more run of ``principal`` in flight (``max_durable_runs``, §6):
+        a run being started, until :meth:`release`, or a live one, until it is
+        forgotten. Returns the principal's count with it."""
+        held = self._held.get(principal, 0) + 1
+        self._held[principal] = held
+        return held
+
+    def release(self, principal: str) -> None:
+        """Undo one :meth:`reserve` of ``principal``."""
+        held = self._held.get(principal, 0) - 1
+        if held > 0:
+            self._held[principal] = held
+        else:
+            self._held.pop(principal, None)
 
     async def existing(self, principal: str, key: str) -> LiveRun | RunRecord | None:
         """The principal's run with ``idempotency_key`` ``key``: live, stored, or None."""
@@ -132,8 +171,11 @@ class DurableRuns:
         Returns:
             The new record, or None when the principal's ``idempotency_key`` was taken
             meanwhile (attach to :meth:`existing` instead).
+
+        Raises:
+            StoreUnavailable: the store failed; nothing was recorded.
         """
-        store = await self.open()
+        store = await self.writable()
         now = time.time()
         record = RunRecord(
             run_id=secrets.token_hex(16),
@@ -148,10 +190,13 @@ class DurableRuns:
             idempotency_key=request.idempotency_key or None,
             retention_until=now + retention,  # the store moves it to end + retention
         )
-        if request.idempotency_key:
-            stored, created = await store.create_or_get(record)
-            return stored if created else None
-        store.create(record)
+        try:
+            if request.idempotency_key:
+                stored, created = await store.create_or_get(record)
+                return stored if created else None
+            store.create(record)
+        except StoreError as exc:  # it failed since writable() looked
+            raise _unavailable(store.error or exc) from None
         return record
 
     def started(self, record: RunRecord, handle: RunHandle, sink: DurableSink,
@@ -160,6 +205,7 @@ class DurableRuns:
         live = LiveRun(record.run_id, record.principal, record.req_id,
                        record.idempotency_key or "", handle, sink, spawn=spawn)
         self.live[live.run_id] = live
+        self.reserve(live.principal)
         self._by_req[(live.principal, live.req_id)] = live
         if live.idempotency_key:
             self._by_key[(live.principal, live.idempotency_key)] = live
@@ -179,8 +225,16 @@ class DurableRuns:
                 raise RuntimeError(f"durable run {run_id!r} has no attaching connection")
             live.spawn(fn, name=f"replay {run_id}")
 
+        def store_failed(_error: BaseException) -> None:
+            # nothing the run does from now on is recorded: stop it rather than let its
+            # nodes act unrecorded (a restarted host resumes it from what was stored)
+            live = self.live.get(run_id)
+            if live is not None:
+                live.handle.cancel()
+
         return DurableSink(store, run_id, req_id=record.req_id, capability="chains",
-                           start_soon=start_soon, position=position)
+                           start_soon=start_soon, position=position,
+                           on_store_error=store_failed)
 
     def host_stops(self, live: LiveRun) -> bool:
         """Whether the run is ending only because the host is stopping (it cancels every
@@ -216,7 +270,9 @@ class DurableRuns:
 
     def forget(self, live: LiveRun) -> None:
         """The run's task ended: later lookups read the store."""
-        self.live.pop(live.run_id, None)
+        if self.live.get(live.run_id) is live:
+            del self.live[live.run_id]
+            self.release(live.principal)
         if self._by_req.get((live.principal, live.req_id)) is live:
             del self._by_req[(live.principal, live.req_id)]
         if self._by_key.get((live.principal, live.idempotency_key)) is live:
@@ -244,11 +300,18 @@ class DurableRuns:
             return live
         store = await self.open()
         record: RunRecord | None
+        searched_all = True
         if run_id:
             record = await store.get(run_id)
         else:
-            record = await _newest_with_req_id(store, principal, req_id)
+            record, searched_all = await _newest_with_req_id(store, principal, req_id)
         if record is None or record.principal != principal:
+            if not searched_all:
+                raise UnknownRun(
+                    f"no durable run with {what} among the {REQ_ID_SEARCH} newest runs "
+                    "of this session's principal; name an older run by its run_id "
+                    "(run/list lists them)"
+                )
             raise UnknownRun(
                 f"no durable run with {what} for this session's principal; list yours "
                 "with run/list"
@@ -270,6 +333,10 @@ class DurableRuns:
         _check_since(since_seq, last, live.run_id)
         ctx.outbox.send_nowait(ChainAccepted(req_id=live.req_id, run_id=live.run_id,
                                              last_seq=last, attach_id=attach_id))
+        if not live.sink.attached_to(ctx.outbox):
+            # taken over: it no longer counts against the max_parallel of the session
+            # that started it (max_durable_runs still counts it)
+            live.handle.release()
         live.spawn = ctx.start_soon
         ctx.attach_run(live.handle, after=since_seq)
 
@@ -301,6 +368,13 @@ def check_not_expired(record: RunRecord) -> None:
         )
 
 
+def _unavailable(cause: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"this host's run store failed ({cause}) and records no durable run until the "
+        "host is restarted; send the chain/req without durable, or again later"
+    )
+
+
 def _check_since(since_seq: int, last: int, run_id: str) -> None:
     if not 0 <= since_seq <= last:
         raise BadSinceSeq(
@@ -316,15 +390,16 @@ def _last_seq(sink: DurableSink) -> int:
 
 
 async def _newest_with_req_id(store: RunStore, principal: str, req_id: str
-                              ) -> RunRecord | None:
-    """The principal's newest stored run serving ``req_id`` (its first 1000 runs)."""
+                              ) -> tuple[RunRecord | None, bool]:
+    """The principal's newest stored run serving ``req_id`` among its
+    :data:`REQ_ID_SEARCH` newest runs, and whether those were all its runs."""
     cursor: str | None = None
-    for _ in range(2):
+    for _ in range(REQ_ID_SEARCH // 500):
         records, cursor = await store.list(principal=principal, cursor=cursor, limit=500)
         for record in records:
             if record.req_id == req_id:
-                return record
+                return record, True
         if cursor is None:
-            break
-    return None
+            return None, True
+    return None, False
 

@@ -88,6 +88,23 @@ class DurableChains:
         if refusal is not None:
             ctx.outbox.send_nowait(self._refused(request, refusal))  # type: ignore[attr-defined]
             return
+        # the principal's runs in flight, this one included, counted before the store
+        # is awaited: concurrent requests from its other connections see each other
+        held = durable.reserve(session.principal)
+        try:
+            refusal = session.limits.refusal("max_durable_runs", held)
+            if refusal is not None:
+                ctx.outbox.send_nowait(self._refused(request, refusal))  # type: ignore[attr-defined]
+                return
+            await self._create_and_start(request, ctx, retention)
+        finally:
+            durable.release(session.principal)
+
+    async def _create_and_start(self, request: ChainRequest, ctx: PluginContext,
+                                retention: int) -> None:
+        session = ctx.session
+        durable = self.durable
+        effective = session.limits.effective
         self._check_admission(request, ctx)  # type: ignore[attr-defined]
         timeout = min(request.timeout_within(effective.max_timeout), effective.max_timeout)
         record = await durable.create(request, session, run_seconds=timeout, retention=retention,
@@ -132,6 +149,7 @@ class DurableChains:
                 f"durable run {_run_id(found)!r} is not streaming to this connection; "
                 "nothing to detach"
             )
+        found.handle.release()  # no longer one of this session's max_parallel chains
         ctx.outbox.send_nowait(ChainDetached(req_id=message.id, run_id=found.run_id,
                                              last_seq=found.sink.delivered))
 

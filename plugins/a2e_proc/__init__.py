@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import anyio
 
+from a2e_host.chains.expressions import clip
 from a2e_host.chains.proc import start_process
 from a2e_host.chains.proc_messages import (
     PROC_MESSAGE_TYPES,
@@ -39,7 +40,7 @@ from a2e_host.chains.proc_messages import (
     ProcWriteRequest,
     ProcWriteResponse,
 )
-from a2e_host.chains.proc_policy import ProcPolicy, argv_problem
+from a2e_host.chains.proc_policy import SHOWN, ProcPolicy, argv_problem
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import (
     Busy,
@@ -75,6 +76,7 @@ class _SessionProcs:
     procs: dict[str, LiveProcess | None] = field(default_factory=dict)  # None: spawning
     counter: int = 0
     pending_writes: dict[str, int] = field(default_factory=dict)
+    pending_bytes: int = 0  # data of the session's writes not yet taken by a stdin
     closing: bool = False  # the session stopped taking work: a process starting now closes
 
     @property
@@ -139,8 +141,9 @@ class ProcPlugin(Plugin):
 
         Raises:
             ProcLimit: a spawn past the session's ``proc_limit``.
-            Busy: the host is shutting down, every host-wide process slot is taken, or
-                :data:`MAX_PENDING_WRITES` writes wait for that process already.
+            Busy: the host is shutting down, every host-wide process slot is taken,
+                :data:`MAX_PENDING_WRITES` writes wait for that process already, or the
+                session's waiting writes would hold more than ``max_message_bytes``.
             UnknownProc: no process of this session has that ``proc_id``.
             ProcDead: a write to, or a kill of, a process that has ended.
             SchemaViolation: an unknown ``signal``.
@@ -215,8 +218,8 @@ class ProcPlugin(Plugin):
         exe, _ = self.policy.resolve(name)
         if exe is None:
             allowed = ", ".join(sorted(self.policy.allowed))
-            return (f"executable {name!r} is not allowed (allowed: {allowed}); give one of "
-                    "those names as cmd[0], or have the operator allow it with "
+            return (f"executable {clip(name, SHOWN)} is not allowed (allowed: {allowed}); "
+                    "give one of those names as cmd[0], or have the operator allow it with "
                     "--allow-proc"), "proc_denied"
         if not _same_file(exe.real, exe.dev, exe.ino):  # the supervisor checks it again
             return (f"executable {name!r} was replaced since the host started ({exe.real} is "
@@ -298,9 +301,10 @@ class ProcPlugin(Plugin):
             raise UnknownProc(
                 f"process {proc_id!r} is still starting; wait for its proc/spawn/resp"
                 if known else
-                f"this session has no process {proc_id!r}; use the proc_id of a "
+                f"this session has no process {clip(proc_id, SHOWN)}; use the proc_id of a "
                 "proc/spawn/resp (proc/status/req with proc_id \"\" lists them)",
-                detail={"proc_id": proc_id},
+                detail={"proc_id": proc_id if len(proc_id) <= SHOWN else
+                        proc_id[:SHOWN] + "…"},
             )
         return process
 
@@ -324,33 +328,47 @@ class ProcPlugin(Plugin):
                 f"{pending} writes to process {process.proc_id!r} are waiting for its stdin "
                 "already; wait for a proc/write/resp before sending more"
             )
+        data = request.data.encode("utf-8", errors="surrogatepass")
+        limit = ctx.session.limits.effective.max_message_bytes
+        if procs.pending_bytes and procs.pending_bytes + len(data) > limit:
+            # every process's writes may wait at once: bound the session's bytes, not
+            # only the count per process (proc_limit x 4 writes x 16 MiB otherwise)
+            raise Busy(
+                f"{procs.pending_bytes} bytes of this session's writes are waiting for "
+                f"stdin already and {len(data)} more would pass {limit} "
+                "(max_message_bytes); wait for a proc/write/resp before sending more"
+            )
         procs.pending_writes[process.proc_id] = pending + 1
-        ctx.start_soon(self._write_now, request, process, procs, ctx.outbox,
-                       name=f"proc write {process.proc_id}")
+        procs.pending_bytes += len(data)
+        ctx.start_soon(self._write_now, request.id, data, request.eof, process, procs,
+                       ctx.outbox, name=f"proc write {process.proc_id}")
 
     @staticmethod
     async def _write_now(
-        request: ProcWriteRequest, process: LiveProcess, procs: _SessionProcs, outbox: Outbox
+        req_id: str, data: bytes, eof: bool, process: LiveProcess, procs: _SessionProcs,
+        outbox: Outbox,
     ) -> None:
-        data = request.data.encode("utf-8", errors="surrogatepass")
+        size = len(data)
         try:
-            error = await process.write(data, request.eof)
+            error = await process.write(data, eof)
         finally:
+            del data  # the request's copy of it is gone already; do not hold this one
+            procs.pending_bytes -= size
             left = procs.pending_writes.get(process.proc_id, 1) - 1
             if left:
                 procs.pending_writes[process.proc_id] = left
             else:
                 procs.pending_writes.pop(process.proc_id, None)
         outbox.send_nowait(ProcWriteResponse(
-            req_id=request.id, proc_id=process.proc_id, ok=error is None, pid=process.pid,
-            error=error or "", written=0 if error else len(data),
+            req_id=req_id, proc_id=process.proc_id, ok=error is None, pid=process.pid,
+            error=error or "", written=0 if error else size,
         ))
 
     def _kill(self, request: ProcKillRequest, ctx: PluginContext) -> None:
         signum = SIGNALS.get(request.signal.upper())
         if signum is None:
             raise SchemaViolation(
-                f"proc/kill/req: signal {request.signal!r} is not one of "
+                f"proc/kill/req: signal {clip(request.signal, SHOWN)} is not one of "
                 f"{', '.join(SIGNALS)}",
                 detail={"path": "$.signal", "type": "proc/kill/req"},
             )
