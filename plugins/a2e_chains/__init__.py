@@ -219,15 +219,16 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         sink = run.sink
         runner: ChainRunner | None = None
         responded = False
-        live = self.durable.live.get(run_id) if run_id else None
+        durable = self.durable  # looked up once: emit runs per event
+        live = durable.live.get(run_id) if run_id else None
 
         def emit(message: Message) -> None:
             if live is None:
                 sink.send_nowait(message)
-            elif self.durable.host_stops(live):
+            elif durable.host_stops(live):
                 return  # the host is stopping: the run stays as stored, to be resumed
             elif isinstance(message, ChainResponse):
-                self.durable.finished(live, message)  # stored with its status, then sent
+                durable.finished(live, message)  # stored with its status, then sent
             else:
                 sink.send_nowait(message)
 
@@ -271,7 +272,7 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 step_cache=self.step_cache,
                 run_key=run_id or f"{session.session_id}/{request.id}",
                 checkpoint=None if live is None else checkpoint_for(
-                    live.sink, lambda: self.durable.host_stops(live)),
+                    live.sink, lambda: durable.host_stops(live)),
             )
             run.on_cancel(runner.cancel)  # at once when cancelled while it was planned
             log.info("chain started", nodes=len(plan.nodes))
