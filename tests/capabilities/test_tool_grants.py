@@ -15,6 +15,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from a2e_host.config import load_config
 from tests.support.sdk import assert_sdk_accepts
+from tests.support.skills import write_versioned_skills
 from tests.support.tools import TOOL_CAPS, call_events, call_req, list_req
 from tests.support.ws import call, receive, reply, serving
 
@@ -152,3 +153,27 @@ def test_a_grant_of_an_unknown_principal_or_a_malformed_one_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match=match):
         load_config(environ=environ)
+
+
+@pytest.mark.asyncio
+async def test_a_skill_cannot_widen_the_grant_its_sub_chain_is_held_to_it(tmp_path: Path) -> None:
+    skills = write_versioned_skills(tmp_path / "skills")  # shout@2 runs concat, upper, echo
+    node = {"node_id": "s", "kind": "skill", "name": "shout", "input": {"parts": ["a", "b"]}}
+    request = {"type": "chain/req", "id": "r1", "entry_node": "s", "nodes": [node]}
+    async with serving("--skills", str(skills), env=ENV) as (url, _):
+        for token, expected in (("tok-a", None), ("tok-b", {"v": 2, "text": "AB"})):
+            async with connect(url) as ws:
+                resp = await call(ws, {"type": "handshake/req", "id": "h", "auth_token": token,
+                                       "agent_caps": ["chains", "skill"]})
+                assert resp["ok"], resp
+                await ws.send(json.dumps(request))
+                resp = await reply(ws)
+                assert resp["final_output"] == expected
+                if token == "tok-b":
+                    assert (resp["success"], resp["error"]) == (True, None)
+                    continue
+                error = resp["error"]
+                assert (resp["success"], error["code"], error["node_id"]) == (
+                    False, "chain_node_error", "s")
+                assert [(p["code"], p["node_id"], p["tool"]) for p in error["details"]["errors"]
+                        ] == [("tool_denied", "join", "concat")]
