@@ -4,6 +4,7 @@ the host abandons learns through ``tools.context().cancelled`` / ``wait_cancelle
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
@@ -125,3 +126,13 @@ def test_check_cancelled_raises_once_the_invocation_is_cancelled_and_copies_star
     assert raised.value.code == "cancelled"
     assert (ctx.cancelled, ctx.wait_cancelled(0), ctx.for_invocation().cancelled) == (
         True, True, False)
+
+
+def test_an_invocation_copy_keeps_every_other_field_of_the_context() -> None:
+    ctx = NodeContext("n", "c", "r", depth=2, granted=frozenset({"chains"}),
+                      max_output_bytes=7, run_subchain=None, log="log", run_key="k",
+                      deadline=12.5, sink=lambda kind, data: True)
+    copy = ctx.for_invocation()
+    names = [f.name for f in dataclasses.fields(NodeContext) if f.name != "_cancel"]
+    assert [getattr(copy, n) for n in names] == [getattr(ctx, n) for n in names]
+    assert copy._cancel is not ctx._cancel
