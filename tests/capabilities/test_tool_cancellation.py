@@ -136,3 +136,19 @@ def test_an_invocation_copy_keeps_every_other_field_of_the_context() -> None:
     names = [f.name for f in dataclasses.fields(NodeContext) if f.name != "_cancel"]
     assert [getattr(copy, n) for n in names] == [getattr(ctx, n) for n in names]
     assert copy._cancel is not ctx._cancel
+
+
+@pytest.mark.asyncio
+async def test_a_thread_tool_looping_until_cancelled_stops_when_its_connection_drops() -> None:
+    looper = Looper()
+    host = host_with(Tool("loop", looper, blocking=True))
+    async with connect_memory(host, agent_caps=CAPS) as client:
+        call = client.call_tool("loop", {}, timeout=600)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call.result)
+            assert await wait_thread_event(looper.started)
+            tg.cancel_scope.cancel()  # stop waiting; leaving the block drops the connection
+        await call.aclose()  # only stops listening: the tool still runs
+        assert not looper.stopped.is_set()
+    assert await wait_thread_event(looper.stopped)
+    assert [(r["cancelled_at_start"], r["cancelled"]) for r in looper.runs] == [(False, True)]
