@@ -322,7 +322,8 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         )
 
     def _plan_now(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
-        plan = validate_chain(request, self.toolbox, session.limits, granted=session.granted)
+        plan = validate_chain(request, self.toolbox, session.limits, granted=session.granted,
+                              tool_grant=self.config.tool_grant(session.principal))
         check_total_nodes(
             request.nodes, self.toolbox.skills.declared, session.limits
         )
@@ -349,7 +350,8 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
             if plan is None:
                 request = ChainRequest(nodes=nodes, entry_node=entry_node, chain_id=name)
                 plan = validate_chain(
-                    request, self.toolbox, session.limits, granted=session.granted
+                    request, self.toolbox, session.limits, granted=session.granted,
+                    tool_grant=self.config.tool_grant(session.principal),
                 )
                 plans[key] = plan
             return plan
