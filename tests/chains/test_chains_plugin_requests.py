@@ -36,6 +36,7 @@ class FakeSession:
     session_id: str = "s1"
     agent_id: str = "test"
     granted: frozenset[str] = frozenset({"chains", "skill"})
+    principal: str = "anonymous"
 
 
 class FakeOutbox:
