@@ -73,3 +73,16 @@ def test_the_durable_runs_section_states_which_in_flight_nodes_survive_a_restart
     protocol = (REPO / "docs" / "PROTOCOL.md").read_text("utf-8")
     running = protocol[protocol.index("\n## 5. Running\n"):protocol.index("\n## 6. ")]
     assert "**Resume after a restart**" in running
+
+
+def test_the_long_lived_process_example_prints_what_its_comments_say(tmp_path: Path) -> None:
+    code = next(b for b in blocks("python") if "spawn_proc" in b)
+    promised = [line.split("# ", 1)[1].strip() for line in code.splitlines()
+                if "print(" in line]
+    assert promised[0].startswith("ProcOutput(")
+    script = tmp_path / "procs.py"
+    script.write_text(code, "utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=90, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == promised
