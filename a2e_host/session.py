@@ -137,6 +137,8 @@ class ConnectionSession:
             order the host serves them.
         gates: gate name → the served capability that owns it (e.g.
             ``{"skill": "chains"}``); a gate is granted when asked and its owner granted.
+        how_to_serve: capability name → how an operator makes the host serve it
+            (``Plugin.how_to_serve``), named in ``capability_missing`` when not served.
         bearer_token: a token the transport already received (WebSocket
             ``Authorization: Bearer``); it satisfies auth like ``handshake/req.auth_token``.
     """
@@ -147,10 +149,12 @@ class ConnectionSession:
         served: Mapping[str, MetadataFn | None],
         *,
         gates: Mapping[str, str] | None = None,
+        how_to_serve: Mapping[str, str] | None = None,
         bearer_token: str = "",
     ) -> None:
         self.config = config
         self.served = dict(served)
+        self.how_to_serve = dict(how_to_serve or {})
         self.gates = {g: owner for g, owner in (gates or {}).items() if g not in self.served}
         self.bearer_token = bearer_token
         self.state = SessionState.AWAITING_HANDSHAKE
@@ -310,8 +314,9 @@ class ConnectionSession:
                 detail={"session_id": session_id},
             )
         if capability not in self.session.granted:
+            hint = self.how_to_serve.get(capability, "")
             fix = (f"list {capability!r} in handshake/req.agent_caps" if capability in self.served
-                   else "this host does not serve it")
+                   else "this host does not serve it" + (f"; to serve it, {hint}" if hint else ""))
             raise CapabilityMissing(
                 f"{mtype!r} needs capability {capability!r}, which this session was not "
                 f"granted; {fix}",

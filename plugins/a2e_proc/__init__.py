@@ -101,6 +101,9 @@ class ProcPlugin(Plugin):
         "proc/status/resp.procs",
         "proc/read/event.kinds",
     )
+    how_to_serve: ClassVar[str] = (
+        "start the host with --allow-proc NAME for each executable it may run, or allow_proc "
+        "in its config")
 
     def __init__(self, config: HostConfig, policy: ProcPolicy | None = None) -> None:
         super().__init__(config)
