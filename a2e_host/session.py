@@ -39,10 +39,11 @@ Decisions where PROTOCOL.md §2 is silent:
 - ``accepted_caps`` lists, in the order asked and without duplicates, each capability
   both asked and served. ``max_parallel`` is the session's effective ceiling.
 - *Gates* (``proc``, ``skill``) are names an agent lists in ``agent_caps`` to unlock
-  node kinds of a served capability (PROTOCOL.md §8). They are not capabilities (no
-  plugin serves ``proc/*`` or ``skill/*``): never in ``accepted_caps``, never enough for
-  a session on their own; a gate is granted only with the capability that owns it, and
-  :attr:`Session.granted` holds it beside the accepted capabilities.
+  node kinds of a served capability (PROTOCOL.md §8). A gate whose name is itself a
+  served capability (the ``proc`` and ``skill`` plugins) is dropped: asking it grants
+  that capability. Otherwise a gate is not a capability: never in ``accepted_caps``,
+  never enough for a session on its own; it is granted only with the capability that
+  owns it, and :attr:`Session.granted` holds it beside the accepted capabilities.
 - Bad ``handshake/req.limits`` (an unknown ceiling, a value that is not a positive
   integer) is ``error`` ``schema_violation`` with ``detail.path`` ``$.limits.<name>``;
   no session is created.
