@@ -33,6 +33,7 @@ from .exceptions import (
     VersionMismatch,
 )
 from .messages import CORE_MESSAGE_TYPES, PROTOCOL_VERSION, Message
+from .sizes import SHOWN_CHARS, clip
 
 __all__ = [
     "MessageCodec",
@@ -273,8 +274,8 @@ def _classify(codec: MessageCodec, obj: Any, exc: BaseException) -> Message | Re
     if mtype not in codec.types:
         known = sorted(tag for tag in codec.types if tag not in codec.host_sent)
         return UnknownType(
-            f"unknown message type {mtype!r}; an agent may send {', '.join(known)}",
-            detail={"type": mtype, "known": known},
+            f"unknown message type {clip(mtype)}; an agent may send {', '.join(known)}",
+            detail={"type": mtype[:SHOWN_CHARS], "known": known},
             req_id=req_id,
         )
     for key in ("a2e", "version"):

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from .grants import ToolGrant, check_grant_principals, parse_named_tokens, parse_tool_grants
 from .limits import CEILINGS, Limits, limits_from_mapping
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "HostConfig",
     "LOCAL_TOOL_PACKS",
     "TOKEN_PRINCIPAL",
+    "ToolGrant",
     "load_config",
     "with_local_tools",
 ]
@@ -64,6 +66,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
             session of that principal, which alone may attach to, cancel, list and get its
             durable runs (PROTOCOL.md §5 Durable runs). With neither token set every
             session is the principal :data:`ANONYMOUS_PRINCIPAL`.
+        tool_grants: principal → tool-name glob patterns (TOML ``[auth.tool_grants]``,
+            ``A2E_TOOL_GRANTS=alice:fs.*|text.upper``): such a principal may list, call and
+            chain only matching tools (``tool_denied``); others use every tool (§11).
         allowed_origins: browser ``Origin`` values the WebSocket server accepts; requests
             without an Origin header (non-browser clients) are always accepted.
         keepalive_interval: WebSocket ping interval, seconds; None disables.
@@ -117,6 +122,7 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     port: int = 8765
     auth_token: str = ""
     auth_tokens: dict[str, str] = {}
+    tool_grants: dict[str, tuple[str, ...]] = {}
     allowed_origins: tuple[str, ...] = ()
     keepalive_interval: float | None = 20.0
     ws_compression: bool = False
@@ -141,6 +147,11 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     def auth_required(self) -> bool:
         """Whether handshakes must present a token (``auth_token`` or ``auth_tokens``)."""
         return bool(self.auth_token or self.auth_tokens)
+
+    def tool_grant(self, principal: str) -> ToolGrant | None:
+        """The tools ``principal`` may use; None: every tool (it has no grant)."""
+        patterns = self.tool_grants.get(principal)
+        return None if patterns is None else ToolGrant(principal, patterns)
 
     @property
     def root_path(self) -> Path:
@@ -209,7 +220,11 @@ def load_config(
                 raise ValueError(f"'limits' from {source} must be a table of ceilings")
             flat.update(nested)
         _merge(values, limits, [(k, v, source) for k, v in flat.items()])
-    return HostConfig(limits=limits_from_mapping(limits), **values)
+    config = HostConfig(limits=limits_from_mapping(limits), **values)
+    check_grant_principals(config.tool_grants, {*config.auth_tokens, TOKEN_PRINCIPAL}
+                           if config.auth_token else set(config.auth_tokens)
+                           or {ANONYMOUS_PRINCIPAL})
+    return config
 
 
 _Item = tuple[str, Any, str]  # (key, raw value, source)
@@ -252,10 +267,12 @@ def _auth_table(value: Any, source: str) -> list[_Item]:
     for key, raw in value.items():
         if key == "token":
             items.append(("auth_token", raw, f"[auth] of {source}"))
-        elif key == "tokens":
-            items.append(("auth_tokens", raw, f"[auth.tokens] of {source}"))
+        elif key in ("tokens", "tool_grants"):
+            field = "auth_tokens" if key == "tokens" else key
+            items.append((field, raw, f"[auth.{key}] of {source}"))
         else:
-            raise ValueError(f"unknown key {key!r} in [auth] of {source}; known: token, tokens")
+            raise ValueError(f"unknown key {key!r} in [auth] of {source}; known: token, "
+                             "tokens, tool_grants")
     return items
 
 
@@ -359,39 +376,6 @@ def _string_list(key: str, raw: Any, source: str) -> tuple[str, ...]:
     raise _bad(key, source, "a list of strings (comma-separated in the environment)", raw)
 
 
-def _named_tokens(key: str, raw: Any, source: str) -> dict[str, str]:
-    """Principal name → token, from a table or ``name:token,name:token``."""
-    if isinstance(raw, str):
-        pairs: list[tuple[Any, Any]] = []
-        for part in (p.strip() for p in raw.split(",")):
-            if not part:
-                continue
-            name, sep, token = part.partition(":")
-            if not sep:
-                raise _bad(key, source, "name:token pairs, comma-separated", raw)
-            pairs.append((name.strip(), token.strip()))
-    elif isinstance(raw, dict):
-        pairs = list(raw.items())
-    else:
-        raise _bad(key, source, "a table of principal name = token", raw)
-    tokens: dict[str, str] = {}
-    seen: set[str] = set()
-    for name, token in pairs:
-        if not isinstance(name, str) or not name or not isinstance(token, str) or not token:
-            raise ValueError(
-                f"{key} from {source}: every principal needs a non-empty name and token, "
-                f"got {name!r}"
-            )
-        if name in tokens or token in seen:
-            raise ValueError(
-                f"{key} from {source}: principal {name!r} or its token is given twice; "
-                "each principal needs its own token"
-            )
-        tokens[name] = token
-        seen.add(token)
-    return tokens
-
-
 def _port(key: str, raw: Any, source: str) -> int:
     value = _integer(key, raw, source, "an integer port 0-65535")
     if not 0 <= value <= 65535:
@@ -462,7 +446,8 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "host": _string,
     "port": _port,
     "auth_token": _string,
-    "auth_tokens": _named_tokens,
+    "auth_tokens": parse_named_tokens,
+    "tool_grants": parse_tool_grants,
     "allowed_origins": _string_list,
     "keepalive_interval": _optional_seconds,
     "ws_compression": _flag,

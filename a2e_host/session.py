@@ -68,6 +68,7 @@ from .exceptions import (
 )
 from .limits import CEILINGS, SessionLimits
 from .messages import Capability, HandshakeRequest, HandshakeResponse, Message
+from .sizes import SHOWN_CHARS, clip
 
 __all__ = [
     "Session",
@@ -310,9 +311,9 @@ class ConnectionSession:
         session_id = getattr(message, "session_id", "")
         if session_id and session_id != self.session.session_id:
             raise UnknownSession(
-                f"session_id {session_id!r} is not this connection's session; use the "
+                f"session_id {clip(session_id)} is not this connection's session; use the "
                 "session_id from this connection's handshake/resp",
-                detail={"session_id": session_id},
+                detail={"session_id": session_id[:SHOWN_CHARS]},
             )
         if capability not in self.session.granted:
             hint = self.how_to_serve.get(capability, "")

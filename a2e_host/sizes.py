@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["JsonSizer", "json_size_at_most", "quick_json_size"]
+__all__ = ["SHOWN_CHARS", "JsonSizer", "clip", "json_size_at_most", "quick_json_size"]
 
 _encode = msgspec.json.Encoder().encode
 _NULL_ENTRY = 7  # bytes of '{' ':null}' around one key of a one-entry object
@@ -249,3 +249,16 @@ def json_size_at_most(value: Any, limit: int) -> int | None:
     while not sizer.advance(1 << 30):
         pass  # pragma: no cover - one call finishes
     return None if sizer.over else sizer.size
+
+
+SHOWN_CHARS = 256
+"""The most characters of a refused field an error's ``detail`` repeats."""
+
+
+def clip(text: str, width: int = 60) -> str:
+    """``repr(text)``, cut to about ``width`` characters (for error messages): a refusal
+    never repeats a field it refuses in full, so a megabyte field never makes a megabyte
+    answer."""
+    if len(text) <= width:
+        return repr(text)
+    return repr(text[:width]) + f"… ({len(text):,} characters)"

@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host-defaults", action="store_true",
                         help="the host runs with PROTOCOL.md §6 default ceilings; enables "
                              "the cases checking them")
+    parser.add_argument("--fast-prune", action="store_true",
+                        help="the host prunes a durable run within 2 s of its retention "
+                             "passing (a2e-host: [store] prune_interval = 1); enables the "
+                             "run_expired case")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="list skipped cases and every requirement")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
@@ -149,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     target = Target("stdio" if args.stdio else "ws", args.stdio or args.ws,
                     stderr=args.stderr, auth_token=args.auth_token,
-                    host_defaults=args.host_defaults)
+                    host_defaults=args.host_defaults, fast_prune=args.fast_prune)
 
     def progress(result: CaseResult) -> None:
         if not args.json:

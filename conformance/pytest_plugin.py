@@ -36,6 +36,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--a2e-auth-token", metavar="TOKEN", help="token the host requires")
     group.addoption("--a2e-host-defaults", action="store_true",
                     help="the host runs with PROTOCOL.md §6 default ceilings")
+    group.addoption("--a2e-fast-prune", action="store_true",
+                    help="the host prunes a durable run within 2 s of its retention passing")
     group.addoption("--a2e-fresh", action="store_true",
                     help="every case on a connection of its own (over stdio: a host process "
                          "per case) instead of shared sessions")
@@ -47,7 +49,8 @@ def _target(config: pytest.Config) -> Target | None:
         return None
     return Target("stdio" if stdio else "ws", stdio or ws,
                   auth_token=config.getoption("--a2e-auth-token"),
-                  host_defaults=config.getoption("--a2e-host-defaults"))
+                  host_defaults=config.getoption("--a2e-host-defaults"),
+                  fast_prune=config.getoption("--a2e-fast-prune"))
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

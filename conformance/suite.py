@@ -46,6 +46,8 @@ CONDITIONS = {
                       "(start it with --skills DIR, DIR from `a2e-conformance --skills-dir`)",
     "proc_cat": "the host serves proc and allows cat (its proc metadata lists it: start it "
                 "with --allow-proc cat)",
+    "fast_prune": "the host prunes a durable run within 2 s of its retention passing "
+                  "(a2e-host: [store] prune_interval = 1), given as --fast-prune",
 }
 FIXTURE_SKILL = "conformance_shout"
 """A fixture skill (``conformance/skills/``) the probe looks for with skill/discover/req."""
@@ -61,6 +63,7 @@ class Target:
     stderr: str = "capture"
     auth_token: str | None = None
     host_defaults: bool = False
+    fast_prune: bool = False
 
     async def connect(self) -> Connection:
         if self.transport == "stdio":
@@ -150,6 +153,7 @@ def skip_reason(case: Case, target: Target, probe: Probe) -> str | None:
     if unpublished:
         return f"host does not publish the ceiling {', '.join(unpublished)}"
     met = {"auth": bool(target.auth_token), "host_defaults": target.host_defaults,
+           "fast_prune": target.fast_prune,
            "other_cap": any(c != "chains" for c in probe.served),
            "fixture_skills": f"{FIXTURE_SKILL}@2" in probe.skills,
            "proc_cat": "cat" in _executables(probe.handshake)}

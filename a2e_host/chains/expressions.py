@@ -47,6 +47,7 @@ from jmespath import exceptions as jmes_exceptions
 from jmespath import parser as jmes_parser
 from jmespath.functions import Functions
 
+from ..sizes import clip
 from .interpreter import Budget, evaluate, is_truthy
 
 __all__ = [
@@ -283,13 +284,6 @@ def _too_deep(depth: int) -> str:
         f"nests {depth} levels deep; at most {MAX_EXPRESSION_NESTING} are allowed (brackets, "
         "parentheses, braces, function calls, !, &, projections and operators each add one)"
     )
-
-
-def clip(text: str, width: int = 60) -> str:
-    """``repr(text)``, cut to about ``width`` characters (for error messages)."""
-    if len(text) <= width:
-        return repr(text)
-    return repr(text[:width]) + f"… ({len(text):,} characters)"
 
 
 def _scan_nesting(body: str) -> tuple[int, int]:

@@ -24,6 +24,7 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from ..exceptions import ChainLimitExceeded
+from ..grants import TOOL_DENIED, ToolGrant
 from ..limits import SessionLimits
 from . import kinds as kind_table
 from .catalog import Catalog
@@ -61,7 +62,13 @@ class NodeChecks:
             asking about names or policy (drawing a chain, which checks none of them).
         limits: the session's ceilings; None checks none.
         granted: the session's capabilities; None checks no gate.
+
+    Attributes:
+        tool_grant: the tools the session's principal may name (``tool_denied``
+            problems for others); None: every tool.
     """
+
+    tool_grant: ToolGrant | None = None
 
     def __init__(
         self, request: ChainRequest, catalog: Catalog | None, limits: SessionLimits | None,
@@ -133,7 +140,9 @@ class NodeChecks:
         if among == "kinds":
             return self.kinds.names
         if among == "tools":
-            return self.tool_names()
+            grant = self.tool_grant
+            names = self.tool_names()
+            return names if grant is None else [n for n in names if grant.allows(n)]
         return self.skill_names()
 
     # ── 2. node ids ──
@@ -243,6 +252,8 @@ class NodeChecks:
         if what == "skill" and self.check_skill_ref(nid, name, index):
             return
         if name in (self.tool_names() if what == "tool" else self.skill_names()):
+            if what == "tool":
+                self.check_granted(nid, "name", name)
             return
         pack = self.pack_providing(name) if what == "tool" else None
         if pack:
@@ -255,6 +266,14 @@ class NodeChecks:
         self.invalid(nid, "name", f"unknown {what} {name!r}{self.suggest(name, what + 's')}",
                      f"use a registered {what} ({listing} lists them) or enable the pack "
                      "that provides it")
+
+    def check_granted(self, nid: str, field: str, name: str) -> None:
+        """A ``tool_denied`` problem when the session's principal has a tool grant that
+        lacks the registered tool ``name`` (PROTOCOL.md §11 Tool grants)."""
+        grant = self.tool_grant
+        if grant is not None and not grant.allows(name):
+            message, hint = grant.refusal(name)
+            self.add(problem(TOOL_DENIED, nid, field, message, hint, tool=name))
 
     def check_skill_ref(self, nid: str, ref: str, index: int) -> bool:
         """Resolve a skill reference through the catalog's ``resolve_skill``; False when

@@ -9,13 +9,15 @@ into the node's error) and must let cancellation propagate. Source: PROTOCOL.md 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
 
+from ..exceptions import NodeError
 from ..limits import SessionLimits
 from .messages import ChainNode
 
@@ -73,6 +75,13 @@ class NodeContext:
         deadline: when the node must be done, ``time.monotonic()`` seconds (the chain's
             or direct call's timeout, or the node's own shorter one); None for none.
         sink: where :meth:`report` sends (None: reports are dropped).
+
+    Cancellation: an ``async`` tool sees it as the usual cancellation of its task; a
+    blocking tool, run in a worker thread the host abandons when the node is cancelled
+    (its timeout, the chain's or call's timeout, ``chain/cancel``, a dropped connection),
+    asks :attr:`cancelled`, :meth:`check_cancelled` or :meth:`wait_cancelled` and stops.
+    Each invocation of the tool (each attempt of a retrying node) has its own flag
+    (:meth:`for_invocation`), so a new attempt does not see an old one's cancellation.
     """
 
     node_id: str
@@ -87,6 +96,43 @@ class NodeContext:
     run_key: str = ""
     deadline: float | None = None
     sink: ReportSink | None = None
+    _cancel: threading.Event = field(default_factory=threading.Event, repr=False,
+                                     compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether this invocation was cancelled; safe to read from the tool's worker
+        thread, which should then stop (its result is discarded)."""
+        return self._cancel.is_set()
+
+    def check_cancelled(self) -> None:
+        """Raise when this invocation was cancelled: the tool's loop stops there.
+
+        Raises:
+            NodeError: code ``cancelled``, naming the node.
+        """
+        if self._cancel.is_set():
+            raise NodeError(f"node {self.node_id!r} was cancelled", code="cancelled")
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Block the calling worker thread until this invocation is cancelled or
+        ``timeout`` seconds pass (None: no bound); whether it was cancelled. A blocking
+        tool waits here instead of ``time.sleep`` so it wakes at once on cancellation.
+        Never call it on the event loop."""
+        return self._cancel.wait(timeout)
+
+    def mark_cancelled(self) -> None:
+        """Set :attr:`cancelled` (the executor does, when the invocation's scope is
+        cancelled); thread-safe, idempotent."""
+        self._cancel.set()
+
+    def for_invocation(self) -> NodeContext:
+        """This context with a fresh cancellation flag: one per run of the tool, so an
+        abandoned attempt keeps seeing its own cancellation while the next runs."""
+        return NodeContext(  # spelled out: dataclasses.replace is 3x slower per tool call
+            self.node_id, self.chain_id, self.req_id, self.depth, self.granted,
+            self.max_output_bytes, self.limits, self.run_subchain, self.log, self.run_key,
+            self.deadline, self.sink)
 
     @property
     def idempotency_key(self) -> str:

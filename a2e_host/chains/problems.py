@@ -129,7 +129,8 @@ def chain_invalid(
         details["problems_listed"] = len(ordered)
     if warnings:
         details["warnings"] = warnings
-    return ChainInvalid(_summary(first, found.total, len(ordered)), code=first["code"],
+    code = first["code"] if first["code"] in _PRECEDENCE else CHAIN_INVALID  # tool_denied
+    return ChainInvalid(_summary(first, found.total, len(ordered)), code=code,
                         node_id=first["node_id"], details=details)
 
 

@@ -25,6 +25,7 @@ from ..config import HostConfig
 from ..exceptions import NodeError
 from ..tools.confine import PathRefused, RootDir
 from ..tools.model import INVALID_INPUT
+from .expressions import clip
 from .messages import ChainNode
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "DEFAULT_MAX_STREAM_BYTES",
     "Executable",
     "ProcPolicy",
+    "SHOWN",
     "argv_problem",
 ]
 
@@ -46,6 +48,10 @@ _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _LOADER_PREFIXES = ("LD_", "DYLD_")
 """Environment variable prefixes of the dynamic loaders (glibc/musl, macOS) a node's
 ``env`` may not set."""
+
+SHOWN = 256
+"""Characters of an agent's field (a path, a name) a refusal repeats at most: enough for
+any real path, not the megabytes a request may hold."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +196,8 @@ class ProcPolicy:
         if found is None:
             allowed = ", ".join(sorted(self.allowed))
             return None, (
-                f"executable {name!r} is not allowed for proc nodes (allowed: {allowed}); "
+                f"executable {clip(name, SHOWN)} is not allowed for proc nodes "
+                f"(allowed: {allowed}); "
                 f"give one of those names as argv[0], or add it with --allow-proc"
             )
         return found, None
@@ -238,20 +245,21 @@ class ProcPolicy:
         loader = sorted(k for k in env if k.upper().startswith(_LOADER_PREFIXES))
         if loader:
             return (
-                f"env may not set {', '.join(loader)}: dynamic-loader variables would run "
+                f"env may not set {_listed(loader)}: dynamic-loader variables would run "
                 "other code inside the allowed executable; remove them"
             )
         unknown = sorted(k for k in env if k not in self.env_keys)
         if unknown:
             allowed = ", ".join(self.env_keys) if self.env_keys else "none"
             return (
-                f"env key {unknown[0]!r} is not allowed (keys a node may set: {allowed}); "
+                f"env key {clip(unknown[0], SHOWN)} is not allowed "
+                f"(keys a node may set: {allowed}); "
                 f"remove it, or have the operator list it in proc_env_keys "
                 f"(A2E_PROC_ENV_KEYS or proc_env_keys in the configuration file)"
             )
         nul = sorted(k for k, v in env.items() if "\x00" in v)
         if nul:
-            return f"env value of {nul[0]!r} contains a NUL byte; remove it"
+            return f"env value of {clip(nul[0], SHOWN)} contains a NUL byte; remove it"
         return None
 
     def child_path(self) -> str:
@@ -287,10 +295,11 @@ class ProcPolicy:
                 self._rootdir = RootDir(self.root)
             fd = self._rootdir.open_dir(shown).fd
         except PathRefused as exc:
-            raise NodeError(f"proc: cwd {shown!r} is refused: {exc.reason}",
+            raise NodeError(f"proc: cwd {clip(shown, SHOWN)} is refused: {exc.reason}",
                             code=INVALID_INPUT) from None
         except OSError:
-            raise NodeError(f"proc: cwd {shown!r} is not a directory under the root",
+            raise NodeError(f"proc: cwd {clip(shown, SHOWN)} is not a directory under the "
+                            "root",
                             code=INVALID_INPUT) from None
         try:
             yield fd
@@ -310,3 +319,11 @@ def argv_problem(argv: Any) -> str | None:
         if "\x00" in arg:
             return f"element {i} contains a NUL byte, which no program can receive; remove it"
     return None
+
+
+def _listed(names: list[str], most: int = 3) -> str:
+    """The first ``most`` of ``names``, each clipped, and how many more (an agent's
+    ``env`` may hold thousands: a refusal names a few)."""
+    shown = ", ".join(n if len(n) <= SHOWN else n[:SHOWN] + "…" for n in names[:most])
+    more = len(names) - most
+    return shown + (f" and {more} more" if more > 0 else "")

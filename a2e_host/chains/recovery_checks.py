@@ -53,6 +53,8 @@ class RecoveryChecked(Protocol):
 
     def tool_names(self) -> Collection[str]: ...
 
+    def check_granted(self, nid: str, field: str, name: str) -> None: ...
+
     def suggest(self, word: str, among: str) -> str: ...
 
     def invalid(self, node_id: str, field: str, message: str, hint: str,
@@ -148,3 +150,5 @@ def _check_fallback(checks: RecoveryChecked, nid: str, node: ChainNode) -> None:
         checks.invalid(nid, "fallback", f"fallback names {name!r}, which is not a registered "
                        f"tool{checks.suggest(name, 'tools')}",
                        "name a registered tool (tool/list/req lists them), or remove fallback")
+    elif checks.catalog is not None:
+        checks.check_granted(nid, "fallback", name)

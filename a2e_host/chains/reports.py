@@ -22,6 +22,8 @@ import anyio.from_thread
 
 from .nodes import MAX_REPORTS
 
+_DROPPED_LOCK = threading.Lock()
+
 if TYPE_CHECKING:
     from .events import EventStream
 
@@ -57,11 +59,18 @@ class NodeReports:
         Returns whether it was delivered."""
         if threading.get_ident() == self._thread:
             return self._send(kind, data)
+        if self.closed or self.sent >= MAX_REPORTS:  # dropped without a hop to the loop
+            self._count_dropped()
+            return False
         try:
             return bool(anyio.from_thread.run_sync(self._send, kind, data))
         except RuntimeError:  # not an anyio worker thread, or the loop is gone
-            self.dropped += 1
+            self._count_dropped()
             return False
+
+    def _count_dropped(self) -> None:
+        with _DROPPED_LOCK:  # worker threads count beside the loop
+            self.dropped += 1
 
     def close(self) -> None:
         """The node ended: every later report is dropped."""
@@ -69,7 +78,7 @@ class NodeReports:
 
     def _send(self, kind: str, data: dict[str, Any]) -> bool:
         if self.closed or self.sent >= MAX_REPORTS:
-            self.dropped += 1
+            self._count_dropped()
             return False
         self.sent += 1
         payload = {"report": kind}

@@ -28,7 +28,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
+
+from .expressions import clip as _clip
 
 __all__ = [
     "ACTIVE",
@@ -64,8 +66,8 @@ def check_version(version: str) -> str | None:
     """Why ``version`` cannot be a skill version (not PEP 440), or None when it can."""
     try:
         Version(version)
-    except InvalidVersion:
-        return (f"version {version!r} is not a PEP 440 version; write it as '1', '2.1' "
+    except ValueError:  # InvalidVersion, or a number past int()'s 4300 digits
+        return (f"version {_clip(version)} is not a PEP 440 version; write it as '1', '2.1' "
                 "or '3.0rc1'")
     return None
 
@@ -160,9 +162,15 @@ class VersionTable(Generic[T]):
     def resolve(self, ref: str) -> Resolution[T]:
         """The version ``ref`` names (module docstring's table), or why none may run."""
         name, version = parse_ref(ref)
+        if not name or (version is not None and "@" in version):
+            return Resolution(
+                None, name, known=False,
+                message=f"skill reference {_clip(ref)} is not 'name' or 'name@version'",
+                hint="name a skill, with at most one '@' before its version "
+                     "(skill/discover/req lists them)")
         versions = self.versions(name)
         if not versions:
-            return Resolution(None, name, message=f"unknown skill {name!r}",
+            return Resolution(None, name, message=f"unknown skill {_clip(name)}",
                               hint="use a registered skill (skill/discover/req lists them)",
                               known=False)
         if version is None:
@@ -178,7 +186,8 @@ class VersionTable(Generic[T]):
         if match is None:
             return Resolution(
                 None, name,
-                message=f"skill {name!r} has no version {version!r} ({_listing(versions)})",
+                message=f"skill {name!r} has no version {_clip(version)} "
+                        f"({_listing(versions)})",
                 hint=f"name one of its versions, or {name!r} alone for the newest active one")
         lifecycle = self._by_name[name][match][0]
         if lifecycle == RETIRED:
@@ -205,7 +214,7 @@ class VersionTable(Generic[T]):
 def _same(a: str, b: str) -> bool:
     try:
         return _key(a) == _key(b)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number past int()'s 4300 digits
         return False
 
 

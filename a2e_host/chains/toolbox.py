@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+
 from ..config import HostConfig
 from ..exceptions import NodeError
 from ..tools import ToolRegistry, load_tools
@@ -133,8 +135,10 @@ class Toolbox:
     # ── executors ──
 
     async def run_tool(self, node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
-        """The ``tool`` executor: ``tools.get(node.name).invoke(args)``, with ``ctx`` as
-        :data:`~a2e_host.chains.nodes.current_node` while it runs.
+        """The ``tool`` executor: ``tools.get(node.name).invoke(args)``, with a copy of
+        ``ctx`` of its own (:meth:`~a2e_host.chains.nodes.NodeContext.for_invocation`)
+        as :data:`~a2e_host.chains.nodes.current_node` while it runs, marked cancelled
+        when this invocation is.
 
         Raises:
             NodeError: the tool is not registered (validation should have refused it), or
@@ -143,9 +147,13 @@ class Toolbox:
         tool = self.tools.get(node.name)
         if tool is None:
             raise NodeError(f"unknown tool {node.name!r} in node {ctx.node_id!r}")
-        token = current_node.set(ctx)
+        own = ctx.for_invocation()
+        token = current_node.set(own)
         try:
             return await tool.invoke(args)
+        except anyio.get_cancelled_exc_class():
+            own.mark_cancelled()  # an async tool's own task saw it; a thread tool's too
+            raise
         finally:
             current_node.reset(token)
 

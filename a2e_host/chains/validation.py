@@ -39,6 +39,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..exceptions import ChainInvalid
+from ..grants import ToolGrant
 from ..limits import SessionLimits
 from .catalog import Catalog
 from .expressions import MAX_EXPRESSION_NESTING, Expression
@@ -144,7 +145,8 @@ class ChainPlan:
 
 
 def validate_chain(
-    request: ChainRequest, catalog: Catalog, limits: SessionLimits, *, granted: frozenset[str]
+    request: ChainRequest, catalog: Catalog, limits: SessionLimits, *, granted: frozenset[str],
+    tool_grant: ToolGrant | None = None,
 ) -> ChainPlan:
     """Validate a chain and build its plan (PROTOCOL.md §4, §6).
 
@@ -154,6 +156,10 @@ def validate_chain(
         limits: the session's effective ceilings.
         granted: capabilities granted to the session (``skill`` and ``proc`` nodes need
             theirs).
+        tool_grant: the tools the session's principal may name; a ``tool`` node or a
+            ``fallback`` naming another registered tool is a problem of code
+            ``tool_denied`` (the refusal's code stays ``chain_invalid``). None: every tool
+            (PROTOCOL.md §11 Tool grants).
 
     Returns:
         The immutable :class:`ChainPlan` (its ``warnings`` list what could fail).
@@ -168,7 +174,9 @@ def validate_chain(
             ``limit`` and ``requested`` are also at the top of ``details``.
     """
     try:
-        return _Validator(request, catalog, limits, granted).run()
+        validator = _Validator(request, catalog, limits, granted)
+        validator.tool_grant = tool_grant
+        return validator.run()
     except RecursionError:  # a last resort: every walk here is meant to be iterative
         message = ("the chain nests too deeply to validate (an expression or a value inside "
                    "one is nested beyond what the host can walk)")

@@ -142,7 +142,7 @@ class DurableSink(RunSink):
 
     __slots__ = ("store", "run_id", "req_id", "capability", "committed_position",
                  "delivered", "live", "max_uncommitted", "max_uncommitted_bytes",
-                 "page_size", "_pending", "_pending_bytes", "_unsubscribe", "_gen",
+                 "page_size", "_frames", "_tickets", "_pending_bytes", "_unsubscribe", "_gen",
                  "_final", "_start_soon", "_on_store_error", "_failed", "_drained", "_log")
 
     def __init__(
@@ -174,7 +174,11 @@ class DurableSink(RunSink):
         self.max_uncommitted = max_uncommitted
         self.max_uncommitted_bytes = max_uncommitted_bytes
         self.page_size = page_size
-        self._pending: deque[tuple[int, int, bytes]] = deque()  # (ticket, position, frame)
+        # frames emitted and not yet committed, and the store's ticket of each: the first
+        # is at committed_position + 1 (positions are consecutive); two flat deques, not
+        # a tuple per frame, as this is paid on every event
+        self._frames: deque[bytes] = deque()
+        self._tickets: deque[int] = deque()
         self._pending_bytes = 0
         self._unsubscribe: Callable[[], None] | None = None
         self._gen = 0
@@ -188,7 +192,7 @@ class DurableSink(RunSink):
     @property
     def uncommitted(self) -> int:
         """Frames emitted and not yet committed."""
-        return len(self._pending)
+        return len(self._tickets)
 
     # ── producing ───────────────────────────────────────────────────────────
 
@@ -222,13 +226,14 @@ class DurableSink(RunSink):
         except StoreError as exc:
             self._store_failed(exc)
             return
-        self._pending.append((ticket, position, frame))
+        self._frames.append(frame)
+        self._tickets.append(ticket)
         self._pending_bytes += len(frame)
         if self._unsubscribe is None:
             self._unsubscribe = self.store.on_commit(self._committed)
 
     def _over(self) -> bool:
-        return (len(self._pending) > self.max_uncommitted
+        return (len(self._tickets) > self.max_uncommitted
                 or self._pending_bytes > self.max_uncommitted_bytes)
 
     async def wait_writable(self) -> None:
@@ -258,16 +263,28 @@ class DurableSink(RunSink):
         if error is not None:
             self._store_failed(error)
             return
-        pending = self._pending
-        outbox = self._outbox if self.live else None
-        while pending and pending[0][0] <= committed:
-            _, position, frame = pending.popleft()
-            self._pending_bytes -= len(frame)
-            self.committed_position = position
-            if outbox is not None and position > self.delivered:
-                outbox.send_frame_nowait(frame)
-                self.delivered = position
-        if not pending:
+        tickets, frames = self._tickets, self._frames
+        if tickets and tickets[-1] <= committed:  # the usual case: all of them at once
+            done = list(frames)
+            tickets.clear()
+            frames.clear()
+        else:
+            count = 0
+            while tickets and tickets[0] <= committed:
+                tickets.popleft()
+                count += 1
+            done = [frames.popleft() for _ in range(count)]
+        if done:
+            first = self.committed_position + 1
+            self.committed_position += len(done)
+            self._pending_bytes -= sum(map(len, done))
+            outbox = self._outbox if self.live else None
+            if outbox is not None and self.delivered < self.committed_position:
+                send = outbox.send_frame_nowait
+                for frame in done[max(0, self.delivered + 1 - first):]:
+                    send(frame)
+                self.delivered = self.committed_position
+        if not tickets:
             self._pending_bytes = 0
             unsubscribe, self._unsubscribe = self._unsubscribe, None
             if unsubscribe is not None:
@@ -282,8 +299,9 @@ class DurableSink(RunSink):
             return
         self._failed = True
         self._log.error("the run store failed: the run's frames are no longer stored or "
-                        "sent", error=str(error), lost=len(self._pending))
-        self._pending.clear()
+                        "sent", error=str(error), lost=len(self._tickets))
+        self._tickets.clear()
+        self._frames.clear()
         self._pending_bytes = 0
         unsubscribe, self._unsubscribe = self._unsubscribe, None
         if unsubscribe is not None:

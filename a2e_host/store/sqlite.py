@@ -27,6 +27,7 @@ import socket
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -157,6 +158,7 @@ class SQLiteRunStore:
         self._next_callback = 0
         self._changed: anyio.Event | None = None  # set at the next commit (or break)
         self._jobs: dict[int, asyncio.Future[Any]] = {}
+        self._wake_due = False  # a wake of the idle writer is scheduled on the loop
 
     def _start_writer(self, conn: sqlite3.Connection, *, blob_threshold: int,
                       commit_delay: float) -> None:
@@ -190,10 +192,27 @@ class SQLiteRunStore:
         self._ticket = ticket = self._ticket + 1
         queue = writer.queue
         queue.append((op_kind, ticket, nbytes, *args))
-        if writer.idle or (writer.delaying and len(queue) == writer.max_batch):
-            writer.wake()
+        if writer.idle or writer.delaying:
+            self._kick(writer, queue)
         self.pending_bytes += nbytes
         return ticket
+
+    def _kick(self, writer: Writer, queue: deque[tuple[Any, ...]]) -> None:
+        """After a write: wake the idle writer (once per loop tick, not per write: the
+        writes a tick makes go out as one batch, and the loop takes the writer's lock
+        once, not per event), or the delaying one when a full batch is queued."""
+        if writer.idle:
+            if not self._wake_due:
+                self._wake_due = True
+                self._loop.call_soon(self._wake)
+        elif writer.delaying and len(queue) == writer.max_batch:
+            writer.wake()
+
+    def _wake(self) -> None:
+        self._wake_due = False
+        writer = self._writer
+        if writer is not None and writer.idle:
+            writer.wake()
 
     # ── writes ──────────────────────────────────────────────────────────────
 
@@ -213,10 +232,20 @@ class SQLiteRunStore:
         return self._put(CREATE, len(record.request), q.record_row(record))
 
     def append(self, run_id: str, frame: StoredFrame) -> int:
-        output = frame.output
-        nbytes = len(frame.frame) + (0 if output is None else len(output))
-        return self._put(APPEND, nbytes, run_id, frame.seq, frame.node_id, frame.phase,
-                         frame.frame, output)
+        # _put inlined: this is paid on every event of every durable run
+        writer = self._writer
+        if writer is None or self._state != _OPEN or self.error is not None:
+            raise self._refuse()
+        output, data = frame.output, frame.frame
+        nbytes = len(data) if output is None else len(data) + len(output)
+        self._ticket = ticket = self._ticket + 1
+        queue = writer.queue
+        queue.append((APPEND, ticket, nbytes, run_id, frame.seq, frame.node_id, frame.phase,
+                      data, output))
+        if writer.idle or writer.delaying:
+            self._kick(writer, queue)
+        self.pending_bytes += nbytes
+        return ticket
 
     def finish(self, run_id: str, status: RunStatus, response: bytes, last_seq: int) -> int:
         if status not in TERMINAL_STATUSES:

@@ -4,9 +4,11 @@ A tool function sees only its input; while it runs as a ``tool`` node or a direc
 ``tool/call/req``, :func:`context` gives it the node's
 :class:`~a2e_host.chains.nodes.NodeContext`: its ``idempotency_key`` (stable across
 attempts and a resume), ``deadline`` (``time.monotonic()`` seconds, or None),
-``max_output_bytes`` and ``report(kind, data)``. Outside a node (a tool called as a plain
-function, a test) :func:`context` is None and :func:`report` does nothing, so a tool that
-reports keeps working anywhere; tools that never call them are unchanged.
+``max_output_bytes``, ``report(kind, data)`` and, for a blocking tool in its worker
+thread, ``cancelled`` / ``wait_cancelled(seconds)`` / ``check_cancelled()``. Outside a
+node (a tool called as a plain function, a test) :func:`context` is None and
+:func:`report` does nothing, so a tool that reports keeps working anywhere; tools that
+never call them are unchanged.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import anyio.to_thread
 import msgspec
 import structlog
 
+from ..chains.nodes import current_node
 from ..exceptions import A2EError, NodeError, NodeTimeout
 
 __all__ = ["INVALID_INPUT", "Tool", "tool", "json_schema", "SIDE_EFFECTS", "SideEffects"]
@@ -232,12 +233,12 @@ class Tool:
                 return await fn()
             if self._mode == _INLINE:
                 return fn()
-            return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
+            return await _in_thread(fn)
         if self._mode == _AWAIT:
             return await fn(value)
         if self._mode == _INLINE:
             return fn(value)
-        return await anyio.to_thread.run_sync(fn, value, abandon_on_cancel=True)
+        return await _in_thread(partial(fn, value))
 
     def _checked_output(self, out: Any) -> Any:
         try:
@@ -386,3 +387,17 @@ def _fields_struct(
         else:
             fields.append((p.name, hints[p.name], p.default))
     return msgspec.defstruct(f"{tool_name}_input", fields, kw_only=True)
+
+
+async def _in_thread(fn: Callable[[], Any]) -> Any:
+    """Run a blocking tool in a worker thread; when the awaiting scope is cancelled (the
+    tool's own or the node's timeout, the chain's cancel, a dropped connection) the
+    thread is abandoned and its node context marked cancelled, so a tool that asks
+    (``context().cancelled``) stops (PROTOCOL.md §11 Tool context)."""
+    try:
+        return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        ctx = current_node.get()
+        if ctx is not None:
+            ctx.mark_cancelled()
+        raise

@@ -219,15 +219,16 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         sink = run.sink
         runner: ChainRunner | None = None
         responded = False
-        live = self.durable.live.get(run_id) if run_id else None
+        durable = self.durable  # looked up once: emit runs per event
+        live = durable.live.get(run_id) if run_id else None
 
         def emit(message: Message) -> None:
             if live is None:
                 sink.send_nowait(message)
-            elif self.durable.host_stops(live):
+            elif durable.host_stops(live):
                 return  # the host is stopping: the run stays as stored, to be resumed
             elif isinstance(message, ChainResponse):
-                self.durable.finished(live, message)  # stored with its status, then sent
+                durable.finished(live, message)  # stored with its status, then sent
             else:
                 sink.send_nowait(message)
 
@@ -271,7 +272,7 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 step_cache=self.step_cache,
                 run_key=run_id or f"{session.session_id}/{request.id}",
                 checkpoint=None if live is None else checkpoint_for(
-                    live.sink, lambda: self.durable.host_stops(live)),
+                    live.sink, lambda: durable.host_stops(live)),
             )
             run.on_cancel(runner.cancel)  # at once when cancelled while it was planned
             log.info("chain started", nodes=len(plan.nodes))
@@ -321,7 +322,8 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         )
 
     def _plan_now(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
-        plan = validate_chain(request, self.toolbox, session.limits, granted=session.granted)
+        plan = validate_chain(request, self.toolbox, session.limits, granted=session.granted,
+                              tool_grant=self.config.tool_grant(session.principal))
         check_total_nodes(
             request.nodes, self.toolbox.skills.declared, session.limits
         )
@@ -348,7 +350,8 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
             if plan is None:
                 request = ChainRequest(nodes=nodes, entry_node=entry_node, chain_id=name)
                 plan = validate_chain(
-                    request, self.toolbox, session.limits, granted=session.granted
+                    request, self.toolbox, session.limits, granted=session.granted,
+                    tool_grant=self.config.tool_grant(session.principal),
                 )
                 plans[key] = plan
             return plan

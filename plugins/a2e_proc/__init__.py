@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import anyio
 
+from a2e_host.chains.expressions import clip
 from a2e_host.chains.proc import start_process
 from a2e_host.chains.proc_messages import (
     PROC_MESSAGE_TYPES,
@@ -38,7 +39,7 @@ from a2e_host.chains.proc_messages import (
     ProcWriteRequest,
     ProcWriteResponse,
 )
-from a2e_host.chains.proc_policy import ProcPolicy, argv_problem
+from a2e_host.chains.proc_policy import SHOWN, ProcPolicy, argv_problem
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import (
     Busy,
@@ -53,7 +54,7 @@ from a2e_host.messages import Message
 from a2e_host.plugin import Outbox, Plugin, PluginContext, RunHandle, SessionInfo
 
 from .process import CLOSE_GRACE, READ_CHUNK, SIGNALS, LiveProcess
-from .session_procs import KEPT_ENDED, SessionProcs
+from .session_procs import KEPT_ENDED, MAX_WAITING_FOR_START, SETTLE_WAIT, START_WAIT, SessionProcs
 
 __all__ = ["ProcPlugin", "KEPT_ENDED", "MAX_LISTED_EXECUTABLES", "MAX_PENDING_WRITES",
            "MAX_WAITING_FOR_START", "START_WAIT"]
@@ -65,17 +66,6 @@ counts them all)."""
 MAX_PENDING_WRITES = 4
 """``proc/write/req`` waiting for one process's stdin at once; past it ``busy``."""
 
-MAX_WAITING_FOR_START = 16
-"""``proc/write``/``kill``/``status`` requests of one session waiting at once for a process
-that is still starting; past it ``busy``."""
-
-START_WAIT = 10.0
-"""Seconds a request naming a process that is still starting waits for its start (then
-``unknown_proc``); a pipelined script need not wait for ``proc/spawn/resp`` itself."""
-
-SETTLE_WAIT = 1.5
-"""Seconds a closing session gives its starting processes and the requests already
-received for them before closing the processes' stdin (within the host's 5 s grace)."""
 
 
 class ProcPlugin(Plugin):
@@ -133,8 +123,10 @@ class ProcPlugin(Plugin):
 
         Raises:
             ProcLimit: a spawn past the session's ``proc_limit``.
-            Busy: the host is shutting down, every host-wide process slot is taken, or
-                :data:`MAX_PENDING_WRITES` writes wait for that process already.
+            Busy: the host is shutting down, every host-wide process slot is taken,
+                :data:`MAX_PENDING_WRITES` writes wait for that process already, the
+                session's waiting writes would hold more than ``max_message_bytes``, or
+                :data:`MAX_WAITING_FOR_START` requests wait for starts already.
             UnknownProc: no process of this session has that ``proc_id``.
             ProcDead: a write to, or a kill of, a process that has ended.
             SchemaViolation: an unknown ``signal``.
@@ -212,8 +204,8 @@ class ProcPlugin(Plugin):
         exe, _ = self.policy.resolve(name)
         if exe is None:
             allowed = ", ".join(sorted(self.policy.allowed))
-            return (f"executable {name!r} is not allowed (allowed: {allowed}); give one of "
-                    "those names as cmd[0], or have the operator allow it with "
+            return (f"executable {clip(name, SHOWN)} is not allowed (allowed: {allowed}); "
+                    "give one of those names as cmd[0], or have the operator allow it with "
                     "--allow-proc"), "proc_denied"
         if not _same_file(exe.real, exe.dev, exe.ino):  # the supervisor checks it again
             return (f"executable {name!r} was replaced since the host started ({exe.real} is "
@@ -308,9 +300,10 @@ class ProcPlugin(Plugin):
                 f"process {proc_id!r} did not start within {START_WAIT:g} s; wait for its "
                 "proc/spawn/resp and send again"
                 if known else
-                f"this session has no process {proc_id!r}; use the proc_id of a "
+                f"this session has no process {clip(proc_id, SHOWN)}; use the proc_id of a "
                 "proc/spawn/resp (proc/status/req with proc_id \"\" lists them)",
-                detail={"proc_id": proc_id},
+                detail={"proc_id": proc_id if len(proc_id) <= SHOWN else
+                        proc_id[:SHOWN] + "…"},
             )
         return process
 
@@ -326,21 +319,29 @@ class ProcPlugin(Plugin):
                 f"{procs.waiting} requests wait for processes of this session to start "
                 "already; wait for a proc/spawn/resp before sending more"
             )
+        held = 0
+        if isinstance(request, ProcWriteRequest):  # its data is held while it waits
+            held = len(request.data.encode("utf-8", errors="surrogatepass"))
+            procs.check_bytes(held, ctx.session.limits.effective.max_message_bytes)
         procs.waiting += 1
-        ctx.start_soon(self._after_start, proc_id, request, procs, ctx,
+        procs.pending_bytes += held
+        ctx.start_soon(self._after_start, proc_id, request, procs, ctx, held,
                        name=f"proc {proc_id} waits for its start")
         return True
 
     async def _after_start(self, proc_id: str, request: Message, procs: SessionProcs,
-                           ctx: PluginContext) -> None:
+                           ctx: PluginContext, held: int) -> None:
         try:
             event = procs.starting.get(proc_id)
             if event is not None:
                 with anyio.move_on_after(START_WAIT):
                     await event.wait()
             if isinstance(request, ProcWriteRequest):
-                process = self._writable(request, ctx)
-                await self._write_now(request, process, procs, ctx.outbox)
+                procs.pending_bytes -= held  # counted again by _writable
+                held = 0
+                process, data = self._writable(request, ctx)
+                await self._write_now(request.id, data, request.eof, process, procs,
+                                      ctx.outbox)
             elif isinstance(request, ProcKillRequest):
                 process, signum = self._killable(request, ctx)
                 await self._kill_now(request, process, signum, ctx.outbox)
@@ -348,6 +349,7 @@ class ProcPlugin(Plugin):
                 assert isinstance(request, ProcStatusRequest)
                 ctx.outbox.send_nowait(self._status(request, ctx.session))
         finally:
+            procs.pending_bytes -= held
             procs.waiting -= 1
             procs.notify()
 
@@ -363,13 +365,14 @@ class ProcPlugin(Plugin):
     def _write(self, request: ProcWriteRequest, ctx: PluginContext) -> None:
         if self._waits_for_start(request.proc_id, request, ctx):
             return
-        process = self._writable(request, ctx)
-        ctx.start_soon(self._write_now, request, process,
+        process, data = self._writable(request, ctx)
+        ctx.start_soon(self._write_now, request.id, data, request.eof, process,
                        self._sessions[ctx.session.session_id], ctx.outbox,
                        name=f"proc write {process.proc_id}")
 
-    def _writable(self, request: ProcWriteRequest, ctx: PluginContext) -> LiveProcess:
-        """The process ``request`` writes to, counted as a pending write."""
+    def _writable(self, request: ProcWriteRequest, ctx: PluginContext
+                  ) -> tuple[LiveProcess, bytes]:
+        """The process ``request`` writes to and the bytes, counted as a pending write."""
         process = self._find(ctx.session, request.proc_id)
         if not process.running:
             raise self._dead(process, "write to")
@@ -380,17 +383,23 @@ class ProcPlugin(Plugin):
                 f"{pending} writes to process {process.proc_id!r} are waiting for its stdin "
                 "already; wait for a proc/write/resp before sending more"
             )
+        data = request.data.encode("utf-8", errors="surrogatepass")
+        procs.check_bytes(len(data), ctx.session.limits.effective.max_message_bytes)
         procs.pending_writes[process.proc_id] = pending + 1
-        return process
+        procs.pending_bytes += len(data)
+        return process, data
 
     @staticmethod
     async def _write_now(
-        request: ProcWriteRequest, process: LiveProcess, procs: SessionProcs, outbox: Outbox
+        req_id: str, data: bytes, eof: bool, process: LiveProcess, procs: SessionProcs,
+        outbox: Outbox,
     ) -> None:
-        data = request.data.encode("utf-8", errors="surrogatepass")
+        size = len(data)
         try:
-            error = await process.write(data, request.eof)
+            error = await process.write(data, eof)
         finally:
+            del data  # the request's copy of it is gone already; do not hold this one
+            procs.pending_bytes -= size
             left = procs.pending_writes.get(process.proc_id, 1) - 1
             if left:
                 procs.pending_writes[process.proc_id] = left
@@ -398,8 +407,8 @@ class ProcPlugin(Plugin):
                 procs.pending_writes.pop(process.proc_id, None)
             procs.notify()
         outbox.send_nowait(ProcWriteResponse(
-            req_id=request.id, proc_id=process.proc_id, ok=error is None, pid=process.pid,
-            error=error or "", written=0 if error else len(data),
+            req_id=req_id, proc_id=process.proc_id, ok=error is None, pid=process.pid,
+            error=error or "", written=0 if error else size,
         ))
 
     def _kill(self, request: ProcKillRequest, ctx: PluginContext) -> None:
@@ -414,7 +423,7 @@ class ProcPlugin(Plugin):
         signum = SIGNALS.get(request.signal.upper())
         if signum is None:
             raise SchemaViolation(
-                f"proc/kill/req: signal {request.signal!r} is not one of "
+                f"proc/kill/req: signal {clip(request.signal, SHOWN)} is not one of "
                 f"{', '.join(SIGNALS)}",
                 detail={"path": "$.signal", "type": "proc/kill/req"},
             )
@@ -469,13 +478,13 @@ class ProcPlugin(Plugin):
         """End what is left (its runs were cancelled already) and forget the session."""
         procs = self._sessions.pop(session.session_id, None)
         if procs is not None:
-            await _end_all(procs)
+            await procs.end_all()
 
     async def aclose(self) -> None:
         """The host is stopping: end every process of every session."""
         sessions, self._sessions = list(self._sessions.values()), {}
         for procs in sessions:
-            await _end_all(procs)
+            await procs.end_all()
 
 
 def _same_file(path: str, dev: int, ino: int) -> bool:
@@ -485,13 +494,3 @@ def _same_file(path: str, dev: int, ino: int) -> bool:
     except OSError:
         return False
     return (st.st_dev, st.st_ino) == (dev, ino)
-
-
-async def _end_all(procs: SessionProcs) -> None:
-    """End every process of ``procs`` and wait (bounded) for their trees to be gone."""
-    live = [p for p in procs.procs.values() if p is not None and not p.ended.is_set()]
-    for process in live:
-        process.abort()
-    with anyio.move_on_after(CLOSE_GRACE + 5.0):
-        for process in live:
-            await process.ended.wait()

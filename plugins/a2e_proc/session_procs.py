@@ -12,13 +12,28 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from .process import LiveProcess
+from a2e_host.exceptions import Busy
 
-__all__ = ["KEPT_ENDED", "SessionProcs"]
+from .process import CLOSE_GRACE, LiveProcess
+
+__all__ = ["KEPT_ENDED", "MAX_WAITING_FOR_START", "SETTLE_WAIT", "START_WAIT", "SessionProcs"]
 
 KEPT_ENDED = 64
 """Ended processes (and failed starts) a session keeps for ``proc/status`` and the
 answers to requests naming them (the oldest is forgotten first)."""
+
+
+MAX_WAITING_FOR_START = 16
+"""``proc/write``/``kill``/``status`` requests of one session waiting at once for a process
+that is still starting; past it ``busy``."""
+
+START_WAIT = 10.0
+"""Seconds a request naming a process that is still starting waits for its start (then
+``unknown_proc``); a pipelined script need not wait for ``proc/spawn/resp`` itself."""
+
+SETTLE_WAIT = 1.5
+"""Seconds a closing session gives its starting processes and the requests already
+received for them before closing the processes' stdin (within the host's 5 s grace)."""
 
 
 @dataclass
@@ -28,6 +43,7 @@ class SessionProcs:
     procs: dict[str, LiveProcess | None] = field(default_factory=dict)  # None: spawning
     counter: int = 0
     pending_writes: dict[str, int] = field(default_factory=dict)
+    pending_bytes: int = 0  # data of the session's writes not yet taken by a stdin
     closing: bool = False  # the session stopped taking work: a process starting now closes
     starting: dict[str, anyio.Event] = field(default_factory=dict)  # set once it resolved
     spawn_failures: dict[str, str] = field(default_factory=dict)  # proc_id -> why not
@@ -63,3 +79,28 @@ class SessionProcs:
         ended = [k for k, p in self.procs.items() if p is not None and p.ended.is_set()]
         for key in ended[: max(0, len(ended) - KEPT_ENDED)]:
             del self.procs[key]
+
+    def check_bytes(self, size: int, limit: int) -> None:
+        """Refuse a write whose ``size`` bytes would take the session's waiting writes
+        past ``limit`` (its ``max_message_bytes``).
+
+        Raises:
+            Busy: they would.
+        """
+        if self.pending_bytes and self.pending_bytes + size > limit:
+            # every process's writes may wait at once: bound the session's bytes, not
+            # only the count per process (proc_limit x 4 writes x 16 MiB otherwise)
+            raise Busy(
+                f"{self.pending_bytes} bytes of this session's writes are waiting for "
+                f"stdin already and {size} more would pass {limit} "
+                "(max_message_bytes); wait for a proc/write/resp before sending more"
+            )
+
+    async def end_all(self) -> None:
+        """End every process and wait (bounded) for their trees to be gone."""
+        live = [p for p in self.procs.values() if p is not None and not p.ended.is_set()]
+        for process in live:
+            process.abort()
+        with anyio.move_on_after(CLOSE_GRACE + 5.0):
+            for process in live:
+                await process.ended.wait()

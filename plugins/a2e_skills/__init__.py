@@ -53,7 +53,7 @@ from a2e_host.exceptions import (
 from a2e_host.messages import Message
 from a2e_host.plugin import Outbox, Plugin, PluginContext, RunHandle, SessionInfo
 
-from .definitions import MAX_LISTED, discover, handshake_listing
+from .definitions import MAX_FILTERS, MAX_LISTED, discover, handshake_listing
 
 __all__ = ["CALL_NODE", "DEFAULT_CALL_TIMEOUT", "MAX_EVENTS", "SkillPlugin"]
 
@@ -113,10 +113,19 @@ class SkillPlugin(Plugin):
         """Answer ``skill/discover/req`` at once; start a ``skill/call/req``.
 
         Raises:
+            SchemaViolation: a discover filter over :data:`~a2e_skills.definitions.MAX_FILTERS`
+                entries.
             Busy: ``max_parallel`` calls are in flight, or the host is shutting down.
             InvalidMessage: a call id already in flight, or a host-sent type.
         """
         if isinstance(message, SkillDiscoverRequest):
+            for field in ("filter_tags", "filter_categories"):
+                asked = len(getattr(message, field))
+                if asked > MAX_FILTERS:
+                    raise SchemaViolation(
+                        f"skill/discover/req {field} lists {asked} entries, over "
+                        f"{MAX_FILTERS}; filter by fewer",
+                        detail={"path": f"$.{field}"})
             skills = discover(self.toolbox.skills, message.filter_tags,
                               message.filter_categories)
             ctx.outbox.send_nowait(SkillDiscoverResponse(req_id=message.id, skills=skills))
@@ -263,12 +272,18 @@ def _chain_of(request: SkillCallRequest, session: SessionInfo) -> ChainRequest:
 
 def _call_refusal(exc: ChainInvalid) -> A2EError:
     """A refused one-node chain as the call's error: a ceiling stays ``chain_limit``
-    (its ``{ceiling, scope, limit, requested}``), anything else is the arguments
-    (``schema_violation``, the problems in ``details.errors``)."""
+    (its ``{ceiling, scope, limit, requested}``), a ``timeout`` under 1 is the call's
+    (``schema_violation``, ``details.path`` ``$.timeout``), anything else is the
+    arguments (``schema_violation``, the problems in ``details.errors``)."""
     errors = exc.details.get("errors") or []
     message = errors[0].get("message", exc.message) if errors else exc.message
     if exc.code == "chain_limit":
         return exc
+    if errors and errors[0].get("field") == "timeout":  # the call's own field, no argument
+        return SchemaViolation(
+            f"skill/call/req {message}; send a positive int, or leave it out for "
+            f"min({DEFAULT_CALL_TIMEOUT}, max_timeout)",
+            detail={"path": "$.timeout", "errors": errors})
     return SchemaViolation(f"the skill's arguments are refused: {message}",
                            detail={"errors": errors})
 

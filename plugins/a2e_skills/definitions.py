@@ -13,7 +13,12 @@ from a2e_host.chains.skill_versions import WIRE_STATUS
 from a2e_host.chains.skills import DeclaredSkill, SkillRegistry, SkillVersion
 from a2e_host.tools import Tool
 
-__all__ = ["MAX_LISTED", "definition_of", "discover", "handshake_listing"]
+__all__ = ["MAX_FILTERS", "MAX_LISTED", "definition_of", "discover", "handshake_listing"]
+
+MAX_FILTERS = 100
+"""Entries ``filter_tags`` and ``filter_categories`` of a ``skill/discover/req`` may each
+hold at most (a listing is answered on the connection's reader: a million tags matched
+against every version would stall every session of the host)."""
 
 MAX_LISTED = 100
 """Skill versions the handshake's ``skill`` metadata lists; ``skills_total`` counts all."""
@@ -76,11 +81,12 @@ def discover(registry: SkillRegistry, tags: list[str],
              categories: list[str]) -> list[SkillDefinition]:
     """Every version matching the filters (PROTOCOL.md §9): with ``tags``, versions
     having one of them; with ``categories``, versions in one of them."""
+    wanted_tags, wanted_categories = set(tags), set(categories)
     found = []
     for entry in registry.versions():
-        if tags and not set(tags) & set(entry.tags):
+        if wanted_tags and wanted_tags.isdisjoint(entry.tags):
             continue
-        if categories and entry.category not in categories:
+        if wanted_categories and entry.category not in wanted_categories:
             continue
         found.append(definition_of(entry))
     return found

@@ -13,7 +13,8 @@ enables (``--tools``) and is not granted on a host that enables none
   ``max_parallel`` with the session's other direct calls (chains count apart), and run
   through the chain engine's tool path (:mod:`a2e_tools.calls`).
 
-Errors: ``unknown_tool`` (a wire ``error`` naming close names), ``busy``,
+Errors: ``unknown_tool`` (a wire ``error`` naming close names), ``tool_denied`` (the
+principal's ``[auth.tool_grants]`` lacks the tool), ``busy``,
 ``chain_limit`` (a ``timeout`` over ``max_timeout``), ``schema_violation``; everything
 that happens once the call is accepted — arguments the schema refuses included — is a
 ``tool/call/resp`` with ``success: false`` and an ``error_code``.
@@ -25,12 +26,13 @@ import time
 from typing import Any, ClassVar
 
 from a2e_host.chains.toolbox import Toolbox
-from a2e_host.config import HostConfig
+from a2e_host.config import HostConfig, ToolGrant
 from a2e_host.exceptions import (
     Busy,
     CallLimitExceeded,
     InvalidMessage,
     SchemaViolation,
+    ToolDenied,
     UnknownSession,
     UnknownTool,
 )
@@ -88,11 +90,13 @@ class ToolsPlugin(Plugin):
         """Namespace, priority, features, plus what the session may use: ``tool_count``
         (every tool, deferred ones included), ``toolkits`` and ``tools`` (the names of
         the non-deferred tools, at most :data:`METADATA_TOOL_NAMES`; ``tools_truncated``
-        says when there are more: list them with ``tool/list/req``)."""
+        says when there are more: list them with ``tool/list/req``). A principal with a
+        tool grant is counted and shown only the tools it grants."""
         meta = super().metadata(session)
-        names = self.catalog.names()
-        meta["tool_count"] = len(self.catalog)
-        meta["toolkits"] = self.catalog.toolkits()
+        grant = self.config.tool_grant(session.principal)
+        names = self.catalog.names(grant=grant)
+        meta["tool_count"] = len(self.catalog.names(include_deferred=True, grant=grant))
+        meta["toolkits"] = self.catalog.toolkits(grant)
         meta["tools"] = names[:METADATA_TOOL_NAMES]
         meta["tools_truncated"] = len(names) > METADATA_TOOL_NAMES
         return meta
@@ -102,6 +106,7 @@ class ToolsPlugin(Plugin):
 
         Raises:
             UnknownTool: the call names no tool of this host.
+            ToolDenied: the session's principal has a tool grant that lacks the tool.
             Busy: ``max_parallel`` direct calls are in flight on the session, or the host
                 is shutting down.
             CallLimitExceeded: ``timeout`` over ``max_timeout``.
@@ -109,7 +114,7 @@ class ToolsPlugin(Plugin):
             InvalidMessage: a type only hosts send, or a request id already in flight.
         """
         if isinstance(message, ToolListRequest):
-            tools = self.catalog.select(message)
+            tools = self.catalog.select(message, self.config.tool_grant(ctx.session.principal))
             ctx.outbox.send_nowait(ToolListResponse(req_id=message.id, tools=tools))
         elif isinstance(message, ToolCallRequest):
             self._start(message, ctx)
@@ -127,8 +132,12 @@ class ToolsPlugin(Plugin):
                 f"session {request.session_id!r} is not this connection's session"
             )
         name = request.tool_name
+        grant = self.config.tool_grant(session.principal)
         if self.toolbox.tools.get(name) is None:
-            raise self._unknown(name)
+            raise self._unknown(name, grant)
+        if grant is not None and not grant.allows(name):
+            message, hint = grant.refusal(name)
+            raise ToolDenied(f"tool/call/req: {message}; {hint}", detail={"tool": name})
         limits = session.limits
         timeout = request.timeout_within(limits.effective.max_timeout)
         if timeout < 1:
@@ -162,9 +171,10 @@ class ToolsPlugin(Plugin):
         ctx.start_run(run_call, request, timeout, self.toolbox, session, log, started,
                       name=f"tool/call {request.id}")
 
-    def _unknown(self, name: str) -> UnknownTool:
+    def _unknown(self, name: str, grant: ToolGrant | None) -> UnknownTool:
         shown = name if len(name) <= 100 else name[:100] + "…"
-        suggestions = self.toolbox.suggest_tool(name[:200])
+        suggestions = [s for s in self.toolbox.suggest_tool(name[:200])
+                       if grant is None or grant.allows(s)]
         hint = f"did you mean {', '.join(map(repr, suggestions))}? " if suggestions else ""
         pack = self.toolbox.pack_providing(name) if len(name) <= 200 else None
         if pack:

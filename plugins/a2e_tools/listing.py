@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from a2e_host.config import ToolGrant
 from a2e_host.exceptions import SchemaViolation
 from a2e_host.tools import SIDE_EFFECTS, Tool, ToolRegistry
 from a2e_host.tools.messages import ToolDefinition, ToolListRequest, ToolParameter
@@ -143,19 +144,26 @@ class ToolCatalog:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def names(self, *, include_deferred: bool = False) -> list[str]:
-        """Tool names, sorted (deferred ones only when asked)."""
-        return [t.name for t, _, _ in self._entries if include_deferred or not t.defer_loading]
+    def names(self, *, include_deferred: bool = False, grant: ToolGrant | None = None
+              ) -> list[str]:
+        """Tool names, sorted (deferred ones only when asked; only those ``grant``
+        allows, when given)."""
+        return [t.name for t, _, _ in self._entries
+                if (include_deferred or not t.defer_loading)
+                and (grant is None or grant.allows(t.name))]
 
-    def toolkits(self) -> list[str]:
-        """The toolkits of the tools, sorted, without repeats."""
-        return sorted({d.toolkit for _, d, _ in self._entries if d.toolkit})
+    def toolkits(self, grant: ToolGrant | None = None) -> list[str]:
+        """The toolkits of the tools (those ``grant`` allows), sorted, without repeats."""
+        return sorted({d.toolkit for t, d, _ in self._entries
+                       if d.toolkit and (grant is None or grant.allows(t.name))})
 
-    def select(self, request: ToolListRequest) -> list[ToolDefinition]:
+    def select(self, request: ToolListRequest, grant: ToolGrant | None = None
+               ) -> list[ToolDefinition]:
         """The definitions ``request`` asks for, sorted by name (PROTOCOL.md §11):
         deferred tools only with ``include_deferred``; only those whose ``side_effects``
         is ``filter_kind`` (when set), that have every tag of ``filter_tags``, and whose
-        name, description or a tag contains ``query`` (case-insensitive; when set).
+        name, description or a tag contains ``query`` (case-insensitive; when set);
+        with a ``grant``, only the tools it allows (PROTOCOL.md §11 Tool grants).
 
         Raises:
             SchemaViolation: ``filter_kind`` is not a ``side_effects`` value, ``query`` is
@@ -189,6 +197,7 @@ class ToolCatalog:
             and (not kind or t.side_effects == kind)
             and tags <= set(t.tags)
             and (not query or any(query in w for w in words))
+            and (grant is None or grant.allows(t.name))
         ]
 
     def definitions(self) -> Iterable[ToolDefinition]:

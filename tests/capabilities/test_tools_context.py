@@ -270,3 +270,30 @@ async def test_direct_calls_count_against_max_parallel_apart_from_chains() -> No
         release.set()
         assert [(await first.result()).data, (await second.result()).data] == ["held", "held"]
         assert (await client.call_tool("add", {"a": 1, "b": 2}).result()).data == {"sum": 3}
+
+
+def test_a_worker_thread_reporting_past_the_cap_does_not_hop_to_the_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[Any] = []
+    hops: list[int] = []
+    real_run_sync = anyio.from_thread.run_sync
+
+    def counting_run_sync(fn: Any, *args: Any) -> Any:
+        hops.append(1)
+        return real_run_sync(fn, *args)
+
+    monkeypatch.setattr(anyio.from_thread, "run_sync", counting_run_sync)
+
+    async def main() -> NodeReports:
+        sink = NodeReports(EventStream(sent.append, "r1", streaming=True), "t")
+
+        def tool() -> None:
+            for i in range(MAX_REPORTS + 5000):
+                sink("progress", {"pct": i % 100})
+
+        await anyio.to_thread.run_sync(tool)
+        return sink
+
+    sink = anyio.run(main)
+    assert (len(sent), sink.sent, sink.dropped) == (MAX_REPORTS, MAX_REPORTS, 5000)
+    assert len(hops) == MAX_REPORTS  # the 5,000 past the cap never reached the loop

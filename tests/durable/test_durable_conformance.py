@@ -18,23 +18,34 @@ DURABLE_CASES = {
     "durable-accepted-first", "durable-attach-after-disconnect",
     "durable-attach-from-the-start", "durable-idempotency-key-attaches",
     "durable-cancel-from-another-connection", "durable-errors",
-    "runs-get-and-list-statuses",
+    "runs-get-and-list-statuses", "durable-detach-keeps-running",
+    "durable-retention-within-the-ceiling", "durable-run-expired",
 }
 
 
-def _kit(url: str) -> dict[str, Any]:
-    done = subprocess.run([*KIT, "--ws", url, "-k", "durable-", "-k", "runs-get-", "--json"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+def _kit(url: str, *flags: str) -> dict[str, Any]:
+    done = subprocess.run([*KIT, "--ws", url, "-k", "durable-", "-k", "runs-get-", "--json",
+                           *flags], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.stdout, done.stderr[-3000:]
     report: dict[str, Any] = json.loads(done.stdout)
     return report
 
 
 def test_the_durable_cases_pass_against_a_host_with_a_store(tmp_path: Path) -> None:
-    with serving_sync([*HOST, "--store", str(tmp_path / "runs.db")]) as url:
-        report = _kit(url)
+    config = tmp_path / "host.toml"
+    config.write_text("[store]\nprune_interval = 1\n", encoding="utf-8")
+    argv = [*HOST, "--store", str(tmp_path / "runs.db"), "--config", str(config)]
+    with serving_sync(argv) as url:
+        report = _kit(url, "--fast-prune")
     assert {c["id"]: c["status"] for c in report["cases"]} == dict.fromkeys(
         DURABLE_CASES, "passed")
+
+
+def test_the_run_expired_case_is_skipped_unless_the_host_prunes_quickly(tmp_path: Path) -> None:
+    with serving_sync([*HOST, "--store", str(tmp_path / "runs.db")]) as url:
+        report = _kit(url)
+    assert {c["id"]: c["status"] for c in report["cases"]} == {
+        **dict.fromkeys(DURABLE_CASES, "passed"), "durable-run-expired": "skipped"}
 
 
 def test_the_durable_cases_are_skipped_by_a_host_without_a_store() -> None:

@@ -109,6 +109,21 @@ def attach_replays_a_seen_frame() -> None:
 
     durable.DurableRuns.attach_live = attach_live  # type: ignore[method-assign]
     durable.DurableRuns.replay = replay  # type: ignore[method-assign]
+def detach_cancels() -> None:
+    """``chain/detach`` cancels the durable run instead of leaving it running."""
+    from a2e_chains import durable_handlers
+
+    detach = durable_handlers.DurableChains._detach
+
+    async def cancelling(self: Any, message: Any, ctx: Any) -> None:
+        found = await self.durable.find(ctx.session.principal, message.run_id,
+                                        message.req_id)
+        await detach(self, message, ctx)
+        found.handle.cancel()
+
+    durable_handlers.DurableChains._detach = cancelling  # type: ignore[method-assign]
+
+
 def tool_reports_dropped() -> None:
     """A running tool's reports never reach the wire (no ``tool/event``, no progress)."""
     reports.NodeReports._send = lambda self, kind, data: False  # type: ignore[method-assign]
@@ -125,10 +140,11 @@ MUTANTS: dict[str, tuple[Callable[[], None], str]] = {
     "static_checks_off": (static_checks_off, "VAL-STATIC-INFERRED"),
     "attach_replays_a_seen_frame": (attach_replays_a_seen_frame, "DURABLE-ATTACH-GAPLESS"),
     "tool_reports_dropped": (tool_reports_dropped, "TOOLS-CALL-EVENTS"),
+    "detach_cancels": (detach_cancels, "DURABLE-DETACH"),
 }
 """mutant name → (patch, a requirement the conformance kit must report failed)."""
 
-STORE_MUTANTS = frozenset({"attach_replays_a_seen_frame"})
+STORE_MUTANTS = frozenset({"attach_replays_a_seen_frame", "detach_cancels"})
 """Mutants whose defect shows only on a host with a run store (``--store``)."""
 
 
