@@ -228,9 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
                  "unreadable.", _runs_usage)
     actions = p.add_subparsers(title="actions", metavar="ACTION", parser_class=_Parser)
     q = _command(actions, "list", "List runs, newest first.", "", _runs_list)
-    q.add_argument("--status", metavar="STATUS",
+    q.add_argument("--status", metavar="STATUS", action="append",
                    help="only runs in this status (running, succeeded, failed, cancelled, "
-                        "timeout, interrupted, budget_exhausted, expired)")
+                        "timeout, interrupted, budget_exhausted, expired); several: "
+                        "comma-separated or the flag repeated")
+    q.add_argument("--failed", action="store_true",
+                   help="also every unsuccessful status (failed, cancelled, timeout, "
+                        "interrupted, budget_exhausted)")
     q.add_argument("--limit", type=_positive, default=50, metavar="N",
                    help="at most N runs (default 50)")
     q.add_argument("--cursor", metavar="CURSOR",
@@ -374,7 +378,8 @@ def _runs_list(args: argparse.Namespace) -> int:
     from .commands.runs_list import runs_list_main
 
     return runs_list_main(status=args.status, limit=args.limit, cursor=args.cursor,
-                          json_out=args.json, store=args.store, config_path=args.config)
+                          json_out=args.json, store=args.store, config_path=args.config,
+                          failed=args.failed)
 
 
 def _runs_show(args: argparse.Namespace) -> int:

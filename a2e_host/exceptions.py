@@ -313,3 +313,12 @@ class StoreUnavailable(RemoteProtocolError):
 
     code = "runtime_error"
     retryable = True
+
+
+class IdempotencyConflict(RemoteProtocolError):
+    """A durable ``chain/req`` names an ``idempotency_key`` its principal already used for
+    a *different* request (its ``nodes``, ``entry_node`` or ``initial_input`` differ;
+    PROTOCOL.md §5 Durable runs). ``detail``: ``{idempotency_key, run_id}``."""
+
+    code = "idempotency_conflict"
+    retryable = False

@@ -230,6 +230,11 @@ class Plugin:
             decoder, and refuses to start (``ValueError``) when a declared type lies
             outside its plugin's namespace; a type outside every enabled plugin's list
             is ``unknown_type``.
+        how_to_serve: how an operator makes the host serve this capability when
+            :meth:`serves` says it does not (one clause, e.g. ``"start the host with
+            --tools PACK"``); the ``capability_missing`` answer to a session asking a
+            capability the host does not serve ends with it. Default ``""``: that answer
+            only says the host does not serve it.
     """
 
     capability: ClassVar[str] = ""
@@ -237,6 +242,7 @@ class Plugin:
     priority: ClassVar[int] = 100
     features: ClassVar[tuple[str, ...]] = ()
     message_types: ClassVar[tuple[type[Message], ...]] = ()
+    how_to_serve: ClassVar[str] = ""
 
     store: RunStore | None = None
     """The host's run store (:mod:`a2e_host.store`) while the host runs with one

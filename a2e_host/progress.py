@@ -5,6 +5,12 @@ clock: callers pass ``now`` in float seconds) fed with the ``chain/event`` frame
 request (PROTOCOL.md §5); it renders as a rich table (node, kind, status, duration, map
 items with a progress bar) or as one plain line per event.
 
+Node durations are measured by the host's clock: from the ``ts`` of a node's ``start``
+event to that of its terminal event, as the chain's ``duration_ms`` is, so a node never
+shows longer than its chain because its events were read late (a slow terminal, a long
+pipe of lines). A running node's time so far maps the caller's clock onto the host's by
+the smallest delay seen between an event's ``ts`` and its arrival.
+
 Map items arrive as node id ``<template>[<index>]``; they are counted on the map that owns
 the template. A map's item total is not on the wire: it is computed here by evaluating the
 map's ``items_path`` against the context rebuilt from the events seen so far (``input``
@@ -56,7 +62,8 @@ class NodeProgress:
 
     Attributes:
         status: ``pending``, ``running``, ``done``, ``skip`` or ``error``.
-        started / finished: the caller's clock (float seconds) at the events.
+        started / finished: the host's clock (the events' ``ts``, float seconds), or
+            the caller's where an event carries no ``ts``.
         items_total: a map's item count, None when unknown (or not a map).
         items_done / items_failed / items_started: map item events seen.
     """
@@ -74,10 +81,11 @@ class NodeProgress:
     items_failed: int = 0
 
     def duration(self, now: float) -> float | None:
-        """Seconds from start to finish (or to ``now`` while running); None before start."""
+        """Seconds from start to finish (or to ``now``, on the same clock as
+        :attr:`started`, while running; never negative); None before start."""
         if self.started is None:
             return None
-        return (self.finished if self.finished is not None else now) - self.started
+        return max(0.0, (self.finished if self.finished is not None else now) - self.started)
 
 
 class ChainProgress:
@@ -105,12 +113,18 @@ class ChainProgress:
         self._declared = {n.node_id: n for n in request.nodes}
         self._outputs: dict[str, dict[str, Any]] = {}
         self.events = 0
+        self._lag: float | None = None  # smallest (arrival - ts) seen: caller → host clock
 
     # -- feeding ---------------------------------------------------------------
 
     def feed(self, event: ChainEvent, now: float) -> None:
-        """Apply one ``chain/event`` seen at ``now``."""
+        """Apply one ``chain/event`` seen at ``now`` (the caller's clock); the node's
+        times are taken from the event's ``ts`` (the host's clock)."""
         self.events += 1
+        if event.ts > 0:
+            lag = now - event.ts
+            self._lag = lag if self._lag is None else min(self._lag, lag)
+            now = event.ts
         if event.kind == "progress":  # an attempt of a node still running (§5 Recovery)
             return
         node = self.nodes.get(event.node_id)
@@ -191,7 +205,7 @@ class ChainProgress:
             what += f" ({node.kind}{' ' + node.name if node.name else ''})"
         line = f"[{event.seq:>3}] {event.phase:<5} {what}"
         if node is not None and event.phase != "start":
-            took = format_duration(node.duration(now))
+            took = format_duration(node.duration(self._host_now(now)))
             if took:
                 line += f"  {took}"
         data = event.data
@@ -205,6 +219,10 @@ class ChainProgress:
         if event.phase == "error" and event.error:
             line += f"  error: {event.error}"
         return line
+
+    def _host_now(self, now: float) -> float:
+        """The caller's ``now`` on the host's clock (the clock of the nodes' times)."""
+        return now - self._lag if self._lag is not None else now
 
     def summary(self) -> str:
         """One line on the whole chain: success, nodes run, duration (from the response)."""
@@ -241,7 +259,8 @@ class ChainProgress:
                 items = self._items_cell(node)
             elif node.error:
                 items = Text(node.error, style="red", overflow="ellipsis", no_wrap=True)
-            table.add_row(node.node_id, kind, status, format_duration(node.duration(now)), items)
+            took = format_duration(node.duration(self._host_now(now)))
+            table.add_row(node.node_id, kind, status, took, items)
         elapsed = (self.finished if self.finished is not None else now) - self.started
         footer = Text(f"{self.events} events · {format_duration(elapsed)}", style="dim")
         if self.response is not None:

@@ -39,10 +39,11 @@ Decisions where PROTOCOL.md §2 is silent:
 - ``accepted_caps`` lists, in the order asked and without duplicates, each capability
   both asked and served. ``max_parallel`` is the session's effective ceiling.
 - *Gates* (``proc``, ``skill``) are names an agent lists in ``agent_caps`` to unlock
-  node kinds of a served capability (PROTOCOL.md §8). They are not capabilities (no
-  plugin serves ``proc/*`` or ``skill/*``): never in ``accepted_caps``, never enough for
-  a session on their own; a gate is granted only with the capability that owns it, and
-  :attr:`Session.granted` holds it beside the accepted capabilities.
+  node kinds of a served capability (PROTOCOL.md §8). A gate whose name is itself a
+  served capability (the ``proc`` and ``skill`` plugins) is dropped: asking it grants
+  that capability. Otherwise a gate is not a capability: never in ``accepted_caps``,
+  never enough for a session on its own; it is granted only with the capability that
+  owns it, and :attr:`Session.granted` holds it beside the accepted capabilities.
 - Bad ``handshake/req.limits`` (an unknown ceiling, a value that is not a positive
   integer) is ``error`` ``schema_violation`` with ``detail.path`` ``$.limits.<name>``;
   no session is created.
@@ -138,6 +139,8 @@ class ConnectionSession:
             order the host serves them.
         gates: gate name → the served capability that owns it (e.g.
             ``{"skill": "chains"}``); a gate is granted when asked and its owner granted.
+        how_to_serve: capability name → how an operator makes the host serve it
+            (``Plugin.how_to_serve``), named in ``capability_missing`` when not served.
         bearer_token: a token the transport already received (WebSocket
             ``Authorization: Bearer``); it satisfies auth like ``handshake/req.auth_token``.
     """
@@ -148,10 +151,12 @@ class ConnectionSession:
         served: Mapping[str, MetadataFn | None],
         *,
         gates: Mapping[str, str] | None = None,
+        how_to_serve: Mapping[str, str] | None = None,
         bearer_token: str = "",
     ) -> None:
         self.config = config
         self.served = dict(served)
+        self.how_to_serve = dict(how_to_serve or {})
         self.gates = {g: owner for g, owner in (gates or {}).items() if g not in self.served}
         self.bearer_token = bearer_token
         self.state = SessionState.AWAITING_HANDSHAKE
@@ -311,8 +316,9 @@ class ConnectionSession:
                 detail={"session_id": session_id[:SHOWN_CHARS]},
             )
         if capability not in self.session.granted:
+            hint = self.how_to_serve.get(capability, "")
             fix = (f"list {capability!r} in handshake/req.agent_caps" if capability in self.served
-                   else "this host does not serve it")
+                   else "this host does not serve it" + (f"; to serve it, {hint}" if hint else ""))
             raise CapabilityMissing(
                 f"{mtype!r} needs capability {capability!r}, which this session was not "
                 f"granted; {fix}",

@@ -70,7 +70,11 @@ class ProcOutput:
     Attributes:
         stdout / stderr: the text of every ``output`` event of that stream, joined.
         exit: the ``exit`` event (its ``data`` has ``state``, ``exit_code``, ``dropped``).
+        exit_code: that event's ``exit_code``, None when it carries none.
         events: every event, in ``seq`` order.
+
+    Its repr shows the exit code, both streams (each clipped to 200 characters) and the
+    event count: ``ProcOutput(exit_code=0, stdout='1 2 3\\n', stderr='', events=2)``.
     """
 
     def __init__(self, events: list[ProcReadEvent]) -> None:
@@ -80,6 +84,21 @@ class ProcOutput:
         self.stderr = "".join(e.data.get("text", "") for e in events
                               if e.kind == "output" and e.stream_type == "stderr")
         self.exit = events[-1] if events and events[-1].kind == "exit" else None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The ``exit`` event's ``exit_code`` (negative: ended by that signal), else None."""
+        code = self.exit.data.get("exit_code") if self.exit is not None else None
+        return code if isinstance(code, int) else None
+
+    def __repr__(self) -> str:
+        return (f"ProcOutput(exit_code={self.exit_code!r}, stdout={_clip(self.stdout)!r}, "
+                f"stderr={_clip(self.stderr)!r}, events={len(self.events)})")
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """``text`` cut to ``limit`` characters for a repr, saying how much was left out."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more chars)"
 
 
 class ProcHandle:

@@ -225,8 +225,9 @@ class Client:
         receive_timeout: float | None = None,
     ) -> ToolCall:
         """Call tool ``name`` directly (``tool/call/req``); iterate the result for its
-        events and response, or ``await call.result()`` (a
-        :class:`~a2e_host.client.tools.ToolCall`).
+        events and response, or ``await call.result()`` for its
+        :class:`~a2e_host.tools.messages.ToolResult` (the whole response is then the
+        call's ``.response``; a :class:`~a2e_host.client.tools.ToolCall`).
 
         Args:
             name: the tool.
@@ -252,7 +253,9 @@ class Client:
     ) -> SkillCall:
         """Call skill ``name`` (``name`` or ``name@version``) with ``arguments``
         (``skill/call/req``, PROTOCOL.md §9); iterate the result for its events and
-        response, or ``await client.call_skill(…).result()``."""
+        response, or ``await client.call_skill(…).result()`` for its
+        :class:`~a2e_host.chains.skill_messages.SkillResult` (the whole response is
+        then the call's ``.response``)."""
         return SkillCall(self, skill_call_request(
             name, arguments, timeout=timeout, streaming=streaming,
             correlation_id=correlation_id, session_id=self.session_id))

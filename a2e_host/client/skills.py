@@ -21,6 +21,7 @@ from ..chains.skill_messages import (
     SkillDiscoverRequest,
     SkillDiscoverResponse,
     SkillEvent,
+    SkillResult,
 )
 from ..messages import ErrorMessage, Message
 from .chains import RESPONSE_GRACE, ChainRunClient
@@ -65,7 +66,10 @@ def skill_call_request(
 class SkillCall:
     """One ``skill/call/req`` in flight: iterating yields each
     :class:`~a2e_host.chains.skill_messages.SkillEvent` and ends with the
-    :class:`~a2e_host.chains.skill_messages.SkillCallResponse` (also :attr:`response`).
+    :class:`~a2e_host.chains.skill_messages.SkillCallResponse` (also :attr:`response`);
+    :meth:`result` drains them and returns the call's
+    :class:`~a2e_host.chains.skill_messages.SkillResult`, as
+    :meth:`~a2e_host.client.tools.ToolCall.result` returns the ``ToolResult``.
 
     Raises (while iterating):
         HostError: the host answered with an ``error`` (``busy``, ``capability_missing``).
@@ -122,12 +126,25 @@ class SkillCall:
         assert isinstance(message, SkillEvent)
         return message
 
-    async def result(self) -> SkillCallResponse:
-        """Drain the remaining events and return the response."""
+    async def result(self) -> SkillResult:
+        """Drain the remaining events and return the call's result.
+
+        Returns:
+            The response's ``data`` (``success``, ``data``, ``error``, ``error_code`` …).
+            A call refused before anything ran (``skill/call/resp`` with ``error`` and no
+            ``data``: ``unknown_skill``, ``schema_violation``, ``chain_limit``) gives
+            ``SkillResult(success=False)`` with that error's ``message`` and ``code``.
+            The whole response (its ``skill``, ``events_dropped``, the refusal's
+            ``details``) stays in :attr:`response`.
+        """
         async for _message in self:
             pass
         assert self.response is not None
-        return self.response
+        if self.response.data is not None:
+            return self.response.data
+        refusal = self.response.error or {}
+        return SkillResult(success=False, error=str(refusal.get("message", "")),
+                           error_code=str(refusal.get("code", "")) or None)
 
     async def aclose(self) -> None:
         """Stop listening (further messages of this call are dropped)."""

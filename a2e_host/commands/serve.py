@@ -18,6 +18,8 @@ import os
 import signal
 import sys
 import threading
+import time
+import traceback
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
@@ -145,16 +147,46 @@ def _bind_message(config: HostConfig, exc: OSError) -> str:
     return f"cannot listen on {config.host}:{config.port}: {reason}; check --host and --port"
 
 
+THREAD_EXIT_WAIT = 1.0
+"""Seconds the worker threads get to end after the event loop did: idle ones (anyio's
+pool) end at once; one still inside a blocking call is reported and abandoned."""
+
+
 def _exit_despite_stuck_threads(code: int) -> None:
-    """Exit now if a worker thread is still busy (a blocking tool that ignored
-    cancellation): the interpreter would otherwise wait for it at exit."""
-    stuck = [t for t in threading.enumerate()
-             if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    """Exit now if a worker thread is still inside a blocking call (a sync tool that
+    ignored cancellation): the interpreter would otherwise wait for it at exit. Idle
+    worker threads, which end as the loop ends, are given :data:`THREAD_EXIT_WAIT`
+    seconds first, so they are not reported."""
+    deadline = time.monotonic() + THREAD_EXIT_WAIT
+    stuck = []
+    for thread in threading.enumerate():
+        if thread is threading.main_thread() or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            stuck.append(thread)
     if stuck:
-        print(f"a2e-host: exiting with {len(stuck)} worker thread(s) still busy",
-              file=sys.stderr, flush=True)
+        calls = ", ".join(sorted({_blocking_call(t) for t in stuck}))
+        print(f"a2e-host: exiting with {len(stuck)} worker thread(s) still inside a "
+              f"blocking call that ignored cancellation ({calls}); that call is cut off "
+              "unfinished. Nothing else is lost: every connection was answered and closed, "
+              "the run store (if any) was closed, and durable runs left running resume when "
+              "a host starts on the same store.", file=sys.stderr, flush=True)
         flush_logs()  # os._exit skips the exit-time flush of queued log lines
         os._exit(code)
+
+
+def _blocking_call(thread: threading.Thread) -> str:
+    """Where ``thread`` is: the first function it runs outside the thread machinery
+    (``file:line function``), e.g. the sync tool that blocks; ``"unknown"`` if gone."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return "unknown"
+    machinery = (os.sep + "threading.py", os.sep + "anyio" + os.sep, os.sep + "contextvars")
+    for entry in traceback.extract_stack(frame):
+        if not any(part in entry.filename for part in machinery):
+            return f"{Path(entry.filename).name}:{entry.lineno} {entry.name}"
+    return thread.name
 
 
 async def _serve(host: Host) -> None:

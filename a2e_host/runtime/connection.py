@@ -106,6 +106,7 @@ class HostConnection:
             self.config,
             router.served,
             gates=router.gates,
+            how_to_serve=router.how_to_serve,
             bearer_token=transport.bearer_token,
         )
         self.peer = transport.peer or transport.kind

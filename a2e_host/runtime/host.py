@@ -123,6 +123,9 @@ class Host:
             plugins=tuple(self.plugins),
             served=MappingProxyType(dict(self.served_capabilities())),
             gates=MappingProxyType(dict(self.gates())),
+            how_to_serve=MappingProxyType({p.capability: p.how_to_serve
+                                           for p in reversed(self.plugins)
+                                           if p.capability and p.how_to_serve}),
             auth_throttle=AuthThrottle(config.auth_failure_delay),
             runs=self.runs,
             log=self.log,

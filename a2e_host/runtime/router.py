@@ -52,6 +52,8 @@ class Router:
         log: the host's structlog logger.
         started: ``time.monotonic()`` when the host started.
         error_message: the exception → wire ``error`` mapping.
+        how_to_serve: capability name → how to make the host serve it
+            (:attr:`Plugin.how_to_serve`), for every loaded plugin that says.
     """
 
     config: HostConfig
@@ -62,6 +64,7 @@ class Router:
     auth_throttle: AuthThrottle
     runs: RunRegistry
     log: Any
+    how_to_serve: Mapping[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     error_message: ErrorMapping = error_message_of
 

@@ -15,17 +15,20 @@ grants nothing.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from dataclasses import dataclass
 from typing import Any, cast
 
 import anyio
+import msgspec
 
-from a2e_host.chains.messages import ChainAccepted, ChainRequest, ChainResponse
+from a2e_host.chains.messages import ChainAccepted, ChainRequest, ChainResponse, chain_codec
 from a2e_host.codec import encode_message
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import (
+    A2EError,
     BadSinceSeq,
     RunExpired,
     StoreRequired,
@@ -74,6 +77,7 @@ class LiveRun:
         sink: its store-backed sink.
         ended: its ``chain/resp`` was sent (``last_seq`` is its last event's ``seq``).
         spawn: ``start_soon`` of the connection attached last (replays run there).
+        fingerprint: :func:`request_fingerprint` of its request (``""``: unreadable).
     """
 
     run_id: str
@@ -85,6 +89,28 @@ class LiveRun:
     ended: bool = False
     last_seq: int = 0
     spawn: Any = None
+    fingerprint: str = ""
+
+
+def request_fingerprint(request: ChainRequest) -> str:
+    """sha256 hex of the work a durable request asks for — its ``nodes``, ``entry_node``
+    and ``initial_input`` (not its envelope: ``id``, ``ts``…) — which an
+    ``idempotency_key`` names (PROTOCOL.md §5 Durable runs)."""
+    body = msgspec.json.encode([request.nodes, request.entry_node, request.initial_input],
+                               order="sorted")
+    return hashlib.sha256(body).hexdigest()
+
+
+def stored_fingerprint(record: RunRecord) -> str:
+    """:func:`request_fingerprint` of a stored run's request; ``""`` when it is not
+    stored (a record listed without bodies) or no longer decodes."""
+    if not record.request:
+        return ""
+    try:
+        message = chain_codec.decode(record.request)
+    except A2EError:  # a request stored by another version that no longer decodes
+        return ""
+    return request_fingerprint(message) if isinstance(message, ChainRequest) else ""
 
 
 class DurableRuns:
@@ -203,7 +229,8 @@ class DurableRuns:
                 spawn: Any) -> LiveRun:
         """List a run just started for lookups by run id, request id and key."""
         live = LiveRun(record.run_id, record.principal, record.req_id,
-                       record.idempotency_key or "", handle, sink, spawn=spawn)
+                       record.idempotency_key or "", handle, sink, spawn=spawn,
+                       fingerprint=stored_fingerprint(record))
         self.live[live.run_id] = live
         self.reserve(live.principal)
         self._by_req[(live.principal, live.req_id)] = live

@@ -21,11 +21,17 @@ from a2e_host.chains.messages import (
     ChainRequest,
 )
 from a2e_host.config import HostConfig
-from a2e_host.exceptions import ChainInvalid, InvalidMessage, UnknownRun
+from a2e_host.exceptions import ChainInvalid, IdempotencyConflict, InvalidMessage, UnknownRun
 from a2e_host.plugin import PluginContext
 from a2e_host.store import RunRecord
 
-from .durable import DurableRuns, LiveRun, check_not_expired
+from .durable import (
+    DurableRuns,
+    LiveRun,
+    check_not_expired,
+    request_fingerprint,
+    stored_fingerprint,
+)
 
 __all__ = ["DurableChains", "durable_runs_for", "forget_durable_runs", "shared_durable_runs"]
 
@@ -77,6 +83,7 @@ class DurableChains:
         if request.idempotency_key:
             existing = await durable.existing(session.principal, request.idempotency_key)
             if existing is not None:
+                _same_request(existing, request)
                 await self._attach_found(existing, ctx, 0, request.id)
                 return
         effective = session.limits.effective
@@ -113,6 +120,7 @@ class DurableChains:
             existing = await durable.existing(session.principal, request.idempotency_key)
             if existing is None:
                 raise UnknownRun("the run with this idempotency_key vanished; send again")
+            _same_request(existing, request)
             await self._attach_found(existing, ctx, 0, request.id)
             return
         self._check_admission(request, ctx)  # type: ignore[attr-defined]
@@ -191,3 +199,21 @@ def _invalid_retention(retention: int) -> ChainInvalid:
                "hint": "set 'retention' to a number of seconds above 0, or leave it out for "
                        "the host's default"}
     return ChainInvalid(message, details={"errors": [problem]})
+
+
+def _same_request(found: LiveRun | RunRecord, request: ChainRequest) -> None:
+    """Refuse a resubmitted ``idempotency_key`` whose request asks for other work than
+    the run the key names (PROTOCOL.md §5 Durable runs); the same work attaches.
+
+    Raises:
+        IdempotencyConflict: its ``nodes``, ``entry_node`` or ``initial_input`` differ.
+    """
+    stored = found.fingerprint if isinstance(found, LiveRun) else stored_fingerprint(found)
+    if stored and stored != request_fingerprint(request):
+        raise IdempotencyConflict(
+            f"idempotency_key {request.idempotency_key!r} already names run {found.run_id}, "
+            "which was sent with other nodes, entry_node or initial_input; send this "
+            "request with a fresh idempotency_key (or resend the original request "
+            "unchanged to attach to that run)",
+            detail={"idempotency_key": request.idempotency_key, "run_id": found.run_id},
+        )

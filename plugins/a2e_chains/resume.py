@@ -158,7 +158,9 @@ class ResumedChains:
         live = durable.live[record.run_id]
         sink: DurableSink = live.sink
         log = get_logger().bind(run_id=record.run_id, req_id=record.req_id)
-        started = time.monotonic()
+        # duration_ms counts from the run's acceptance, the time the host was down
+        # included, as its deadline does (and as `runs show` reads created → updated)
+        started = time.monotonic() - max(0.0, time.time() - record.created)
         try:
             message = chain_codec.decode(record.request)
             assert isinstance(message, ChainRequest)

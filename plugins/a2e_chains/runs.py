@@ -46,6 +46,7 @@ class RunsPlugin(Plugin):
     priority: ClassVar[int] = 15
     message_types: ClassVar[tuple[type[Message], ...]] = RUN_MESSAGE_TYPES
     features: ClassVar[tuple[str, ...]] = ("run/list", "run/get")
+    how_to_serve: ClassVar[str] = "start the host with --store PATH (a run store), or A2E_STORE"
     store: Any = None  # the host's run store, set by the host (Plugin.store)
 
     async def handle(self, message: Message, ctx: PluginContext) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import anyio
@@ -55,11 +54,10 @@ from a2e_host.messages import Message
 from a2e_host.plugin import Outbox, Plugin, PluginContext, RunHandle, SessionInfo
 
 from .process import CLOSE_GRACE, READ_CHUNK, SIGNALS, LiveProcess
+from .session_procs import KEPT_ENDED, MAX_WAITING_FOR_START, SETTLE_WAIT, START_WAIT, SessionProcs
 
-__all__ = ["ProcPlugin", "KEPT_ENDED", "MAX_LISTED_EXECUTABLES", "MAX_PENDING_WRITES"]
-
-KEPT_ENDED = 64
-"""Ended processes a session keeps for ``proc/status`` (the oldest is forgotten first)."""
+__all__ = ["ProcPlugin", "KEPT_ENDED", "MAX_LISTED_EXECUTABLES", "MAX_PENDING_WRITES",
+           "MAX_WAITING_FOR_START", "START_WAIT"]
 
 MAX_LISTED_EXECUTABLES = 64
 """Allowed executables the handshake metadata lists at most (``executables_total``
@@ -68,25 +66,6 @@ counts them all)."""
 MAX_PENDING_WRITES = 4
 """``proc/write/req`` waiting for one process's stdin at once; past it ``busy``."""
 
-
-@dataclass
-class _SessionProcs:
-    """One session's processes, in the order they were spawned."""
-
-    procs: dict[str, LiveProcess | None] = field(default_factory=dict)  # None: spawning
-    counter: int = 0
-    pending_writes: dict[str, int] = field(default_factory=dict)
-    pending_bytes: int = 0  # data of the session's writes not yet taken by a stdin
-    closing: bool = False  # the session stopped taking work: a process starting now closes
-
-    @property
-    def live(self) -> int:
-        return sum(1 for p in self.procs.values() if p is None or not p.ended.is_set())
-
-    def forget_ended(self) -> None:
-        ended = [k for k, p in self.procs.items() if p is not None and p.ended.is_set()]
-        for key in ended[: max(0, len(ended) - KEPT_ENDED)]:
-            del self.procs[key]
 
 
 class ProcPlugin(Plugin):
@@ -112,11 +91,14 @@ class ProcPlugin(Plugin):
         "proc/status/resp.procs",
         "proc/read/event.kinds",
     )
+    how_to_serve: ClassVar[str] = (
+        "start the host with --allow-proc NAME for each executable it may run, or allow_proc "
+        "in its config")
 
     def __init__(self, config: HostConfig, policy: ProcPolicy | None = None) -> None:
         super().__init__(config)
         self.policy = policy if policy is not None else ProcPolicy.from_config(config)
-        self._sessions: dict[str, _SessionProcs] = {}
+        self._sessions: dict[str, SessionProcs] = {}
 
     def serves(self) -> bool:
         """Only when the configuration allows at least one executable."""
@@ -142,8 +124,9 @@ class ProcPlugin(Plugin):
         Raises:
             ProcLimit: a spawn past the session's ``proc_limit``.
             Busy: the host is shutting down, every host-wide process slot is taken,
-                :data:`MAX_PENDING_WRITES` writes wait for that process already, or the
-                session's waiting writes would hold more than ``max_message_bytes``.
+                :data:`MAX_PENDING_WRITES` writes wait for that process already, the
+                session's waiting writes would hold more than ``max_message_bytes``, or
+                :data:`MAX_WAITING_FOR_START` requests wait for starts already.
             UnknownProc: no process of this session has that ``proc_id``.
             ProcDead: a write to, or a kill of, a process that has ended.
             SchemaViolation: an unknown ``signal``.
@@ -156,7 +139,8 @@ class ProcPlugin(Plugin):
         elif isinstance(message, ProcKillRequest):
             self._kill(message, ctx)
         elif isinstance(message, ProcStatusRequest):
-            ctx.outbox.send_nowait(self._status(message, ctx.session))
+            if not (message.proc_id and self._waits_for_start(message.proc_id, message, ctx)):
+                ctx.outbox.send_nowait(self._status(message, ctx.session))
         else:
             raise InvalidMessage(
                 f"{message.TYPE!r} is sent by hosts, not agents; send proc/spawn/req, "
@@ -169,7 +153,7 @@ class ProcPlugin(Plugin):
         if ctx.closing:
             raise Busy("the host is shutting down and starts no new processes",
                        retryable=True)
-        procs = self._sessions.setdefault(ctx.session.session_id, _SessionProcs())
+        procs = self._sessions.setdefault(ctx.session.session_id, SessionProcs())
         live = procs.live
         refusal = ctx.session.limits.refusal("proc_limit", live + 1)
         if refusal is not None:
@@ -200,11 +184,13 @@ class ProcPlugin(Plugin):
         procs.counter += 1
         proc_id = f"p{procs.counter}"
         procs.procs[proc_id] = None
+        procs.starting[proc_id] = anyio.Event()
         try:
             ctx.start_run(self._run, request, proc_id, procs, ctx.session,
                           name=f"proc {proc_id}")
         except BaseException:
             del procs.procs[proc_id]
+            procs.resolved(proc_id, "the host could not start its run")
             slots.release()
             raise
 
@@ -246,7 +232,7 @@ class ProcPlugin(Plugin):
         run: RunHandle,
         request: ProcSpawnRequest,
         proc_id: str,
-        procs: _SessionProcs,
+        procs: SessionProcs,
         session: SessionInfo,
     ) -> None:
         """The process's run: start it, answer the spawn, serve it until it ends."""
@@ -265,11 +251,12 @@ class ProcPlugin(Plugin):
             except NodeError as exc:
                 del procs.procs[proc_id]
                 code = "invalid_input" if exc.code == "invalid_input" else "spawn_failed"
+                error = exc.message.removeprefix("proc: ")
                 run.release()
                 sink.send_nowait(ProcSpawnResponse(
-                    req_id=request.id, ok=False, error=exc.message.removeprefix("proc: "),
-                    error_code=code,
+                    req_id=request.id, ok=False, error=error, error_code=code,
                 ))
+                procs.resolved(proc_id, f"{error} ({code})")
                 return
             process = LiveProcess(
                 proc_id, request.id, list(request.cmd), supervisor, timeout=float(timeout),
@@ -279,6 +266,7 @@ class ProcPlugin(Plugin):
             procs.procs[proc_id] = process
             sink.send_nowait(ProcSpawnResponse(req_id=request.id, proc_id=proc_id, ok=True,
                                                pid=process.pid))
+            procs.resolved(proc_id)
             try:
                 async with anyio.create_task_group() as tg:
                     if procs.closing:  # the session stopped while it was starting
@@ -290,6 +278,9 @@ class ProcPlugin(Plugin):
             self.policy.slots.release()
             if procs.procs.get(proc_id, 0) is None:  # cancelled while it was starting
                 del procs.procs[proc_id]
+            if proc_id in procs.starting:
+                procs.resolved(proc_id, "its start was cancelled (the session or the host "
+                                        "stopped)")
 
     # ── write, kill, status ─────────────────────────────────────────────────
 
@@ -297,9 +288,17 @@ class ProcPlugin(Plugin):
         procs = self._sessions.get(session.session_id)
         process = procs.procs.get(proc_id) if procs is not None else None
         if process is None:
+            failure = procs.spawn_failures.get(proc_id) if procs is not None else None
+            if failure is not None:
+                raise UnknownProc(
+                    f"process {proc_id!r} did not start: {failure}; its proc/spawn/resp "
+                    "(ok false) says so, and nothing was sent to it",
+                    detail={"proc_id": proc_id, "spawn_error": failure},
+                )
             known = procs is not None and proc_id in procs.procs  # still starting
             raise UnknownProc(
-                f"process {proc_id!r} is still starting; wait for its proc/spawn/resp"
+                f"process {proc_id!r} did not start within {START_WAIT:g} s; wait for its "
+                "proc/spawn/resp and send again"
                 if known else
                 f"this session has no process {clip(proc_id, SHOWN)}; use the proc_id of a "
                 "proc/spawn/resp (proc/status/req with proc_id \"\" lists them)",
@@ -307,6 +306,52 @@ class ProcPlugin(Plugin):
                         proc_id[:SHOWN] + "…"},
             )
         return process
+
+    def _waits_for_start(self, proc_id: str, request: Message, ctx: PluginContext) -> bool:
+        """When ``proc_id`` is still starting, answer ``request`` in the background once
+        its start is over (at most :data:`START_WAIT` seconds): a piped script may send
+        ``proc/write/req`` right after ``proc/spawn/req``. Returns whether it waits."""
+        procs = self._sessions.get(ctx.session.session_id)
+        if procs is None or proc_id not in procs.starting:
+            return False
+        if procs.waiting >= MAX_WAITING_FOR_START:
+            raise Busy(
+                f"{procs.waiting} requests wait for processes of this session to start "
+                "already; wait for a proc/spawn/resp before sending more"
+            )
+        held = 0
+        if isinstance(request, ProcWriteRequest):  # its data is held while it waits
+            held = len(request.data.encode("utf-8", errors="surrogatepass"))
+            procs.check_bytes(held, ctx.session.limits.effective.max_message_bytes)
+        procs.waiting += 1
+        procs.pending_bytes += held
+        ctx.start_soon(self._after_start, proc_id, request, procs, ctx, held,
+                       name=f"proc {proc_id} waits for its start")
+        return True
+
+    async def _after_start(self, proc_id: str, request: Message, procs: SessionProcs,
+                           ctx: PluginContext, held: int) -> None:
+        try:
+            event = procs.starting.get(proc_id)
+            if event is not None:
+                with anyio.move_on_after(START_WAIT):
+                    await event.wait()
+            if isinstance(request, ProcWriteRequest):
+                procs.pending_bytes -= held  # counted again by _writable
+                held = 0
+                process, data = self._writable(request, ctx)
+                await self._write_now(request.id, data, request.eof, process, procs,
+                                      ctx.outbox)
+            elif isinstance(request, ProcKillRequest):
+                process, signum = self._killable(request, ctx)
+                await self._kill_now(request, process, signum, ctx.outbox)
+            else:
+                assert isinstance(request, ProcStatusRequest)
+                ctx.outbox.send_nowait(self._status(request, ctx.session))
+        finally:
+            procs.pending_bytes -= held
+            procs.waiting -= 1
+            procs.notify()
 
     @staticmethod
     def _dead(process: LiveProcess, action: str) -> ProcDead:
@@ -318,6 +363,16 @@ class ProcPlugin(Plugin):
         )
 
     def _write(self, request: ProcWriteRequest, ctx: PluginContext) -> None:
+        if self._waits_for_start(request.proc_id, request, ctx):
+            return
+        process, data = self._writable(request, ctx)
+        ctx.start_soon(self._write_now, request.id, data, request.eof, process,
+                       self._sessions[ctx.session.session_id], ctx.outbox,
+                       name=f"proc write {process.proc_id}")
+
+    def _writable(self, request: ProcWriteRequest, ctx: PluginContext
+                  ) -> tuple[LiveProcess, bytes]:
+        """The process ``request`` writes to and the bytes, counted as a pending write."""
         process = self._find(ctx.session, request.proc_id)
         if not process.running:
             raise self._dead(process, "write to")
@@ -329,23 +384,14 @@ class ProcPlugin(Plugin):
                 "already; wait for a proc/write/resp before sending more"
             )
         data = request.data.encode("utf-8", errors="surrogatepass")
-        limit = ctx.session.limits.effective.max_message_bytes
-        if procs.pending_bytes and procs.pending_bytes + len(data) > limit:
-            # every process's writes may wait at once: bound the session's bytes, not
-            # only the count per process (proc_limit x 4 writes x 16 MiB otherwise)
-            raise Busy(
-                f"{procs.pending_bytes} bytes of this session's writes are waiting for "
-                f"stdin already and {len(data)} more would pass {limit} "
-                "(max_message_bytes); wait for a proc/write/resp before sending more"
-            )
+        procs.check_bytes(len(data), ctx.session.limits.effective.max_message_bytes)
         procs.pending_writes[process.proc_id] = pending + 1
         procs.pending_bytes += len(data)
-        ctx.start_soon(self._write_now, request.id, data, request.eof, process, procs,
-                       ctx.outbox, name=f"proc write {process.proc_id}")
+        return process, data
 
     @staticmethod
     async def _write_now(
-        req_id: str, data: bytes, eof: bool, process: LiveProcess, procs: _SessionProcs,
+        req_id: str, data: bytes, eof: bool, process: LiveProcess, procs: SessionProcs,
         outbox: Outbox,
     ) -> None:
         size = len(data)
@@ -359,12 +405,21 @@ class ProcPlugin(Plugin):
                 procs.pending_writes[process.proc_id] = left
             else:
                 procs.pending_writes.pop(process.proc_id, None)
+            procs.notify()
         outbox.send_nowait(ProcWriteResponse(
             req_id=req_id, proc_id=process.proc_id, ok=error is None, pid=process.pid,
             error=error or "", written=0 if error else size,
         ))
 
     def _kill(self, request: ProcKillRequest, ctx: PluginContext) -> None:
+        if self._waits_for_start(request.proc_id, request, ctx):
+            return
+        process, signum = self._killable(request, ctx)
+        ctx.start_soon(self._kill_now, request, process, signum, ctx.outbox,
+                       name=f"proc kill {process.proc_id}")
+
+    def _killable(self, request: ProcKillRequest, ctx: PluginContext
+                  ) -> tuple[LiveProcess, int]:
         signum = SIGNALS.get(request.signal.upper())
         if signum is None:
             raise SchemaViolation(
@@ -375,8 +430,7 @@ class ProcPlugin(Plugin):
         process = self._find(ctx.session, request.proc_id)
         if not process.running:
             raise self._dead(process, "kill")
-        ctx.start_soon(self._kill_now, request, process, signum, ctx.outbox,
-                       name=f"proc kill {process.proc_id}")
+        return process, signum
 
     @staticmethod
     async def _kill_now(
@@ -403,11 +457,16 @@ class ProcPlugin(Plugin):
     # ── the session and the host ending ─────────────────────────────────────
 
     async def session_closing(self, session: SessionInfo) -> None:
-        """Close every live process's stdin; end the tree of each still running
+        """Let the processes still starting start and the requests already received for
+        them be answered (at most :data:`SETTLE_WAIT` seconds), then close every live
+        process's stdin; end the tree of each still running
         :data:`~a2e_proc.process.CLOSE_GRACE` seconds later (PROTOCOL.md §10)."""
         procs = self._sessions.get(session.session_id)
         if procs is None:
             return
+        with anyio.move_on_after(SETTLE_WAIT):  # what was sent before the close goes first
+            while not procs.settled:
+                await procs.changed.wait()
         procs.closing = True
         with anyio.move_on_after(CLOSE_GRACE + 1.0):
             async with anyio.create_task_group() as tg:
@@ -419,13 +478,13 @@ class ProcPlugin(Plugin):
         """End what is left (its runs were cancelled already) and forget the session."""
         procs = self._sessions.pop(session.session_id, None)
         if procs is not None:
-            await _end_all(procs)
+            await procs.end_all()
 
     async def aclose(self) -> None:
         """The host is stopping: end every process of every session."""
         sessions, self._sessions = list(self._sessions.values()), {}
         for procs in sessions:
-            await _end_all(procs)
+            await procs.end_all()
 
 
 def _same_file(path: str, dev: int, ino: int) -> bool:
@@ -435,13 +494,3 @@ def _same_file(path: str, dev: int, ino: int) -> bool:
     except OSError:
         return False
     return (st.st_dev, st.st_ino) == (dev, ino)
-
-
-async def _end_all(procs: _SessionProcs) -> None:
-    """End every process of ``procs`` and wait (bounded) for their trees to be gone."""
-    live = [p for p in procs.procs.values() if p is not None and not p.ended.is_set()]
-    for process in live:
-        process.abort()
-    with anyio.move_on_after(CLOSE_GRACE + 5.0):
-        for process in live:
-            await process.ended.wait()

@@ -89,6 +89,8 @@ class SkillPlugin(Plugin):
         "skill/lifecycle",
         "skill/call.events_dropped",
     )
+    how_to_serve: ClassVar[str] = (
+        "start the host with --skills DIR (declarative skills), or install a skill package")
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
         super().__init__(config)

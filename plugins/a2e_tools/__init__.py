@@ -72,6 +72,9 @@ class ToolsPlugin(Plugin):
         "tool/list.side_effects",
         "tool/event",
     )
+    how_to_serve: ClassVar[str] = (
+        "start the host with --tools PACK (e.g. --tools fs,text,json; 'a2e-host tools --all' "
+        "lists the installed packs), or tools in its config (A2E_TOOLS)")
 
     def __init__(self, config: HostConfig, tools: ToolRegistry | None = None) -> None:
         super().__init__(config)

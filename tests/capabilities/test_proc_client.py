@@ -85,3 +85,23 @@ async def test_a_process_handle_writes_reads_kills_and_reports_status(transport:
             kill_if_alive(*(h.pid for h in held))
             for handle in held:
                 await handle.aclose()
+
+
+@pytest.mark.asyncio
+async def test_read_to_exit_output_shows_exit_code_and_both_streams_in_its_repr() -> None:
+    async with client_over("stdio") as client:
+        sh = await client.spawn_proc(["sh", "-c", "echo out; echo err >&2; exit 3"])
+        out = await sh.read_to_exit()
+    assert out.exit_code == 3
+    assert repr(out) == "ProcOutput(exit_code=3, stdout='out\\n', stderr='err\\n', events=3)"
+
+
+def test_a_long_stream_is_clipped_in_the_repr_saying_how_much_was_left_out() -> None:
+    from a2e_host.chains.proc_messages import ProcReadEvent
+    from a2e_host.client import ProcOutput
+
+    out = ProcOutput([ProcReadEvent(req_id="s", proc_id="p1", seq=1, kind="output",
+                                    stream_type="stdout", data={"text": "x" * 250})])
+    assert out.exit_code is None
+    assert repr(out) == (f"ProcOutput(exit_code=None, stdout='{'x' * 200}… (50 more chars)', "
+                         "stderr='', events=1)")

@@ -103,13 +103,19 @@ async def test_a_skill_call_is_bounded_by_its_timeout_within_max_timeout(
     holder = Holder()
     with anyio.fail_after(20):
         async with host_with(tmp_path, holder, max_timeout=30) as client:
-            timed_out = await client.call_skill("hold", timeout=1).result()
-            too_long = await client.call_skill("hold", timeout=31).result()
-    assert timed_out.error is None and timed_out.data is not None
-    assert (timed_out.data.success, timed_out.data.error_code) == (False, "timeout")
+            timed_out_call = client.call_skill("hold", timeout=1)
+            timed_out_result = await timed_out_call.result()
+            too_long_call = client.call_skill("hold", timeout=31)
+            too_long_result = await too_long_call.result()
+    timed_out, too_long = timed_out_call.response, too_long_call.response
+    assert timed_out is not None and too_long is not None
+    assert timed_out.error is None and timed_out.data is timed_out_result
+    assert (timed_out_result.success, timed_out_result.error_code) == (False, "timeout")
     assert holder.cancelled.is_set()
     assert too_long.data is None and too_long.error is not None
     assert too_long.error["code"] == "chain_limit"
+    assert (too_long_result.success, too_long_result.error_code, too_long_result.error) == (
+        False, "chain_limit", too_long.error["message"])
     assert {k: too_long.error["details"][k] for k in ("ceiling", "scope", "limit",
                                                       "requested")} == {
         "ceiling": "max_timeout", "scope": "session", "limit": 30, "requested": 31}

@@ -209,3 +209,30 @@ async def test_a_session_asking_chains_and_skill_runs_skill_nodes_by_version(
     first = messages[0]
     assert isinstance(first, ChainEvent) and first.data["warning"] == (
         "skill 'shout@1' is deprecated; use 'shout@2'")
+
+
+@pytest.mark.asyncio
+async def test_call_skill_and_call_tool_results_are_both_the_sdk_result_object(
+        tmp_path: Path) -> None:
+    from a2e_host.chains.skill_messages import SkillResult
+    from a2e_host.tools.messages import ToolCallResponse, ToolResult
+
+    skills = write_versioned_skills(tmp_path / "skills")
+    async with agent("stdio", skills, ["skill", "tools"]) as client:
+        skill_call = client.call_skill("shout@2", {"parts": ["a", "b"]})
+        skill = await skill_call.result()
+        tool_call = client.call_tool("add", {"a": 1, "b": 2})
+        tool = await tool_call.result()
+        unknown_call = client.call_skill("nope", {})
+        unknown = await unknown_call.result()
+    assert isinstance(skill, SkillResult) and isinstance(tool, ToolResult)
+    assert (skill.success, skill.data, skill.error) == (True, {"v": 2, "text": "AB"}, None)
+    assert (tool.success, tool.data, tool.error) == (True, {"sum": 3}, None)
+    assert isinstance(skill_call.response, SkillCallResponse)
+    assert skill_call.response.data is skill
+    assert skill_call.response.skill == {
+        "name": "shout", "version": "2", "lifecycle": "active"}
+    assert isinstance(tool_call.response, ToolCallResponse) and tool_call.response.data is tool
+    assert unknown_call.response is not None and unknown_call.response.error is not None
+    assert (unknown.success, unknown.data, unknown.error_code, unknown.error) == (
+        False, None, "unknown_skill", unknown_call.response.error["message"])

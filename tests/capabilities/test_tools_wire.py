@@ -116,8 +116,10 @@ async def test_a_host_serving_no_tools_does_not_grant_tools() -> None:
         await host.send(list_req("l1"))
         err = await host.receive()
         assert (err["code"], err["req_id"]) == ("capability_missing", "l1")
-        assert err["message"].endswith("which this session was not granted; this host does "
-                                      "not serve it")
+        assert err["message"].endswith(
+            "which this session was not granted; this host does not serve it; to serve it, "
+            "start the host with --tools PACK (e.g. --tools fs,text,json; 'a2e-host tools "
+            "--all' lists the installed packs), or tools in its config (A2E_TOOLS)")
 
 
 @pytest.mark.asyncio

@@ -123,6 +123,36 @@ def test_runs_list_status_filter_shows_only_that_status(store: Path) -> None:
         0, f"no runs with status timeout in {str(store)!r}")
 
 
+@pytest.mark.parametrize("flags", [
+    ["--status", "failed,interrupted"],
+    ["--status", "interrupted", "--status", "failed"],
+    ["--status", "failed", "--status", "interrupted,failed"],
+    ["--failed"],
+])
+def test_runs_list_lists_runs_in_any_of_several_statuses(store: Path, flags: list[str]) -> None:
+    done = cli("runs", "list", "--store", str(store), *flags)
+    assert done.returncode == 0, done.stderr
+    assert [line.split()[:2] for line in done.stdout.splitlines()[1:]] == [
+        ["r-cut", "interrupted"], ["r-fail", "failed"]]
+
+
+def test_runs_list_with_several_statuses_names_them_all(store: Path) -> None:
+    none = cli("runs", "list", "--store", str(store), "--status", "timeout",
+               "--status", "cancelled")
+    assert (none.returncode, none.stdout.strip()) == (
+        0, f"no runs with status cancelled or timeout in {str(store)!r}")
+    first = cli("runs", "list", "--store", str(store), "--failed", "--limit", "1")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[-1] == (
+        f"(more runs: a2e-host runs list --store {store} --status "
+        "failed,cancelled,timeout,interrupted,budget_exhausted --cursor r4)")
+    rest = cli("runs", "list", "--store", str(store), "--failed", "--cursor", "r4")
+    assert [line.split()[0] for line in rest.stdout.splitlines()] == ["RUN", "r-fail"]
+    bad = cli("runs", "list", "--store", str(store), "--status", "failed,oops")
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("a2e-host runs list: unknown --status 'oops'; use one of:")
+
+
 def test_runs_list_pages_through_the_store_with_its_cursor(store: Path) -> None:
     first = cli("runs", "list", "--store", str(store), "--limit", "3")
     assert first.returncode == 0, first.stderr
@@ -272,7 +302,8 @@ def test_unknown_status_lists_the_statuses(store: Path) -> None:
     assert done.returncode == 2
     assert done.stderr == (
         "a2e-host runs list: unknown --status 'done'; use one of: running, succeeded, "
-        "failed, cancelled, timeout, interrupted, budget_exhausted, expired\n")
+        "failed, cancelled, timeout, interrupted, budget_exhausted, expired (several: "
+        "--status failed,interrupted, or --failed for every unsuccessful one)\n")
 
 
 def test_graph_run_colours_each_node_by_its_outcome(store: Path) -> None:

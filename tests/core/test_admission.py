@@ -184,3 +184,20 @@ def test_bad_connection_settings_are_refused_naming_the_setting(
 ) -> None:
     with pytest.raises(ValueError, match=expected):
         load_config(environ={name: value})
+
+
+def test_capability_missing_for_an_unserved_capability_says_how_to_serve_it() -> None:
+    from a2e_host.chains.proc_messages import ProcStatusRequest
+    from a2e_host.exceptions import CapabilityMissing
+
+    machine = ConnectionSession(HostConfig(), SERVED,
+                                how_to_serve={"proc": "start the host with --allow-proc NAME"})
+    machine.receive_handshake(HandshakeRequest(agent_caps=["chains", "video"]))
+    with pytest.raises(CapabilityMissing) as unserved:
+        machine.check_work(ProcStatusRequest(id="s"), "proc")
+    assert str(unserved.value) == (
+        "'proc/status/req' needs capability 'proc', which this session was not granted; "
+        "this host does not serve it; to serve it, start the host with --allow-proc NAME")
+    with pytest.raises(CapabilityMissing) as no_hint:
+        machine.check_work(ProcStatusRequest(id="s"), "telepathy")
+    assert str(no_hint.value).endswith("was not granted; this host does not serve it")

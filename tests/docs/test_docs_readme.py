@@ -56,3 +56,33 @@ def test_the_tool_pack_example_is_one_pack_and_runs(tmp_path: Path) -> None:
     size = tools.get("file_size")
     assert size is not None
     assert anyio.run(size.invoke, {"path": "a.txt"}) == {"path": "a.txt", "bytes": 5}
+
+
+def section(heading: str) -> str:
+    text = README.read_text("utf-8")
+    start = text.index(f"\n{heading}\n")
+    end = text.index("\n#", start + len(heading) + 2)
+    return text[start:end]
+
+
+def test_the_durable_runs_section_states_which_in_flight_nodes_survive_a_restart() -> None:
+    durable = " ".join(section("### Durable runs").split())
+    assert "declared `idempotent` or the node sets `\"resume\": \"rerun\"`" in durable
+    assert "ends with error code `interrupted`" in durable
+    assert '[PROTOCOL.md §5 "Resume after a restart"](docs/PROTOCOL.md)' in durable
+    protocol = (REPO / "docs" / "PROTOCOL.md").read_text("utf-8")
+    running = protocol[protocol.index("\n## 5. Running\n"):protocol.index("\n## 6. ")]
+    assert "**Resume after a restart**" in running
+
+
+def test_the_long_lived_process_example_prints_what_its_comments_say(tmp_path: Path) -> None:
+    code = next(b for b in blocks("python") if "spawn_proc" in b)
+    promised = [line.split("# ", 1)[1].strip() for line in code.splitlines()
+                if "print(" in line]
+    assert promised[0].startswith("ProcOutput(")
+    script = tmp_path / "procs.py"
+    script.write_text(code, "utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=90, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == promised

@@ -119,6 +119,52 @@ async def test_resubmitting_an_idempotency_key_attaches_to_the_run_it_started(
 
 
 @pytest.mark.asyncio
+async def test_resubmitting_an_idempotency_key_with_another_request_is_refused(
+    tmp_path: Path,
+) -> None:
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    other = [{"node_id": "a", "kind": "tool", "name": "echo", "input": {"args": {"v": 9}}}]
+    argv = [*EXTRA, "--store", str(tmp_path / "runs.db")]
+    refusals: list[HostError] = []
+    async with serving_argv(argv) as (url, _host):
+        with anyio.fail_after(WAIT * 2):
+            async with connect_ws(url, agent_caps=["chains", "runs"]) as client:
+                run = client.run_chain(_blocked(fifo), "a", durable=True,
+                                       idempotency_key="order-7")
+                async for message in run:
+                    if isinstance(message, ChainEvent) and message.seq == 3:
+                        break
+                # while it runs: other nodes, then the same nodes with another input
+                for nodes, initial in ((other, None), (_blocked(fifo), {"x": 1})):
+                    with pytest.raises(HostError) as live:
+                        await client.run_chain(nodes, "a", durable=True, initial_input=initial,
+                                               idempotency_key="order-7").result()
+                    refusals.append(live.value)
+                await _open_gate(fifo)
+                first = [m async for m in run]
+                # once it ended (the stored record): refused again; the same request attaches
+                with pytest.raises(HostError) as ended:
+                    await client.run_chain(other, "a", durable=True,
+                                           idempotency_key="order-7").result()
+                refusals.append(ended.value)
+                same = await client.run_chain(_blocked(fifo), "a", durable=True,
+                                              idempotency_key="order-7").result()
+                listed = await client.list_runs()
+    assert isinstance(first[-1], ChainResponse) and first[-1].success
+    for refusal in refusals:
+        assert refusal.code == "idempotency_conflict"
+        assert refusal.error.message == (
+            f"idempotency_key 'order-7' already names run {run.run_id}, which was sent with "
+            "other nodes, entry_node or initial_input; send this request with a fresh "
+            "idempotency_key (or resend the original request unchanged to attach to that run)")
+        assert refusal.error.detail == {"idempotency_key": "order-7", "run_id": run.run_id}
+        assert refusal.error.retryable is False
+    assert (same.success, same.req_id, same.outputs["c"]) == (True, run.req_id, {"args": {"v": 2}})
+    assert [r.run_id for r in listed.runs] == [run.run_id]  # nothing else was started
+
+
+@pytest.mark.asyncio
 async def test_run_list_shows_each_ending_as_its_exact_status(tmp_path: Path) -> None:
     fifo = tmp_path / "gate"
     os.mkfifo(fifo)

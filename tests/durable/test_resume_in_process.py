@@ -34,14 +34,15 @@ WAIT = 20
 
 async def _seed(path: Path, request: ChainRequest, *, plan_hash: str = "",
                 frames: Sequence[ChainEvent] = (), cancel: bool = False,
-                deadline: float | None = None) -> str:
-    """A run as a killed host leaves it: ``running``, with ``frames`` stored."""
+                deadline: float | None = None, age: float = 0.0) -> str:
+    """A run as a killed host leaves it: ``running``, with ``frames`` stored, accepted
+    ``age`` seconds ago."""
     store = await open_store(str(path))
     try:
         now = time.time()
         record = RunRecord(run_id="r" * 32, principal=ANONYMOUS_PRINCIPAL, req_id=request.id,
                            chain_id=request.chain_id, request=encode_message(request),
-                           plan_hash=plan_hash, created=now, updated=now,
+                           plan_hash=plan_hash, created=now - age, updated=now - age,
                            deadline=deadline if deadline is not None else now + 60)
         store.create(record)
         for event in frames:
@@ -106,6 +107,34 @@ async def test_a_stored_running_run_resumes_after_its_last_event(tmp_path: Path)
     assert isinstance(response, ChainResponse) and response.success
     assert response.outputs["a"] == {"v": 1}, "restored from the log, not run again"
     assert status is RunStatus.SUCCEEDED
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("drift", [False, True])
+async def test_a_resumed_runs_duration_counts_from_its_acceptance_as_the_store_does(
+    tmp_path: Path, drift: bool,
+) -> None:
+    gates = Gates()
+    gates.gate("g").set()
+    request = _request()
+    run_id = await _seed(tmp_path / "runs.db", request, age=30.0,
+                         plan_hash="0" * 64 if drift else _hash(gates, request),
+                         frames=[ChainEvent(req_id="long", seq=1, node_id="a", phase="start"),
+                                 ChainEvent(req_id="long", seq=2, node_id="a", phase="done",
+                                            output={"v": 1})])
+    got, _ = await _run_after_restart(tmp_path, gates, run_id)
+    response = got[-1]
+    assert isinstance(response, ChainResponse) and response.success is not drift
+    store = await open_store(str(tmp_path / "runs.db"), readonly=True)
+    try:
+        record = await store.get(run_id)
+    finally:
+        await store.aclose()
+    assert record is not None
+    stored_ms = (record.updated - record.created) * 1000
+    # 30 s before the restart, then at most WAIT seconds of resumed run
+    assert 30_000 <= response.duration_ms < 30_000 + WAIT * 1000
+    assert abs(stored_ms - response.duration_ms) < 2_000  # one duration, two readers
 
 
 @pytest.mark.asyncio
