@@ -158,6 +158,7 @@ class SQLiteRunStore:
         self._next_callback = 0
         self._changed: anyio.Event | None = None  # set at the next commit (or break)
         self._jobs: dict[int, asyncio.Future[Any]] = {}
+        self._job_count = 0
         self._wake_due = False  # a wake of the idle writer is scheduled on the loop
 
     def _start_writer(self, conn: sqlite3.Connection, *, blob_threshold: int,
@@ -259,7 +260,10 @@ class SQLiteRunStore:
 
     async def _job(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         future: asyncio.Future[T] = self._loop.create_future()
-        token = id(future)
+        # a number never used twice: a cancelled caller's job still commits, and its
+        # result must not resolve a later job (``id()`` of a freed future is reused)
+        self._job_count += 1
+        token = self._job_count
         self._put(JOB, 0, fn, token)
         self._jobs[token] = future
         self._hurry()

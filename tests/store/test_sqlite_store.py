@@ -519,3 +519,39 @@ async def test_the_store_writes_ahead_with_the_durability_asked_for(
         await store.aclose()
     with pytest.raises(ValueError, match="durability must be 'normal' or 'full'"):
         await open_sqlite_store(path, durability="sometimes")  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_callers_job_never_answers_a_later_caller(
+        path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the writer holds its batch (commit_delay) while alice's create_or_get is cancelled;
+    # her job still commits, and its result must not resolve bob's, whose waiting future
+    # may sit at the freed one's address: every object "at one address" here, so a job
+    # told apart by its future's id() would answer bob with alice's record
+    import a2e_host.store.sqlite as sqlite_module
+    monkeypatch.setattr(sqlite_module, "id", lambda obj: 1, raising=False)
+    store = await open_sqlite_store(path, commit_delay=60.0)
+    try:
+        for n in range(20):
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(store.create_or_get,
+                                  record(f"a{n}", "alice", idempotency_key=f"ka{n}"))
+                    for _ in range(5):
+                        await anyio.lowlevel.checkpoint()
+                    scope.cancel()
+            got: list[Any] = []
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_create_into, store,
+                              record(f"b{n}", "bob", idempotency_key=f"kb{n}"), got)
+                for _ in range(5):
+                    await anyio.lowlevel.checkpoint()
+                await store.flush()
+            (bob, created), = got
+            assert (bob.run_id, bob.principal, created) == (f"b{n}", "bob", True)
+    finally:
+        await store.aclose()
+
+
+async def _create_into(store: SQLiteRunStore, rec: Any, got: list[Any]) -> None:
+    got.append(await store.create_or_get(rec))
