@@ -197,6 +197,7 @@ class SkillPlugin(Plugin):
                 log=log,
                 tool_of=self.toolbox.tools.get,
                 step_cache=self.engine.step_cache,
+                run_key=f"{session.session_id}/{request.id}",
             )
             run.on_cancel(runner.cancel)
 
