@@ -323,10 +323,10 @@ class ProcPlugin(Plugin):
         if isinstance(request, ProcWriteRequest):  # its data is held while it waits
             held = len(request.data.encode("utf-8", errors="surrogatepass"))
             procs.check_bytes(held, ctx.session.limits.effective.max_message_bytes)
-        procs.waiting += 1
-        procs.pending_bytes += held
         ctx.start_soon(self._after_start, proc_id, request, procs, ctx, held,
                        name=f"proc {proc_id} waits for its start")
+        procs.waiting += 1  # only once started: its task takes them back
+        procs.pending_bytes += held
         return True
 
     async def _after_start(self, proc_id: str, request: Message, procs: SessionProcs,
