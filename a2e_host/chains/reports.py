@@ -62,11 +62,23 @@ class NodeReports:
         if self.closed or self.sent >= MAX_REPORTS:  # dropped without a hop to the loop
             self._count_dropped()
             return False
+        failed: list[BaseException] = []
+
+        def on_loop() -> bool:
+            try:
+                return self._send(kind, data)
+            except BaseException as exc:  # noqa: BLE001 — re-raised below, not a lost hop
+                failed.append(exc)
+                return False
+
         try:
-            return bool(anyio.from_thread.run_sync(self._send, kind, data))
+            delivered = anyio.from_thread.run_sync(on_loop)
         except RuntimeError:  # not an anyio worker thread, or the loop is gone
             self._count_dropped()
             return False
+        if failed:  # the send itself failed (a host bug): not a dropped report
+            raise failed[0]
+        return bool(delivered)
 
     def _count_dropped(self) -> None:
         with _DROPPED_LOCK:  # worker threads count beside the loop
