@@ -46,6 +46,7 @@ from . import kinds
 from .messages import ChainNode, RetryPolicy
 from .nodes import Executor, NodeContext
 from .recovery_policy import Recovery, is_guarded, may_retry, progress_data
+from .reports import NodeReports
 from .run_state import RunState
 from .step_cache import CacheKey
 
@@ -183,16 +184,23 @@ async def _call(
     """One attempt: the executor on a copy of ``args``, within ``limit`` seconds (the
     node's ``timeout``; None for none). The tool sees this attempt's deadline
     (:func:`attempt_deadline`), not the first attempt's: each attempt has the whole
-    ``limit``.
+    ``limit``; and reports through this attempt's sink, closed when it ends (the cap
+    stays the node execution's).
 
     Raises:
         NodeTimeout: ``limit`` passed first; whatever the executor raises.
     """
-    ctx = dataclasses.replace(ctx, deadline=attempt_deadline(run_deadline, limit))
-    if limit is None:
-        return await executor(node, dict(args), ctx)
-    with anyio.move_on_after(limit):
-        return await executor(node, dict(args), ctx)
+    sink = ctx.sink.attempt() if isinstance(ctx.sink, NodeReports) else None
+    ctx = dataclasses.replace(ctx, deadline=attempt_deadline(run_deadline, limit),
+                              sink=sink or ctx.sink)
+    try:
+        if limit is None:
+            return await executor(node, dict(args), ctx)
+        with anyio.move_on_after(limit):
+            return await executor(node, dict(args), ctx)
+    finally:
+        if sink is not None:
+            sink.close()  # an abandoned worker thread reports no more
     raise NodeTimeout(
         f"node {shown!r} timed out after {limit:g} s (its timeout); raise the node's "
         "timeout or make the work smaller"
