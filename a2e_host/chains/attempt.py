@@ -39,7 +39,6 @@ re-exported here.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import anyio
@@ -52,7 +51,7 @@ from .expressions import is_truthy
 from .interpreter import ContextView
 from .nodes import NodeContext
 from .outcome import LATE, NOT_STARTED, Outcome, OutcomeKind
-from .recovery import run_recovering
+from .recovery import attempt_deadline, run_recovering
 from .recovery_policy import Report
 from .reports import NodeReports
 from .resume import Record, failure_error, interrupted_failure
@@ -239,13 +238,7 @@ async def execute(
 def _deadline(run: RunState, pnode: PlanNode) -> float | None:
     """When the node must end, ``time.monotonic()`` seconds: the run's deadline, or the
     node's own ``timeout`` from now when that is sooner; None for neither."""
-    deadline = run.monotonic_deadline
-    timeout = pnode.node.timeout
-    if timeout is not None:
-        own = time.monotonic() + timeout
-        if deadline is None or own < deadline:
-            return own
-    return deadline
+    return attempt_deadline(run.monotonic_deadline, pnode.node.timeout)
 
 
 async def run_branch(

@@ -31,6 +31,8 @@ RunState` and must not import the scheduler or the attempt module (which imports
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -44,6 +46,7 @@ from . import kinds
 from .messages import ChainNode, RetryPolicy
 from .nodes import Executor, NodeContext
 from .recovery_policy import Recovery, is_guarded, may_retry, progress_data
+from .reports import NodeReports
 from .run_state import RunState
 from .step_cache import CacheKey
 
@@ -130,7 +133,8 @@ async def run_recovering(
         attempt += 1
         report.attempts = attempt
         try:
-            output = await _call(executor, node, args, ctx, recovery.timeout, shown)
+            output = await _call(executor, node, args, ctx, recovery.timeout, shown,
+                                 run.monotonic_deadline)
         except Exception as exc:  # noqa: BLE001 — a failed attempt is data until the last
             report.failed(attempt, node.name, exc)
             if not isinstance(exc, ChainError):
@@ -160,7 +164,7 @@ async def run_recovering(
     run.log.info("node falls back", node_id=shown, fallback=name, error=str(failure))
     try:
         output = await _call(executor, msgspec.structs.replace(node, name=name), args, ctx,
-                             recovery.timeout, shown)
+                             recovery.timeout, shown, run.monotonic_deadline)
     except Exception as exc:
         report.failed(1, name, exc)
         raise
@@ -175,18 +179,39 @@ async def _call(
     ctx: NodeContext,
     limit: float | None,
     shown: str,
+    run_deadline: float | None = None,
 ) -> Any:
     """One attempt: the executor on a copy of ``args``, within ``limit`` seconds (the
-    node's ``timeout``; None for none).
+    node's ``timeout``; None for none). The tool sees this attempt's deadline
+    (:func:`attempt_deadline`), not the first attempt's: each attempt has the whole
+    ``limit``; and reports through this attempt's sink, closed when it ends (the cap
+    stays the node execution's).
 
     Raises:
         NodeTimeout: ``limit`` passed first; whatever the executor raises.
     """
-    if limit is None:
-        return await executor(node, dict(args), ctx)
-    with anyio.move_on_after(limit):
-        return await executor(node, dict(args), ctx)
+    sink = ctx.sink.attempt() if isinstance(ctx.sink, NodeReports) else None
+    ctx = dataclasses.replace(ctx, deadline=attempt_deadline(run_deadline, limit),
+                              sink=sink or ctx.sink)
+    try:
+        if limit is None:
+            return await executor(node, dict(args), ctx)
+        with anyio.move_on_after(limit):
+            return await executor(node, dict(args), ctx)
+    finally:
+        if sink is not None:
+            sink.close()  # an abandoned worker thread reports no more
     raise NodeTimeout(
         f"node {shown!r} timed out after {limit:g} s (its timeout); raise the node's "
         "timeout or make the work smaller"
     )
+
+
+def attempt_deadline(run_deadline: float | None, limit: float | None) -> float | None:
+    """When an attempt starting now must end, ``time.monotonic()`` seconds: the run's
+    deadline, or ``limit`` (the node's ``timeout``, per attempt) from now when that is
+    sooner; None for neither."""
+    if limit is None:
+        return run_deadline
+    own = time.monotonic() + limit
+    return own if run_deadline is None or own < run_deadline else run_deadline

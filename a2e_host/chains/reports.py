@@ -27,7 +27,7 @@ _DROPPED_LOCK = threading.Lock()
 if TYPE_CHECKING:
     from .events import EventStream
 
-__all__ = ["NodeReports"]
+__all__ = ["AttemptReports", "NodeReports"]
 
 
 class NodeReports:
@@ -57,16 +57,38 @@ class NodeReports:
         """Deliver one report; from a worker thread of anyio's, through the event loop
         (a thread the tool started itself cannot reach the loop: its report is dropped).
         Returns whether it was delivered."""
+        return self.deliver(kind, data, None)
+
+    def attempt(self) -> AttemptReports:
+        """A sink for one attempt of the node: it counts against this node execution's
+        cap and drops everything once the attempt ended (:meth:`AttemptReports.close`),
+        so an abandoned attempt's worker thread cannot report during the retry."""
+        return AttemptReports(self)
+
+    def deliver(self, kind: str, data: dict[str, Any], gate: AttemptReports | None) -> bool:
+        """:meth:`__call__`, also dropped once ``gate`` (an attempt's sink) is closed."""
         if threading.get_ident() == self._thread:
-            return self._send(kind, data)
-        if self.closed or self.sent >= MAX_REPORTS:  # dropped without a hop to the loop
+            return self._send(kind, data, gate)
+        if self._shut(gate) or self.sent >= MAX_REPORTS:  # dropped without a hop
             self._count_dropped()
             return False
+        failed: list[BaseException] = []
+
+        def on_loop() -> bool:
+            try:
+                return self._send(kind, data, gate)
+            except BaseException as exc:  # noqa: BLE001 — re-raised below, not a lost hop
+                failed.append(exc)
+                return False
+
         try:
-            return bool(anyio.from_thread.run_sync(self._send, kind, data))
+            delivered = anyio.from_thread.run_sync(on_loop)
         except RuntimeError:  # not an anyio worker thread, or the loop is gone
             self._count_dropped()
             return False
+        if failed:  # the send itself failed (a host bug): not a dropped report
+            raise failed[0]
+        return bool(delivered)
 
     def _count_dropped(self) -> None:
         with _DROPPED_LOCK:  # worker threads count beside the loop
@@ -76,8 +98,11 @@ class NodeReports:
         """The node ended: every later report is dropped."""
         self.closed = True
 
-    def _send(self, kind: str, data: dict[str, Any]) -> bool:
-        if self.closed or self.sent >= MAX_REPORTS:
+    def _shut(self, gate: AttemptReports | None) -> bool:
+        return self.closed or (gate is not None and gate.closed)
+
+    def _send(self, kind: str, data: dict[str, Any], gate: AttemptReports | None) -> bool:
+        if self._shut(gate) or self.sent >= MAX_REPORTS:
             self._count_dropped()
             return False
         self.sent += 1
@@ -86,3 +111,27 @@ class NodeReports:
         payload["report"] = kind
         self._events.send_data(self._node_id, "start", payload, kind="progress")
         return True
+
+
+class AttemptReports:
+    """One attempt's report sink (:meth:`NodeReports.attempt`): the node's, until
+    :meth:`close`.
+
+    Attributes:
+        closed: whether the attempt ended.
+    """
+
+    __slots__ = ("_node", "closed")
+
+    def __init__(self, node: NodeReports) -> None:
+        self._node = node
+        self.closed = False
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> bool:
+        """Deliver one report as :meth:`NodeReports.__call__` does, unless the attempt
+        ended (then it is dropped and counted on the node)."""
+        return self._node.deliver(kind, data, self)
+
+    def close(self) -> None:
+        """The attempt ended: every later report of it is dropped."""
+        self.closed = True

@@ -46,7 +46,6 @@ from a2e_host.chains.messages import (
     ChainResponse,
 )
 from a2e_host.chains.scheduler import ChainRunner
-from a2e_host.chains.step_cache import StepCache
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.chains.validation import ChainPlan, expression_chars, validate_chain
 from a2e_host.config import HostConfig
@@ -66,6 +65,7 @@ from .counting import check_total_nodes, worst_case_node_count
 from .durable_handlers import DurableChains, forget_durable_runs
 from .resume import RESUME_FEATURE, ResumedChains, checkpoint_for
 from .runs import RunsPlugin
+from .shared import forget_engine, step_cache_for, toolbox_for
 
 __all__ = [
     "ChainPlugin", "RunsPlugin", "NODE_KIND_GATES", "THREAD_PLANNING_NODES",
@@ -122,9 +122,10 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
         super().__init__(config)
-        self.toolbox = toolbox if toolbox is not None else Toolbox.from_config(config)
-        self.step_cache = StepCache(config.step_cache_max_entries, config.step_cache_max_bytes)
-        """The host's step cache (PROTOCOL.md §5 Recovery): one for every session."""
+        self.toolbox = toolbox if toolbox is not None else toolbox_for(config)
+        self.step_cache = step_cache_for(config)
+        """The host's step cache (PROTOCOL.md §5 Recovery): one for every session and
+        every plugin of the host (:func:`~a2e_chains.shared.step_cache_for`)."""
         # per session (its limits and grants shape validation): (skill, nodes id) → plan
         self._skill_plans: dict[str, dict[tuple[str, int], ChainPlan]] = {}
 
@@ -266,7 +267,7 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 emit=emit,
                 wait_writable=sink.wait_writable,
                 granted=session.granted,
-                subchain_planner=self._planner(session),
+                subchain_planner=self.planner(session),
                 log=log,
                 tool_of=self.toolbox.tools.get,
                 step_cache=self.step_cache,
@@ -315,13 +316,21 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
             len(request.nodes) <= THREAD_PLANNING_NODES
             and expression_chars(request.nodes) <= THREAD_PLANNING_CHARS
         ):
-            return self._plan_now(request, session)
+            return self.plan_now(request, session)
         limiter = loop_limiter(_planning_limiter, _PLANNING_THREADS)
         return await anyio.to_thread.run_sync(
-            self._plan_now, request, session, limiter=limiter
+            self.plan_now, request, session, limiter=limiter
         )
 
-    def _plan_now(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
+    def plan_now(self, request: ChainRequest, session: SessionInfo) -> ChainPlan:
+        """Validate ``request`` for ``session`` (its limits, grants and tool grant) and
+        plan it, on the calling thread (PROTOCOL.md §4, §6).
+
+        Raises:
+            ChainInvalid: the chain is refused (``chain_invalid``, with its problems).
+            ChainLimitExceeded: a ceiling of §6 (``chain_limit``), the worst-case node
+                count through declared skills included.
+        """
         plan = validate_chain(request, self.toolbox, session.limits, granted=session.granted,
                               tool_grant=self.config.tool_grant(session.principal))
         check_total_nodes(
@@ -329,8 +338,10 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         )
         return plan
 
-    def _planner(self, session: SessionInfo) -> Any:
-        """Plans for declared skills' sub-chains, validated once per skill and session.
+    def planner(self, session: SessionInfo) -> Any:
+        """Plans for declared skills' sub-chains, validated once per skill and session:
+        a :data:`~a2e_host.chains.run_state.SubchainPlanner` for ``ChainRunner``'s
+        ``subchain_planner``.
 
         The planner is called with the depth the sub-chain would run at, and refuses
         (``max_depth``) a skill whose root nodes — which always start — start skills,
@@ -418,6 +429,7 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
     async def aclose(self) -> None:
         """The host is stopping: close the run store (committing what is queued)."""
         forget_durable_runs(self.config)
+        forget_engine(self.config)
 
 
 def _refusal(request: ChainRequest, exc: ChainInvalid, started: float) -> ChainResponse:

@@ -203,7 +203,7 @@ class ResumedChains:
             runner = ChainRunner(
                 plan, executors=self.toolbox.executors, limits=session.limits, emit=emit,
                 wait_writable=sink.wait_writable, granted=session.granted,
-                subchain_planner=self._planner(session),  # type: ignore[attr-defined]
+                subchain_planner=self.planner(session),  # type: ignore[attr-defined]
                 log=log, tool_of=tools.get,
                 step_cache=self.step_cache,  # type: ignore[attr-defined]
                 run_key=record.run_id, resume=resume,

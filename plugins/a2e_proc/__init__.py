@@ -31,7 +31,6 @@ from a2e_host.chains.proc import start_process
 from a2e_host.chains.proc_messages import (
     PROC_MESSAGE_TYPES,
     ProcKillRequest,
-    ProcKillResponse,
     ProcSpawnRequest,
     ProcSpawnResponse,
     ProcStatusRequest,
@@ -53,6 +52,7 @@ from a2e_host.exceptions import (
 from a2e_host.messages import Message
 from a2e_host.plugin import Outbox, Plugin, PluginContext, RunHandle, SessionInfo
 
+from .kills import begin_kill, run_kill
 from .process import CLOSE_GRACE, READ_CHUNK, SIGNALS, LiveProcess
 from .session_procs import KEPT_ENDED, MAX_WAITING_FOR_START, SETTLE_WAIT, START_WAIT, SessionProcs
 
@@ -323,10 +323,10 @@ class ProcPlugin(Plugin):
         if isinstance(request, ProcWriteRequest):  # its data is held while it waits
             held = len(request.data.encode("utf-8", errors="surrogatepass"))
             procs.check_bytes(held, ctx.session.limits.effective.max_message_bytes)
-        procs.waiting += 1
-        procs.pending_bytes += held
         ctx.start_soon(self._after_start, proc_id, request, procs, ctx, held,
                        name=f"proc {proc_id} waits for its start")
+        procs.waiting += 1  # only once started: its task takes them back
+        procs.pending_bytes += held
         return True
 
     async def _after_start(self, proc_id: str, request: Message, procs: SessionProcs,
@@ -344,7 +344,8 @@ class ProcPlugin(Plugin):
                                       ctx.outbox)
             elif isinstance(request, ProcKillRequest):
                 process, signum = self._killable(request, ctx)
-                await self._kill_now(request, process, signum, ctx.outbox)
+                if begin_kill(request, process, signum, procs.kills):
+                    await run_kill(request, process, signum, procs.kills, ctx.outbox)
             else:
                 assert isinstance(request, ProcStatusRequest)
                 ctx.outbox.send_nowait(self._status(request, ctx.session))
@@ -415,8 +416,15 @@ class ProcPlugin(Plugin):
         if self._waits_for_start(request.proc_id, request, ctx):
             return
         process, signum = self._killable(request, ctx)
-        ctx.start_soon(self._kill_now, request, process, signum, ctx.outbox,
-                       name=f"proc kill {process.proc_id}")
+        kills = self._sessions[ctx.session.session_id].kills
+        if not begin_kill(request, process, signum, kills):
+            return  # answered when the kill under way ends
+        try:
+            ctx.start_soon(run_kill, request, process, signum, kills, ctx.outbox,
+                           name=f"proc kill {process.proc_id}")
+        except BaseException:
+            kills.pop(process.proc_id, None)
+            raise
 
     def _killable(self, request: ProcKillRequest, ctx: PluginContext
                   ) -> tuple[LiveProcess, int]:
@@ -431,16 +439,6 @@ class ProcPlugin(Plugin):
         if not process.running:
             raise self._dead(process, "kill")
         return process, signum
-
-    @staticmethod
-    async def _kill_now(
-        request: ProcKillRequest, process: LiveProcess, signum: int, outbox: Outbox
-    ) -> None:
-        await process.kill(signum)
-        outbox.send_nowait(ProcKillResponse(
-            req_id=request.id, ok=True, state=process.state, proc_id=process.proc_id,
-            exit_code=process.exit_code,
-        ))
 
     def _status(self, request: ProcStatusRequest, session: SessionInfo) -> ProcStatusResponse:
         if request.proc_id:

@@ -138,6 +138,10 @@ class LiveProcess:
                 await self._close_stdin()
             return None
 
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the process group now (a kill under way goes on)."""
+        self.supervisor.signal(signum)
+
     async def kill(self, signum: int) -> None:
         """Send ``signum`` to the process group; after the kill grace end whatever is left
         of the tree. Returns once the tree is gone (bounded: the supervisor's own end is)."""

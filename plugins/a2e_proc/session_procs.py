@@ -14,6 +14,7 @@ import anyio
 
 from a2e_host.exceptions import Busy
 
+from .kills import KillUnderWay
 from .process import CLOSE_GRACE, LiveProcess
 
 __all__ = ["KEPT_ENDED", "MAX_WAITING_FOR_START", "SETTLE_WAIT", "START_WAIT", "SessionProcs"]
@@ -48,6 +49,7 @@ class SessionProcs:
     starting: dict[str, anyio.Event] = field(default_factory=dict)  # set once it resolved
     spawn_failures: dict[str, str] = field(default_factory=dict)  # proc_id -> why not
     waiting: int = 0  # requests waiting for a start
+    kills: dict[str, KillUnderWay] = field(default_factory=dict)  # proc_id -> its kill
     changed: anyio.Event = field(default_factory=anyio.Event)
 
     def notify(self) -> None:

@@ -180,7 +180,7 @@ class SkillPlugin(Plugin):
                 ran["warning"] = found.warning
             chain = _chain_of(request, session)
             try:
-                plan = self.engine._plan_now(chain, session)
+                plan = self.engine.plan_now(chain, session)
             except ChainInvalid as exc:
                 log.info("skill call refused", code=exc.code, skill=request.name)
                 respond(_refusal(request, _call_refusal(exc)))
@@ -193,10 +193,11 @@ class SkillPlugin(Plugin):
                 emit=events.emit,
                 wait_writable=sink.wait_writable,
                 granted=session.granted,
-                subchain_planner=self.engine._planner(session),
+                subchain_planner=self.engine.planner(session),
                 log=log,
                 tool_of=self.toolbox.tools.get,
                 step_cache=self.engine.step_cache,
+                run_key=f"{session.session_id}/{request.id}",
             )
             run.on_cancel(runner.cancel)
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
+from a2e_chains.shared import toolbox_for
+
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.config import HostConfig, ToolGrant
 from a2e_host.exceptions import (
@@ -38,7 +40,7 @@ from a2e_host.exceptions import (
 )
 from a2e_host.messages import Message
 from a2e_host.plugin import Plugin, PluginContext, SessionInfo
-from a2e_host.tools import ToolRegistry, load_tools
+from a2e_host.tools import ToolRegistry
 from a2e_host.tools.messages import (
     TOOL_MESSAGE_TYPES,
     ToolCallRequest,
@@ -78,7 +80,7 @@ class ToolsPlugin(Plugin):
 
     def __init__(self, config: HostConfig, tools: ToolRegistry | None = None) -> None:
         super().__init__(config)
-        self.toolbox = Toolbox(tools if tools is not None else load_tools(config))
+        self.toolbox = Toolbox(tools if tools is not None else toolbox_for(config).tools)
         self.toolbox.config = config  # the "enable pack X" hint of an unknown tool
         self.catalog = ToolCatalog(self.toolbox.tools)
 

@@ -42,10 +42,10 @@ class SlowPlanningChains(ChainPlugin):
     planning = threading.Event()
     closed: ClassVar[list[str]] = []
 
-    def _plan_now(self, request: ChainRequest, session: SessionInfo) -> Any:
+    def plan_now(self, request: ChainRequest, session: SessionInfo) -> Any:
         type(self).planning.set()
         time.sleep(PLANNING_SECONDS)
-        return super()._plan_now(request, session)
+        return super().plan_now(request, session)
 
     async def session_closed(self, session: SessionInfo) -> None:
         type(self).closed.append(session.session_id)
