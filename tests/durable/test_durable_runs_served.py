@@ -7,6 +7,7 @@ test writes to its FIFO, so the run stays mid-chain for as long as the test want
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -34,14 +35,33 @@ def _blocked(fifo: Path) -> list[dict[str, Any]]:
     ]
 
 
-async def _open_gate(fifo: Path) -> None:
-    """Let ``block`` return: open the FIFO for writing (waits for its reader), write, close."""
+async def _open_gate(fifo: Path, *, reader_may_never_come: bool = False) -> None:
+    """Let ``block`` return: open the FIFO for writing (waits for its reader), write, close.
 
-    def write() -> None:
-        with open(fifo, "w", encoding="utf-8") as gate:
-            gate.write("go")
+    With ``reader_may_never_come`` (the node was cancelled, maybe before its tool opened
+    the FIFO) it waits for a reader at most 5 seconds, then returns: there is nobody to
+    release."""
+    if not reader_may_never_come:
+        def write() -> None:
+            with open(fifo, "w", encoding="utf-8") as gate:
+                gate.write("go")
 
-    await anyio.to_thread.run_sync(write)
+        await anyio.to_thread.run_sync(write)
+        return
+    with anyio.move_on_after(5):
+        while True:
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:  # ENXIO: no reader yet
+                if exc.errno != errno.ENXIO:
+                    raise
+                await anyio.sleep(0.05)  # noqa: ASYNC110 - a FIFO gives no event to wait on
+                continue
+            try:
+                os.write(fd, b"go")
+            finally:
+                os.close(fd)
+            return
 
 
 def _seqs(messages: list[Any]) -> list[tuple[str, str, int]]:
@@ -184,7 +204,9 @@ async def test_run_list_shows_each_ending_as_its_exact_status(tmp_path: Path) ->
                     if isinstance(message, ChainEvent) and message.seq == 3:
                         break
                 await other.cancel_run(cancelled.run_id)  # another connection, same principal
-                await _open_gate(fifo)  # the blocked worker thread returns, late
+                # the blocked worker thread returns, late (if the cancel came before it
+                # opened the FIFO, it never blocks: nobody to release)
+                await _open_gate(fifo, reader_may_never_come=True)
                 response = await cancelled.result()
                 listed = await other.list_runs()
                 only_failed = await other.list_runs(status="failed")
