@@ -59,13 +59,15 @@ class Gates:
 @asynccontextmanager
 async def durable_host(
     path: Path, gates: Gates, *, config: HostConfig | None = None, store: bool = True,
+    commit_delay: float = 0.0,
 ) -> AsyncIterator[Host]:
     """A running in-process host with the chains and runs plugins over ``gates``' tools
-    and a SQLite run store at ``path`` (none when ``store`` is false)."""
+    and a SQLite run store at ``path`` (none when ``store`` is false) whose writer waits
+    ``commit_delay`` seconds before committing a batch."""
     config = config or HostConfig()
     toolbox = Toolbox(ToolRegistry(gates.tools()))
     plugins = [ChainPlugin(config, toolbox=toolbox), RunsPlugin(config)]
-    opened = await open_store(str(path)) if store else None
+    opened = await open_store(str(path), commit_delay=commit_delay) if store else None
     try:
         for plugin in plugins:
             plugin.store = opened

@@ -1,0 +1,91 @@
+"""Durable runs keep their promises across the edges a review found (PROTOCOL.md §5
+Durable runs, §5 Resume): a node that may not run twice runs only once its ``start`` is
+stored, a stored run always has a task or an ending, and a replay never holds a
+connection's reader."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from a2e_host.chains.messages import ChainAccepted, ChainEvent, ChainRequest, ChainResponse
+from a2e_host.messages import ErrorMessage, Message
+from a2e_host.runtime.memory import open_memory_client
+from a2e_host.tools import Tool, tool
+from tests.support.durable import Gates, durable_host, handshake_as
+
+WAIT = 30
+
+
+def _committed_events(path: Path) -> list[tuple[int, str, str]]:
+    """Every stored event ``(seq, node_id, phase)``, read on a connection of its own: what
+    the store committed (what a ``kill -9`` now would leave)."""
+    with sqlite3.connect(path) as conn:
+        return [(r[0], r[1], r[2]) for r in conn.execute(
+            "SELECT seq, node_id, phase FROM events ORDER BY seq")]
+
+
+class _Witnesses(Gates):
+    """Gates' tools plus two that record what the store had committed when called."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.seen: dict[str, list[tuple[int, str, str]]] = {}
+
+    def tools(self) -> list[Tool]:
+        witnesses = self
+
+        @tool(blocking=False)
+        async def effect(v: int = 0) -> dict[str, Any]:
+            """Has an effect that must not happen twice (not idempotent)."""
+            witnesses.seen["effect"] = _committed_events(witnesses.path)
+            return {"v": v}
+
+        @tool(blocking=False, idempotent=True)
+        async def lookup(v: int = 0) -> dict[str, Any]:
+            """Reads only: may run again on resume (idempotent)."""
+            witnesses.seen["lookup"] = _committed_events(witnesses.path)
+            return {"v": v}
+
+        return [*super().tools(), effect, lookup]
+
+
+async def _until_response(client: Any) -> list[Message]:
+    got: list[Message] = []
+    while True:
+        message = await client.receive()
+        got.append(message)
+        if isinstance(message, ChainResponse | ErrorMessage):
+            return got
+
+
+@pytest.mark.asyncio
+async def test_a_node_that_may_not_rerun_executes_only_after_its_start_is_committed(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    witnesses = _Witnesses(path)
+    nodes = [
+        {"node_id": "l", "kind": "tool", "name": "lookup", "input": {"v": 1}, "next_node": "e"},
+        {"node_id": "e", "kind": "tool", "name": "effect", "input": {"v": 2}},
+    ]
+    with anyio.fail_after(WAIT):
+        # every batch waits 1.5 s before it commits: a start is held that long
+        async with durable_host(path, witnesses, commit_delay=1.5) as host:
+            async with open_memory_client(host) as client:
+                await handshake_as(client)
+                client.send(ChainRequest(id="r", nodes=nodes, entry_node="l", durable=True))
+                assert isinstance(await client.receive(), ChainAccepted)
+                got = await _until_response(client)
+    assert isinstance(got[-1], ChainResponse) and got[-1].success
+    # the idempotent lookup ran at once (a resume may run it again: no wait paid) …
+    assert witnesses.seen["lookup"] == []
+    # … the effect only once its start was stored: a crash now resumes it, not reruns it
+    assert witnesses.seen["effect"] == [(1, "l", "start"), (2, "l", "done"), (3, "e", "start")]
+    assert [(m.node_id, m.phase, m.seq) for m in got if isinstance(m, ChainEvent)] == [
+        ("l", "start", 1), ("l", "done", 2), ("e", "start", 3), ("e", "done", 4)]
