@@ -27,9 +27,11 @@ import msgspec
 from a2e_host.chains.messages import ChainAccepted, ChainRequest, ChainResponse, chain_codec
 from a2e_host.codec import encode_message
 from a2e_host.config import HostConfig
+from a2e_host.errors import chain_failure_of
 from a2e_host.exceptions import (
     A2EError,
     BadSinceSeq,
+    ChainError,
     RunExpired,
     StoreRequired,
     StoreUnavailable,
@@ -237,6 +239,25 @@ class DurableRuns:
         if live.idempotency_key:
             self._by_key[(live.principal, live.idempotency_key)] = live
         return live
+
+    def refused(self, record: RunRecord, request: ChainRequest, refusal: A2EError) -> None:
+        """A run just recorded is refused before it started (``refusal``, e.g. ``busy``):
+        a ``chain/resp`` with its code is stored as the run's ending (status ``failed``,
+        no events), so an attach or a resubmitted ``idempotency_key`` replays that
+        refusal instead of finding a ``running`` run that nothing runs."""
+        store = self.store
+        if store is None:
+            return
+        response = ChainResponse(
+            req_id=request.id, chain_id=request.chain_id, success=False, outputs={},
+            final_output=None, duration_ms=0, nodes_run=0,
+            error=chain_failure_of(ChainError(
+                str(refusal), code=refusal.code, retryable=refusal.retryable,
+                details=dict(refusal.detail))))
+        try:
+            store.finish(record.run_id, RunStatus.FAILED, encode_message(response), 0)
+        except StoreError:
+            pass  # the store logged it, and records nothing more
 
     def make_sink(self, record: RunRecord, position: int = 0) -> DurableSink:
         """The store-backed sink of a new run (or, with ``position``, of a resumed one

@@ -12,11 +12,19 @@ from typing import Any
 import anyio
 import pytest
 
-from a2e_host.chains.messages import ChainAccepted, ChainEvent, ChainRequest, ChainResponse
+from a2e_host.chains.messages import (
+    ChainAccepted,
+    ChainAttach,
+    ChainEvent,
+    ChainRequest,
+    ChainResponse,
+)
+from a2e_host.config import ANONYMOUS_PRINCIPAL
 from a2e_host.messages import ErrorMessage, Message
 from a2e_host.runtime.memory import open_memory_client
+from a2e_host.store import RunRecord, RunStatus
 from a2e_host.tools import Tool, tool
-from tests.support.durable import Gates, durable_host, handshake_as
+from tests.support.durable import GATED, Gates, durable_host, handshake_as
 
 WAIT = 30
 
@@ -89,3 +97,86 @@ async def test_a_node_that_may_not_rerun_executes_only_after_its_start_is_commit
     assert witnesses.seen["effect"] == [(1, "l", "start"), (2, "l", "done"), (3, "e", "start")]
     assert [(m.node_id, m.phase, m.seq) for m in got if isinstance(m, ChainEvent)] == [
         ("l", "start", 1), ("l", "done", 2), ("e", "start", 3), ("e", "done", 4)]
+
+
+class _HeldCreate:
+    """The run store, but ``create_or_get`` holds its (committed) answer until ``gate``."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.created = anyio.Event()
+        self.gate = anyio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def create_or_get(self, record: RunRecord) -> tuple[RunRecord, bool]:
+        answer: tuple[RunRecord, bool] = await self._store.create_or_get(record)
+        self.created.set()
+        await self.gate.wait()
+        return answer
+
+
+@pytest.mark.asyncio
+async def test_a_run_recorded_as_its_connection_drops_ends_refused_and_a_resubmit_replays_it(
+    tmp_path: Path,
+) -> None:
+    held: list[_HeldCreate] = []
+
+    def wrap(store: Any) -> _HeldCreate:
+        held.append(_HeldCreate(store))
+        return held[0]
+
+    request = ChainRequest(id="k1", nodes=GATED, entry_node="a", durable=True,
+                           idempotency_key="key-1")
+    with anyio.fail_after(WAIT):
+        async with durable_host(tmp_path / "runs.db", Gates(), wrap=wrap) as host:
+            drop = anyio.Event()
+
+            async def first_connection() -> None:
+                async with open_memory_client(host) as first:
+                    await handshake_as(first)
+                    first.send(request)
+                    await drop.wait()  # leaving closes the connection mid-create
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(first_connection)
+                await held[0].created.wait()  # the record is committed, its task not started
+                drop.set()
+                await anyio.wait_all_tasks_blocked()  # the connection is closing
+                held[0].gate.set()
+            await held[0].flush()  # whatever the host queued for the run is committed
+            record = await held[0].by_idempotency_key(ANONYMOUS_PRINCIPAL, "key-1")
+            assert record is not None and record.status is RunStatus.FAILED
+
+            async with open_memory_client(host) as second:
+                await handshake_as(second)
+                second.send(request)
+                accepted = await second.receive()
+                assert isinstance(accepted, ChainAccepted)
+                assert (accepted.run_id, accepted.last_seq) == (record.run_id, 0)
+                response = await second.receive()
+    assert isinstance(response, ChainResponse) and not response.success
+    assert response.error is not None and response.error.code == "busy"
+    assert response.req_id == "k1"
+
+
+@pytest.mark.asyncio
+async def test_attaching_to_a_run_stored_running_that_nothing_runs_is_refused_clearly(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    with anyio.fail_after(WAIT):
+        stores: list[Any] = []
+        async with durable_host(path, Gates(), wrap=lambda s: stores.append(s) or s) as host:
+            store = stores[0]
+            store.create(RunRecord(run_id="f" * 32, principal=ANONYMOUS_PRINCIPAL,
+                                   req_id="orphan"))
+            await store.flush()
+            async with open_memory_client(host) as client:
+                await handshake_as(client)
+                client.send(ChainAttach(id="att", run_id="f" * 32))
+                answer = await client.receive()
+    assert isinstance(answer, ErrorMessage)
+    assert (answer.code, answer.retryable, answer.req_id) == ("busy", True, "att")
+    assert "stored as running but no task on this host runs it" in answer.message
