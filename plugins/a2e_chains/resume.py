@@ -71,6 +71,11 @@ UNRECORDED = "resume_unrecorded"
 """``details.reason`` of a durable run that cannot resume because it sent (and so
 stored) no events: ``streaming: false``."""
 
+RESUME_FAILED = "resume_failed"
+"""``details.reason`` of a durable run whose resume itself failed (its stored request or
+log could not be read, its store failed, the resumed body raised): it ends ``interrupted``
+rather than staying ``running`` to fail again at every start."""
+
 
 def checkpoint_for(sink: DurableSink, stopping: Callable[[], bool]) -> Checkpoint:
     """A durable run's :data:`~a2e_host.chains.events.Checkpoint`: each terminal event
@@ -247,6 +252,12 @@ class ResumedChains:
             response = await runner.run_to_response(started)
             log.info("chain finished", success=response.success, nodes_run=response.nodes_run,
                      code=response.error.code if response.error is not None else "")
+        except Exception as exc:  # noqa: BLE001 — the run must still end, once
+            log.error("chain not resumed", reason=RESUME_FAILED, exc_info=exc)
+            if not live.ended and not durable.host_stops(live):
+                durable.finished(live, _interrupted(
+                    record, started, f"resuming it failed ({type(exc).__name__})",
+                    RESUME_FAILED))
         finally:
             await durable.ended(live)
 
@@ -264,12 +275,13 @@ class ResumedChains:
         return ""
 
 
-def _interrupted(request: ChainRequest, started: float, why: str, reason: str
+def _interrupted(request: ChainRequest | RunRecord, started: float, why: str, reason: str
                  ) -> ChainResponse:
     """The ``chain/resp`` of a run that could not resume (code ``interrupted``,
-    ``details.reason``)."""
+    ``details.reason``), to ``request`` (its stored record when it could not be read)."""
+    req_id = request.req_id if isinstance(request, RunRecord) else request.id
     return ChainResponse(
-        req_id=request.id, chain_id=request.chain_id, success=False,
+        req_id=req_id, chain_id=request.chain_id, success=False,
         duration_ms=int((time.monotonic() - started) * 1000),
         error=chain_failure_of(NodeInterrupted(
             f"the chain was not resumed after the host restarted: {why}; send it again",

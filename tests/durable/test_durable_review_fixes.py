@@ -6,6 +6,7 @@ connection's reader."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,12 @@ from a2e_host.chains.messages import (
     ChainEvent,
     ChainRequest,
     ChainResponse,
+    chain_codec,
 )
 from a2e_host.config import ANONYMOUS_PRINCIPAL
 from a2e_host.messages import ErrorMessage, Message
 from a2e_host.runtime.memory import open_memory_client
-from a2e_host.store import RunRecord, RunStatus
+from a2e_host.store import RunRecord, RunStatus, open_store
 from a2e_host.tools import Tool, tool
 from tests.support.durable import GATED, Gates, durable_host, handshake_as
 
@@ -180,3 +182,40 @@ async def test_attaching_to_a_run_stored_running_that_nothing_runs_is_refused_cl
     assert isinstance(answer, ErrorMessage)
     assert (answer.code, answer.retryable, answer.req_id) == ("busy", True, "att")
     assert "stored as running but no task on this host runs it" in answer.message
+
+
+@pytest.mark.asyncio
+async def test_a_resumed_run_whose_resume_raises_ends_interrupted_with_one_response(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    store = await open_store(str(path))
+    try:  # as a killed host leaves it, but its stored request cannot be read back
+        now = time.time()
+        store.create(RunRecord(run_id="d" * 32, principal=ANONYMOUS_PRINCIPAL,
+                               req_id="broken", chain_id="c1", request=b'{"not": "a chain"}',
+                               created=now, updated=now, deadline=now + 60))
+        await store.flush()
+    finally:
+        await store.aclose()
+    with anyio.fail_after(WAIT):
+        async with durable_host(path, Gates()) as host:
+            async with open_memory_client(host) as client:
+                await handshake_as(client)
+                client.send(ChainAttach(id="att", run_id="d" * 32))
+                got = await _until_response(client)
+    assert isinstance(got[0], ChainAccepted) and got[0].last_seq == 0
+    response = got[-1]
+    assert isinstance(response, ChainResponse) and response.error is not None
+    assert (response.req_id, response.chain_id, response.error.code) == (
+        "broken", "c1", "interrupted")
+    assert response.error.details == {"reason": "resume_failed"}
+    assert len(got) == 2
+    reader = await open_store(str(path), readonly=True)
+    try:
+        record = await reader.get("d" * 32)
+    finally:
+        await reader.aclose()
+    assert record is not None and record.status is RunStatus.INTERRUPTED
+    assert record.response is not None
+    assert chain_codec.decode(record.response) == response
