@@ -205,7 +205,11 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 f"no chain in flight with req_id {message.req_id!r} on this session "
                 "(it may have finished already)"
             )
-        run.cancel()
+        live = self.durable.live_by_req(session.principal, message.req_id)
+        if live is not None and live.handle is run:
+            self.durable.cancel(live)  # recorded, so a restart does not resume it
+        else:
+            run.cancel()
 
     async def _run(
         self,

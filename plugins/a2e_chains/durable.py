@@ -326,6 +326,14 @@ class DurableRuns:
         if self._by_key.get((live.principal, live.idempotency_key)) is live:
             del self._by_key[(live.principal, live.idempotency_key)]
 
+    def cancel(self, live: LiveRun) -> None:
+        """Cancel a live run, its ``chain/cancel`` recorded first (``cancel_requested``),
+        so a host killed before the cancelled ``chain/resp`` commits does not resume it."""
+        store = self.store
+        if store is not None:
+            store.request_cancel(live.run_id)
+        live.handle.cancel()
+
     # ── finding ────────────────────────────────────────────────────────────
 
     def live_by_req(self, principal: str, req_id: str) -> LiveRun | None:

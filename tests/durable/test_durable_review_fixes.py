@@ -16,6 +16,7 @@ import pytest
 from a2e_host.chains.messages import (
     ChainAccepted,
     ChainAttach,
+    ChainCancel,
     ChainEvent,
     ChainRequest,
     ChainResponse,
@@ -219,3 +220,38 @@ async def test_a_resumed_run_whose_resume_raises_ends_interrupted_with_one_respo
     assert record is not None and record.status is RunStatus.INTERRUPTED
     assert record.response is not None
     assert chain_codec.decode(record.response) == response
+
+
+async def _stored(path: Path, run_id: str) -> RunRecord:
+    reader = await open_store(str(path), readonly=True)
+    try:
+        record = await reader.get(run_id)
+    finally:
+        await reader.aclose()
+    assert record is not None
+    return record
+
+
+@pytest.mark.asyncio
+async def test_a_cancel_by_req_id_from_the_starting_session_is_recorded_in_the_store(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    gates = Gates()
+    with anyio.fail_after(WAIT):
+        async with durable_host(path, gates) as host:
+            async with open_memory_client(host) as client:
+                await handshake_as(client)
+                client.send(ChainRequest(id="long", nodes=GATED, entry_node="a", durable=True))
+                accepted = await client.receive()
+                assert isinstance(accepted, ChainAccepted)
+                await gates.reached("g").wait()
+                client.send(ChainCancel(id="c", req_id="long"))
+                got = await _until_response(client)
+    response = got[-1]
+    assert isinstance(response, ChainResponse) and response.error is not None
+    assert response.error.code == "cancelled"
+    record = await _stored(path, accepted.run_id)
+    # recorded as asked: a host killed before the cancelled response committed would
+    # end the run cancelled on restart instead of resuming it
+    assert (record.cancel_requested, record.status) == (True, RunStatus.CANCELLED)
