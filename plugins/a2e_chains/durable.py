@@ -328,10 +328,14 @@ class DurableRuns:
 
     def cancel(self, live: LiveRun) -> None:
         """Cancel a live run, its ``chain/cancel`` recorded first (``cancel_requested``),
-        so a host killed before the cancelled ``chain/resp`` commits does not resume it."""
+        so a host killed before the cancelled ``chain/resp`` commits does not resume it.
+        A broken store does not fail the cancel: the run still stops."""
         store = self.store
         if store is not None:
-            store.request_cancel(live.run_id)
+            try:
+                store.request_cancel(live.run_id)
+            except StoreError:
+                pass  # nothing more is stored; the run is stopped all the same
         live.handle.cancel()
 
     # ── finding ────────────────────────────────────────────────────────────

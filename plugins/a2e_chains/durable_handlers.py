@@ -207,10 +207,7 @@ class DurableChains:
             raise InvalidMessage(
                 f"durable run {_run_id(found)!r} has ended already; nothing to cancel"
             )
-        found.handle.cancel()
-        store = durable.store
-        if store is not None:
-            store.request_cancel(found.run_id)
+        durable.cancel(found)
         return True
 
 

@@ -25,7 +25,7 @@ from a2e_host.chains.messages import (
 from a2e_host.config import ANONYMOUS_PRINCIPAL
 from a2e_host.messages import ErrorMessage, Message
 from a2e_host.runtime.memory import open_memory_client
-from a2e_host.store import RunRecord, RunStatus, open_store
+from a2e_host.store import RunRecord, RunStatus, StoreError, open_store
 from a2e_host.tools import Tool, tool
 from tests.support.durable import GATED, Gates, durable_host, handshake_as
 
@@ -255,3 +255,39 @@ async def test_a_cancel_by_req_id_from_the_starting_session_is_recorded_in_the_s
     # recorded as asked: a host killed before the cancelled response committed would
     # end the run cancelled on restart instead of resuming it
     assert (record.cancel_requested, record.status) == (True, RunStatus.CANCELLED)
+
+
+class _CancelFails:
+    """The run store, but recording a cancel fails as on a broken store."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def request_cancel(self, run_id: str) -> int:
+        raise StoreError(f"disk I/O error while recording the cancel of {run_id}")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("by", ["run_id", "req_id"])
+async def test_a_cancel_still_cancels_and_answers_no_error_when_the_store_cannot_record_it(
+    tmp_path: Path, by: str,
+) -> None:
+    gates = Gates()
+    with anyio.fail_after(WAIT):
+        async with durable_host(tmp_path / "runs.db", gates, wrap=_CancelFails) as host:
+            async with open_memory_client(host) as client:
+                await handshake_as(client)
+                client.send(ChainRequest(id="long", nodes=GATED, entry_node="a", durable=True))
+                accepted = await client.receive()
+                assert isinstance(accepted, ChainAccepted)
+                await gates.reached("g").wait()
+                client.send(ChainCancel(id="c", run_id=accepted.run_id) if by == "run_id"
+                            else ChainCancel(id="c", req_id="long"))
+                got = await _until_response(client)
+    assert [m for m in got if isinstance(m, ErrorMessage)] == []
+    response = got[-1]
+    assert isinstance(response, ChainResponse) and response.error is not None
+    assert (response.req_id, response.error.code) == ("long", "cancelled")
