@@ -7,6 +7,7 @@ test writes to its FIFO, so the run stays mid-chain for as long as the test want
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -42,6 +43,19 @@ async def _open_gate(fifo: Path) -> None:
             gate.write("go")
 
     await anyio.to_thread.run_sync(write)
+
+
+async def _gate_writer(fifo: Path) -> int:
+    """Open the FIFO for writing once ``block`` has it open for reading (its tool is
+    executing: a durable run executes it once its ``start`` is committed, so seeing that
+    ``start`` does not say the tool got that far yet); the caller writes and closes it."""
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:  # ENXIO: no reader yet
+            if exc.errno != errno.ENXIO:
+                raise
+        await anyio.sleep(0.01)
 
 
 def _seqs(messages: list[Any]) -> list[tuple[str, str, int]]:
@@ -183,8 +197,10 @@ async def test_run_list_shows_each_ending_as_its_exact_status(tmp_path: Path) ->
                 async for message in cancelled:
                     if isinstance(message, ChainEvent) and message.seq == 3:
                         break
+                gate = await _gate_writer(fifo)  # the tool runs, blocked in its thread
                 await other.cancel_run(cancelled.run_id)  # another connection, same principal
-                await _open_gate(fifo)  # the blocked worker thread returns, late
+                os.write(gate, b"go")  # the blocked worker thread returns, late
+                os.close(gate)
                 response = await cancelled.result()
                 listed = await other.list_runs()
                 only_failed = await other.list_runs(status="failed")
