@@ -403,7 +403,9 @@ class DurableRuns:
     async def replay(self, record: RunRecord, ctx: PluginContext, since_seq: int,
                      attach_id: str) -> None:
         """``chain/accepted``, then a finished run's stored frames after ``since_seq`` and
-        its stored ``chain/resp``, on this connection, with backpressure.
+        its stored ``chain/resp``, on this connection, with backpressure: in a task of
+        the connection, so a slow reader of a long replay never holds up the messages
+        that follow the attach (a store failure is sent as an ``error`` to the attach).
 
         Raises:
             BadSinceSeq: ``since_seq`` is negative or past the run's last event.
@@ -412,8 +414,12 @@ class DurableRuns:
         store = await self.open()
         ctx.outbox.send_nowait(ChainAccepted(req_id=record.req_id, run_id=record.run_id,
                                              last_seq=record.last_seq, attach_id=attach_id))
-        await replay_stored(store, record.run_id, cast(FrameOutbox, ctx.outbox),
-                            after=since_seq)
+        outbox = cast(FrameOutbox, ctx.outbox)
+
+        async def replay() -> None:
+            await replay_stored(store, record.run_id, outbox, after=since_seq)
+
+        ctx.start_soon(replay, name=f"replay {record.run_id}")
 
 
 def check_not_expired(record: RunRecord) -> None:

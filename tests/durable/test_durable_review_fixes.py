@@ -22,10 +22,11 @@ from a2e_host.chains.messages import (
     ChainResponse,
     chain_codec,
 )
-from a2e_host.config import ANONYMOUS_PRINCIPAL
+from a2e_host.codec import encode_message
+from a2e_host.config import ANONYMOUS_PRINCIPAL, HostConfig
 from a2e_host.messages import ErrorMessage, Message
 from a2e_host.runtime.memory import open_memory_client
-from a2e_host.store import RunRecord, RunStatus, StoreError, open_store
+from a2e_host.store import RunRecord, RunStatus, StoredFrame, StoreError, open_store
 from a2e_host.tools import Tool, tool
 from tests.support.durable import GATED, Gates, durable_host, handshake_as
 
@@ -291,3 +292,68 @@ async def test_a_cancel_still_cancels_and_answers_no_error_when_the_store_cannot
     response = got[-1]
     assert isinstance(response, ChainResponse) and response.error is not None
     assert (response.req_id, response.error.code) == ("long", "cancelled")
+
+
+class _Cancellable(Gates):
+    """Gates' tools plus ``hold``, which runs until cancelled and says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelled = anyio.Event()
+
+    def tools(self) -> list[Tool]:
+        gates = self
+
+        @tool(blocking=False)
+        async def hold() -> dict[str, Any]:
+            """Runs until it is cancelled."""
+            gates.reached("hold").set()
+            try:
+                await anyio.sleep_forever()
+            except anyio.get_cancelled_exc_class():
+                gates.cancelled.set()
+                raise
+            return {}
+
+        return [*super().tools(), hold]
+
+
+@pytest.mark.asyncio
+async def test_replaying_a_long_finished_run_to_a_slow_reader_leaves_its_connection_served(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    frames = 300
+    store = await open_store(str(path))
+    try:  # a finished run of 300 events
+        now = time.time()
+        store.create(RunRecord(run_id="e" * 32, principal=ANONYMOUS_PRINCIPAL, req_id="done",
+                               created=now, updated=now))
+        for seq in range(1, frames + 1):
+            event = ChainEvent(req_id="done", seq=seq, node_id=f"n{seq}", phase="start")
+            store.append("e" * 32, StoredFrame(seq, event.node_id, "start",
+                                               encode_message(event), None))
+        store.finish("e" * 32, RunStatus.SUCCEEDED, encode_message(ChainResponse(
+            req_id="done", success=True)), frames)
+        await store.flush()
+    finally:
+        await store.aclose()
+    gates = _Cancellable()
+    hold = [{"node_id": "h", "kind": "tool", "name": "hold", "input": {}}]
+    with anyio.fail_after(WAIT):
+        # 8 frames queued and the host's producers wait for the reader
+        async with durable_host(path, gates, config=HostConfig(outbox_high_water=8)) as host:
+            async with open_memory_client(host, buffer_frames=4) as client:
+                await handshake_as(client)
+                client.send(ChainRequest(id="held", nodes=hold, entry_node="h"))
+                await gates.reached("hold").wait()
+                # the replay fills the outbox and waits for a reader that does not read …
+                client.send(ChainAttach(id="att", run_id="e" * 32))
+                # … and the next message is handled all the same
+                client.send(ChainCancel(id="c", req_id="held"))
+                await gates.cancelled.wait()
+                got = [await client.receive() for _ in range(8)]
+    accepted = [m for m in got if isinstance(m, ChainAccepted)]
+    assert [(m.req_id, m.last_seq, m.attach_id) for m in accepted] == [("done", frames, "att")]
+    replayed = [m.seq for m in got if isinstance(m, ChainEvent) and m.req_id == "done"]
+    assert replayed[:2] == [1, 2] and replayed == list(range(1, len(replayed) + 1))
