@@ -389,7 +389,7 @@ class DurableRuns:
         Raises:
             BadSinceSeq: ``since_seq`` is negative or past the run's last event.
         """
-        last = live.last_seq if live.ended else _last_seq(live.sink)
+        last = _last_seq(live)
         _check_since(since_seq, last, live.run_id)
         ctx.outbox.send_nowait(ChainAccepted(req_id=live.req_id, run_id=live.run_id,
                                              last_seq=last, attach_id=attach_id))
@@ -450,9 +450,11 @@ def _check_since(since_seq: int, last: int, run_id: str) -> None:
         )
 
 
-def _last_seq(sink: DurableSink) -> int:
-    """The last event ``seq`` a running run's sink has emitted."""
-    return sink.position
+def _last_seq(live: LiveRun) -> int:
+    """The last event ``seq`` of a run on this host that is committed: a client is never
+    told of a ``seq`` a crash could take back (PROTOCOL.md §5 Durable runs)."""
+    committed = live.sink.committed_position
+    return min(live.last_seq, committed) if live.ended else committed
 
 
 async def _newest_with_req_id(store: RunStore, principal: str, req_id: str

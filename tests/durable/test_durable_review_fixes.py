@@ -357,3 +357,32 @@ async def test_replaying_a_long_finished_run_to_a_slow_reader_leaves_its_connect
     assert [(m.req_id, m.last_seq, m.attach_id) for m in accepted] == [("done", frames, "att")]
     replayed = [m.seq for m in got if isinstance(m, ChainEvent) and m.req_id == "done"]
     assert replayed[:2] == [1, 2] and replayed == list(range(1, len(replayed) + 1))
+
+
+@pytest.mark.asyncio
+async def test_an_attach_is_told_only_the_last_committed_seq(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    gates = Gates()
+    with anyio.fail_after(WAIT):
+        # every batch waits 1.5 s before it commits: emitted events stay uncommitted
+        async with durable_host(path, gates, commit_delay=1.5) as host:
+            async with open_memory_client(host) as first, \
+                    open_memory_client(host) as second:
+                await handshake_as(first)
+                await handshake_as(second)
+                first.send(ChainRequest(id="long", nodes=GATED, entry_node="a", durable=True))
+                accepted = await first.receive()
+                assert isinstance(accepted, ChainAccepted)
+                await gates.reached("g").wait()  # g's start (seq 3) is committed
+                gates.gate("g").set()  # g done (4), b start (5): emitted, not committed
+                await anyio.wait_all_tasks_blocked()
+                assert _committed_events(path)[-1][0] == 3
+                second.send(ChainAttach(id="att", run_id=accepted.run_id))
+                again = await second.receive()
+                rest = await _until_response(second)
+    assert isinstance(again, ChainAccepted)
+    assert (again.run_id, again.last_seq) == (accepted.run_id, 3)
+    assert [(m.node_id, m.phase, m.seq) for m in rest if isinstance(m, ChainEvent)] == [
+        ("a", "start", 1), ("a", "done", 2), ("g", "start", 3), ("g", "done", 4),
+        ("b", "start", 5), ("b", "done", 6)]
+    assert isinstance(rest[-1], ChainResponse) and rest[-1].success
