@@ -33,10 +33,12 @@ RUN_STATUSES: tuple[str, ...] = (
 """A run's statuses: ``running``, then how it ended; ``expired`` once pruned."""
 
 MAX_RUN_LIST = 500
-"""Runs one ``run/list/resp`` lists at most (``limit`` is capped to it)."""
+"""Runs one ``run/list/resp`` lists at most (a ``limit`` above it is refused with
+``schema_violation``)."""
 
 MAX_RUN_EVENTS = 1000
-"""Events one ``run/get/resp`` carries at most (``limit`` is capped to it)."""
+"""Events one ``run/get/resp`` carries at most (a ``limit`` above it is refused with
+``schema_violation``)."""
 
 
 class RunInfo(msgspec.Struct, kw_only=True):

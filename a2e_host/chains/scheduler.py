@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -119,7 +119,7 @@ class ChainRunner:
         step_cache: the host's step cache, None for none (PROTOCOL.md §5 Recovery).
         run_key: the run's key, whence its nodes' idempotency keys (``RunConfig``);
             ``""``: ``"/<req_id>"`` (the chains plugin passes ``"<session_id>/<req_id>"``).
-        resume: see :class:`~a2e_host.chains.run_state.RunConfig`.
+        resume / hold_start: see :class:`~a2e_host.chains.run_state.RunConfig`.
         checkpoint: a durable run's :data:`~a2e_host.chains.events.Checkpoint`, or None.
         timeout_left: seconds left of the chain's timeout (a resumed run keeps its
             original deadline); None: the plan's ``timeout``.
@@ -166,6 +166,7 @@ class ChainRunner:
         checkpoint: Checkpoint | None = None,
         resume: Resumption | None = None,
         timeout_left: float | None = None,
+        hold_start: Callable[[PlanNode], Awaitable[None]] | None = None,
     ) -> None:
         scoped = limits if isinstance(limits, SessionLimits) else SessionLimits(limits)
         config = RunConfig(
@@ -174,7 +175,7 @@ class ChainRunner:
             log=log if log is not None else _log,
             clock=clock if clock is not None else LOOP_CLOCK,
             tool_of=tool_of, step_cache=step_cache,
-            run_key=run_key or f"/{plan.request.id}", resume=resume,
+            run_key=run_key or f"/{plan.request.id}", resume=resume, hold_start=hold_start,
         )
         request = plan.request
         events = stream_for(emit, request, checkpoint,

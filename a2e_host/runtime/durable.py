@@ -143,7 +143,8 @@ class DurableSink(RunSink):
     __slots__ = ("store", "run_id", "req_id", "capability", "committed_position",
                  "delivered", "live", "max_uncommitted", "max_uncommitted_bytes",
                  "page_size", "_frames", "_tickets", "_pending_bytes", "_unsubscribe", "_gen",
-                 "_final", "_start_soon", "_on_store_error", "_failed", "_drained", "_log")
+                 "_final", "_start_soon", "_on_store_error", "_failed", "_drained", "_advanced",
+                 "_log")
 
     def __init__(
         self,
@@ -187,6 +188,7 @@ class DurableSink(RunSink):
         self._on_store_error = on_store_error
         self._failed = False
         self._drained: anyio.Event | None = None
+        self._advanced: anyio.Event | None = None
         self._log = get_logger().bind(run_id=run_id, req_id=req_id)
 
     @property
@@ -255,6 +257,21 @@ class DurableSink(RunSink):
             else:
                 return
 
+    async def committed(self) -> None:
+        """Wait until every frame emitted so far is committed (at once when it is).
+
+        Raises:
+            StoreError: the store broke before they were (they never will be).
+        """
+        target = self.position
+        while self.committed_position < target:
+            if self._failed:
+                raise StoreError(f"the run store failed before frame {target} of run "
+                                 f"{self.run_id!r} was stored")
+            if self._advanced is None:
+                self._advanced = anyio.Event()
+            await self._advanced.wait()
+
     # ── commits ─────────────────────────────────────────────────────────────
 
     def _committed(self, committed: int) -> None:
@@ -289,6 +306,9 @@ class DurableSink(RunSink):
             unsubscribe, self._unsubscribe = self._unsubscribe, None
             if unsubscribe is not None:
                 unsubscribe()
+        advanced, self._advanced = self._advanced, None
+        if advanced is not None:
+            advanced.set()
         drained = self._drained
         if drained is not None and not self._over():
             self._drained = None
@@ -310,9 +330,10 @@ class DurableSink(RunSink):
         if outbox is not None:
             outbox.send_frame_nowait(encode_message(internal_error_message(
                 req_id=self.req_id, capability_name=self.capability)))
-        drained, self._drained = self._drained, None
-        if drained is not None:
-            drained.set()
+        for waiting in (self._drained, self._advanced):
+            if waiting is not None:
+                waiting.set()
+        self._drained = self._advanced = None
         if self._on_store_error is not None:
             try:
                 self._on_store_error(error)

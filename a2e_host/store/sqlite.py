@@ -4,8 +4,8 @@ Layer: store backend (anyio for reads in worker threads; stdlib ``sqlite3``). Im
 :class:`a2e_host.store.RunStore`; read the package docstring for tickets, commits,
 backpressure and failure.
 
-- **Writes** are tuples appended to a list under a lock (no encoding, no hashing, no
-  I/O on the loop). The writer thread (:mod:`._writer`) commits everything queued as one
+- **Writes** are tuples appended to a deque, without a lock (no encoding, no hashing,
+  no I/O on the loop). The writer thread (:mod:`._writer`) commits everything queued as one
   transaction, then hops to the loop once (``call_soon_threadsafe``) with the highest
   committed ticket; the loop updates :attr:`SQLiteRunStore.committed` and calls the
   commit callbacks.

@@ -63,7 +63,7 @@ from a2e_host.runtime.limiters import loop_limiter
 
 from .counting import check_total_nodes, worst_case_node_count
 from .durable_handlers import DurableChains, forget_durable_runs
-from .resume import RESUME_FEATURE, ResumedChains, checkpoint_for
+from .resume import RESUME_FEATURE, ResumedChains, checkpoint_for, start_hold
 from .runs import RunsPlugin
 from .shared import forget_engine, step_cache_for, toolbox_for
 
@@ -205,7 +205,11 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 f"no chain in flight with req_id {message.req_id!r} on this session "
                 "(it may have finished already)"
             )
-        run.cancel()
+        live = self.durable.live_by_req(session.principal, message.req_id)
+        if live is not None and live.handle is run:
+            self.durable.cancel(live)  # recorded, so a restart does not resume it
+        else:
+            run.cancel()
 
     async def _run(
         self,
@@ -274,6 +278,8 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 run_key=run_id or f"{session.session_id}/{request.id}",
                 checkpoint=None if live is None else checkpoint_for(
                     live.sink, lambda: durable.host_stops(live)),
+                hold_start=None if live is None else start_hold(
+                    live.sink, self.toolbox, lambda: durable.host_stops(live)),
             )
             run.on_cancel(runner.cancel)  # at once when cancelled while it was planned
             log.info("chain started", nodes=len(plan.nodes))

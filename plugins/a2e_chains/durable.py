@@ -27,9 +27,11 @@ import msgspec
 from a2e_host.chains.messages import ChainAccepted, ChainRequest, ChainResponse, chain_codec
 from a2e_host.codec import encode_message
 from a2e_host.config import HostConfig
+from a2e_host.errors import chain_failure_of
 from a2e_host.exceptions import (
     A2EError,
     BadSinceSeq,
+    ChainError,
     RunExpired,
     StoreRequired,
     StoreUnavailable,
@@ -238,6 +240,25 @@ class DurableRuns:
             self._by_key[(live.principal, live.idempotency_key)] = live
         return live
 
+    def refused(self, record: RunRecord, request: ChainRequest, refusal: A2EError) -> None:
+        """A run just recorded is refused before it started (``refusal``, e.g. ``busy``):
+        a ``chain/resp`` with its code is stored as the run's ending (status ``failed``,
+        no events), so an attach or a resubmitted ``idempotency_key`` replays that
+        refusal instead of finding a ``running`` run that nothing runs."""
+        store = self.store
+        if store is None:
+            return
+        response = ChainResponse(
+            req_id=request.id, chain_id=request.chain_id, success=False, outputs={},
+            final_output=None, duration_ms=0, nodes_run=0,
+            error=chain_failure_of(ChainError(
+                str(refusal), code=refusal.code, retryable=refusal.retryable,
+                details=dict(refusal.detail))))
+        try:
+            store.finish(record.run_id, RunStatus.FAILED, encode_message(response), 0)
+        except StoreError:
+            pass  # the store logged it, and records nothing more
+
     def make_sink(self, record: RunRecord, position: int = 0) -> DurableSink:
         """The store-backed sink of a new run (or, with ``position``, of a resumed one
         whose last stored frame is that): the replay an attach behind the live position
@@ -305,6 +326,18 @@ class DurableRuns:
         if self._by_key.get((live.principal, live.idempotency_key)) is live:
             del self._by_key[(live.principal, live.idempotency_key)]
 
+    def cancel(self, live: LiveRun) -> None:
+        """Cancel a live run, its ``chain/cancel`` recorded first (``cancel_requested``),
+        so a host killed before the cancelled ``chain/resp`` commits does not resume it.
+        A broken store does not fail the cancel: the run still stops."""
+        store = self.store
+        if store is not None:
+            try:
+                store.request_cancel(live.run_id)
+            except StoreError:
+                pass  # nothing more is stored; the run is stopped all the same
+        live.handle.cancel()
+
     # ── finding ────────────────────────────────────────────────────────────
 
     def live_by_req(self, principal: str, req_id: str) -> LiveRun | None:
@@ -356,7 +389,7 @@ class DurableRuns:
         Raises:
             BadSinceSeq: ``since_seq`` is negative or past the run's last event.
         """
-        last = live.last_seq if live.ended else _last_seq(live.sink)
+        last = _last_seq(live)
         _check_since(since_seq, last, live.run_id)
         ctx.outbox.send_nowait(ChainAccepted(req_id=live.req_id, run_id=live.run_id,
                                              last_seq=last, attach_id=attach_id))
@@ -370,7 +403,9 @@ class DurableRuns:
     async def replay(self, record: RunRecord, ctx: PluginContext, since_seq: int,
                      attach_id: str) -> None:
         """``chain/accepted``, then a finished run's stored frames after ``since_seq`` and
-        its stored ``chain/resp``, on this connection, with backpressure.
+        its stored ``chain/resp``, on this connection, with backpressure: in a task of
+        the connection, so a slow reader of a long replay never holds up the messages
+        that follow the attach (a store failure is sent as an ``error`` to the attach).
 
         Raises:
             BadSinceSeq: ``since_seq`` is negative or past the run's last event.
@@ -379,8 +414,12 @@ class DurableRuns:
         store = await self.open()
         ctx.outbox.send_nowait(ChainAccepted(req_id=record.req_id, run_id=record.run_id,
                                              last_seq=record.last_seq, attach_id=attach_id))
-        await replay_stored(store, record.run_id, cast(FrameOutbox, ctx.outbox),
-                            after=since_seq)
+        outbox = cast(FrameOutbox, ctx.outbox)
+
+        async def replay() -> None:
+            await replay_stored(store, record.run_id, outbox, after=since_seq)
+
+        ctx.start_soon(replay, name=f"replay {record.run_id}")
 
 
 def check_not_expired(record: RunRecord) -> None:
@@ -411,9 +450,11 @@ def _check_since(since_seq: int, last: int, run_id: str) -> None:
         )
 
 
-def _last_seq(sink: DurableSink) -> int:
-    """The last event ``seq`` a running run's sink has emitted."""
-    return sink.position
+def _last_seq(live: LiveRun) -> int:
+    """The last event ``seq`` of a run on this host that is committed: a client is never
+    told of a ``seq`` a crash could take back (PROTOCOL.md §5 Durable runs)."""
+    committed = live.sink.committed_position
+    return min(live.last_seq, committed) if live.ended else committed
 
 
 async def _newest_with_req_id(store: RunStore, principal: str, req_id: str

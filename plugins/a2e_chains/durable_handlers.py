@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import anyio
+
 from a2e_host.chains.messages import (
     DEFAULT_RETENTION,
     ChainAccepted,
@@ -21,9 +23,16 @@ from a2e_host.chains.messages import (
     ChainRequest,
 )
 from a2e_host.config import HostConfig
-from a2e_host.exceptions import ChainInvalid, IdempotencyConflict, InvalidMessage, UnknownRun
+from a2e_host.exceptions import (
+    A2EError,
+    Busy,
+    ChainInvalid,
+    IdempotencyConflict,
+    InvalidMessage,
+    UnknownRun,
+)
 from a2e_host.plugin import PluginContext
-from a2e_host.store import RunRecord
+from a2e_host.store import RunRecord, RunStatus
 
 from .durable import (
     DurableRuns,
@@ -114,23 +123,33 @@ class DurableChains:
         effective = session.limits.effective
         self._check_admission(request, ctx)  # type: ignore[attr-defined]
         timeout = min(request.timeout_within(effective.max_timeout), effective.max_timeout)
-        record = await durable.create(request, session, run_seconds=timeout, retention=retention,
-                                      plan_hash=self._plan_hash(request))  # type: ignore[attr-defined]
-        if record is None:  # the key was taken meanwhile: attach to that run
-            existing = await durable.existing(session.principal, request.idempotency_key)
-            if existing is None:
-                raise UnknownRun("the run with this idempotency_key vanished; send again")
-            _same_request(existing, request)
-            await self._attach_found(existing, ctx, 0, request.id)
-            return
-        self._check_admission(request, ctx)  # type: ignore[attr-defined]
-        sink = durable.make_sink(record)
-        ctx.outbox.send_nowait(ChainAccepted(req_id=request.id, run_id=record.run_id))
-        handle = ctx.start_run(
-            self._run, request, session, ctx.log.bind(run_id=record.run_id),  # type: ignore[attr-defined]
-            time.monotonic(), record.run_id, name=f"durable chain {request.id}", sink=sink,
-        )
-        durable.started(record, handle, sink, ctx.start_soon)
+        # shielded from the create to started(): a record the store commits always gets
+        # its task or its ending, even when this connection drops meanwhile
+        with anyio.CancelScope(shield=True):
+            record = await durable.create(
+                request, session, run_seconds=timeout, retention=retention,
+                plan_hash=self._plan_hash(request))  # type: ignore[attr-defined]
+            if record is not None:
+                try:
+                    self._check_admission(request, ctx)  # type: ignore[attr-defined]
+                except A2EError as exc:  # stored as the run's ending: a resubmit replays it
+                    durable.refused(record, request, exc)
+                    raise
+                sink = durable.make_sink(record)
+                ctx.outbox.send_nowait(ChainAccepted(req_id=request.id, run_id=record.run_id))
+                handle = ctx.start_run(
+                    self._run, request, session, ctx.log.bind(run_id=record.run_id),  # type: ignore[attr-defined]
+                    time.monotonic(), record.run_id, name=f"durable chain {request.id}",
+                    sink=sink,
+                )
+                durable.started(record, handle, sink, ctx.start_soon)
+                return
+        # the key was taken meanwhile: attach to that run
+        existing = await durable.existing(session.principal, request.idempotency_key)
+        if existing is None:
+            raise UnknownRun("the run with this idempotency_key vanished; send again")
+        _same_request(existing, request)
+        await self._attach_found(existing, ctx, 0, request.id)
 
     async def _attach(self, message: ChainAttach, ctx: PluginContext) -> None:
         """``chain/attach``: stream the principal's run here from ``since_seq``."""
@@ -143,6 +162,13 @@ class DurableChains:
         durable = self.durable
         if isinstance(found, RunRecord):
             check_not_expired(found)  # a resubmitted key of an expired run
+            if found.status is RunStatus.RUNNING:
+                raise Busy(
+                    f"durable run {found.run_id!r} is stored as running but no task on "
+                    "this host runs it yet (it is being started or resumed, or the host is "
+                    "stopping); attach again in a moment",
+                    detail={"run_id": found.run_id},
+                )
         if isinstance(found, LiveRun):
             durable.attach_live(found, ctx, since_seq, attach_id)
         else:
@@ -181,10 +207,7 @@ class DurableChains:
             raise InvalidMessage(
                 f"durable run {_run_id(found)!r} has ended already; nothing to cancel"
             )
-        found.handle.cancel()
-        store = durable.store
-        if store is not None:
-            store.request_cancel(found.run_id)
+        durable.cancel(found)
         return True
 
 

@@ -29,7 +29,7 @@ store (:func:`checkpoint_for`), which is what step 2 reads.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,12 +42,13 @@ from a2e_host.chains.resume import (
     RESUME_DRIFT,
     Resumption,
     checkpoint_of,
+    may_rerun,
     plan_hash,
     read_log,
 )
 from a2e_host.chains.scheduler import ChainRunner
 from a2e_host.chains.toolbox import Toolbox
-from a2e_host.chains.validation import ChainPlan
+from a2e_host.chains.validation import ChainPlan, PlanNode
 from a2e_host.codec import encode_message
 from a2e_host.config import HostConfig
 from a2e_host.errors import ChainFailure, chain_failure_of
@@ -56,9 +57,9 @@ from a2e_host.limits import SessionLimits
 from a2e_host.logs import get_logger
 from a2e_host.plugin import HostRuns, RunHandle
 from a2e_host.runtime.durable import DurableSink
-from a2e_host.store import RunRecord, RunStore, StoredFrame
+from a2e_host.store import RunRecord, RunStore, StoredFrame, StoreError
 
-__all__ = ["RESUME_FEATURE", "ResumedChains", "checkpoint_for", "plan_hash_of"]
+__all__ = ["RESUME_FEATURE", "ResumedChains", "checkpoint_for", "plan_hash_of", "start_hold"]
 
 RESUME_FEATURE = "chain/resume"
 """The feature of resume after a restart (``ChainNode.resume``, ``data.resumed``, code
@@ -69,6 +70,11 @@ _PAGE = 1000  # stored frames read per store call
 UNRECORDED = "resume_unrecorded"
 """``details.reason`` of a durable run that cannot resume because it sent (and so
 stored) no events: ``streaming: false``."""
+
+RESUME_FAILED = "resume_failed"
+"""``details.reason`` of a durable run whose resume itself failed (its stored request or
+log could not be read, its store failed, the resumed body raised): it ends ``interrupted``
+rather than staying ``running`` to fail again at every start."""
 
 
 def checkpoint_for(sink: DurableSink, stopping: Callable[[], bool]) -> Checkpoint:
@@ -88,6 +94,33 @@ def checkpoint_for(sink: DurableSink, stopping: Callable[[], bool]) -> Checkpoin
         sink.send_nowait(event, output=kept)
 
     return checkpoint
+
+
+def start_hold(sink: DurableSink, toolbox: Toolbox, stopping: Callable[[], bool]
+               ) -> Callable[[PlanNode], Awaitable[None]]:
+    """A durable run's :attr:`~a2e_host.chains.run_state.RunConfig.hold_start`: a node
+    that would not run again on resume (:func:`~a2e_host.chains.resume.may_rerun`: a
+    tool not declared ``idempotent``, a process, a Python skill) executes only once its
+    ``start`` is committed, so a ``kill -9`` cannot make a resume run it a second time
+    (PROTOCOL.md §5 Resume); any other node pays nothing. Raises
+    :class:`~a2e_host.store.StoreError` (the node fails, unrun) when the store broke or
+    the host stops before the ``start`` was stored."""
+    tools = toolbox.tools
+    declared = toolbox.skills.declared
+
+    async def hold(pnode: PlanNode) -> None:
+        name = pnode.node.name
+        spec = kinds.NODE_KINDS.get(pnode.kind)
+        registry = spec.registry if spec is not None else None
+        idempotent = registry == "tool" and bool(getattr(tools.get(name), "idempotent", False))
+        if may_rerun(pnode, idempotent=idempotent,
+                     declared_skill=registry == "skill" and name in declared):
+            return
+        await sink.committed()
+        if stopping():
+            raise StoreError("the host is stopping: the node is left for the resume")
+
+    return hold
 
 
 def plan_hash_of(request: ChainRequest, toolbox: Toolbox) -> str:
@@ -209,6 +242,7 @@ class ResumedChains:
                 run_key=record.run_id, resume=resume,
                 checkpoint=checkpoint_for(sink, lambda: durable.host_stops(live)),
                 timeout_left=left,
+                hold_start=start_hold(sink, self.toolbox, lambda: durable.host_stops(live)),
             )
             run.on_cancel(runner.cancel)
             if record.cancel_requested:
@@ -218,6 +252,12 @@ class ResumedChains:
             response = await runner.run_to_response(started)
             log.info("chain finished", success=response.success, nodes_run=response.nodes_run,
                      code=response.error.code if response.error is not None else "")
+        except Exception as exc:  # noqa: BLE001 — the run must still end, once
+            log.error("chain not resumed", reason=RESUME_FAILED, exc_info=exc)
+            if not live.ended and not durable.host_stops(live):
+                durable.finished(live, _interrupted(
+                    record, started, f"resuming it failed ({type(exc).__name__})",
+                    RESUME_FAILED))
         finally:
             await durable.ended(live)
 
@@ -235,12 +275,13 @@ class ResumedChains:
         return ""
 
 
-def _interrupted(request: ChainRequest, started: float, why: str, reason: str
+def _interrupted(request: ChainRequest | RunRecord, started: float, why: str, reason: str
                  ) -> ChainResponse:
     """The ``chain/resp`` of a run that could not resume (code ``interrupted``,
-    ``details.reason``)."""
+    ``details.reason``), to ``request`` (its stored record when it could not be read)."""
+    req_id = request.req_id if isinstance(request, RunRecord) else request.id
     return ChainResponse(
-        req_id=request.id, chain_id=request.chain_id, success=False,
+        req_id=req_id, chain_id=request.chain_id, success=False,
         duration_ms=int((time.monotonic() - started) * 1000),
         error=chain_failure_of(NodeInterrupted(
             f"the chain was not resumed after the host restarted: {why}; send it again",

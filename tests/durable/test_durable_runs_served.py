@@ -35,33 +35,27 @@ def _blocked(fifo: Path) -> list[dict[str, Any]]:
     ]
 
 
-async def _open_gate(fifo: Path, *, reader_may_never_come: bool = False) -> None:
-    """Let ``block`` return: open the FIFO for writing (waits for its reader), write, close.
+async def _open_gate(fifo: Path) -> None:
+    """Let ``block`` return: open the FIFO for writing (waits for its reader), write, close."""
 
-    With ``reader_may_never_come`` (the node was cancelled, maybe before its tool opened
-    the FIFO) it waits for a reader at most 5 seconds, then returns: there is nobody to
-    release."""
-    if not reader_may_never_come:
-        def write() -> None:
-            with open(fifo, "w", encoding="utf-8") as gate:
-                gate.write("go")
+    def write() -> None:
+        with open(fifo, "w", encoding="utf-8") as gate:
+            gate.write("go")
 
-        await anyio.to_thread.run_sync(write)
-        return
-    with anyio.move_on_after(5):
-        while True:
-            try:
-                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError as exc:  # ENXIO: no reader yet
-                if exc.errno != errno.ENXIO:
-                    raise
-                await anyio.sleep(0.05)  # noqa: ASYNC110 - a FIFO gives no event to wait on
-                continue
-            try:
-                os.write(fd, b"go")
-            finally:
-                os.close(fd)
-            return
+    await anyio.to_thread.run_sync(write)
+
+
+async def _gate_writer(fifo: Path) -> int:
+    """Open the FIFO for writing once ``block`` has it open for reading (its tool is
+    executing: a durable run executes it once its ``start`` is committed, so seeing that
+    ``start`` does not say the tool got that far yet); the caller writes and closes it."""
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:  # ENXIO: no reader yet
+            if exc.errno != errno.ENXIO:
+                raise
+        await anyio.sleep(0.01)
 
 
 def _seqs(messages: list[Any]) -> list[tuple[str, str, int]]:
@@ -203,10 +197,10 @@ async def test_run_list_shows_each_ending_as_its_exact_status(tmp_path: Path) ->
                 async for message in cancelled:
                     if isinstance(message, ChainEvent) and message.seq == 3:
                         break
+                gate = await _gate_writer(fifo)  # the tool runs, blocked in its thread
                 await other.cancel_run(cancelled.run_id)  # another connection, same principal
-                # the blocked worker thread returns, late (if the cancel came before it
-                # opened the FIFO, it never blocks: nobody to release)
-                await _open_gate(fifo, reader_may_never_come=True)
+                os.write(gate, b"go")  # the blocked worker thread returns, late
+                os.close(gate)
                 response = await cancelled.result()
                 listed = await other.list_runs()
                 only_failed = await other.list_runs(status="failed")

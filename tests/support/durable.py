@@ -3,7 +3,7 @@ runs), and a gate tool a test opens when it decides."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -59,16 +59,19 @@ class Gates:
 @asynccontextmanager
 async def durable_host(
     path: Path, gates: Gates, *, config: HostConfig | None = None, store: bool = True,
+    commit_delay: float = 0.0, wrap: Callable[[Any], Any] | None = None,
 ) -> AsyncIterator[Host]:
     """A running in-process host with the chains and runs plugins over ``gates``' tools
-    and a SQLite run store at ``path`` (none when ``store`` is false)."""
+    and a SQLite run store at ``path`` (none when ``store`` is false) whose writer waits
+    ``commit_delay`` seconds before committing a batch; ``wrap(store)`` is what the
+    plugins get instead of the store, when given."""
     config = config or HostConfig()
     toolbox = Toolbox(ToolRegistry(gates.tools()))
     plugins = [ChainPlugin(config, toolbox=toolbox), RunsPlugin(config)]
-    opened = await open_store(str(path)) if store else None
+    opened = await open_store(str(path), commit_delay=commit_delay) if store else None
     try:
         for plugin in plugins:
-            plugin.store = opened
+            plugin.store = opened if wrap is None or opened is None else wrap(opened)
         host = Host(config, plugins=plugins)
         async with host.running():
             yield host
