@@ -21,6 +21,8 @@ from ..exceptions import NodeError
 from ..limits import SessionLimits
 from .messages import ChainNode
 
+_FLAG_LOCK = threading.Lock()
+
 __all__ = [
     "MAX_REPORT_BYTES",
     "MAX_REPORTS",
@@ -96,14 +98,25 @@ class NodeContext:
     run_key: str = ""
     deadline: float | None = None
     sink: ReportSink | None = None
-    _cancel: threading.Event = field(default_factory=threading.Event, repr=False,
-                                     compare=False)
+    # made on first use (a cancel, or a tool waiting on it): most tool calls never need
+    # one, and a threading.Event costs more than the rest of the context per node
+    _cancel: threading.Event | None = field(default=None, repr=False, compare=False)
+
+    def _flag(self) -> threading.Event:
+        flag = self._cancel
+        if flag is None:
+            with _FLAG_LOCK:  # the loop (a cancel) and the tool's thread (a wait) may race
+                flag = self._cancel
+                if flag is None:
+                    flag = self._cancel = threading.Event()
+        return flag
 
     @property
     def cancelled(self) -> bool:
         """Whether this invocation was cancelled; safe to read from the tool's worker
         thread, which should then stop (its result is discarded)."""
-        return self._cancel.is_set()
+        flag = self._cancel
+        return flag is not None and flag.is_set()
 
     def check_cancelled(self) -> None:
         """Raise when this invocation was cancelled: the tool's loop stops there.
@@ -111,7 +124,7 @@ class NodeContext:
         Raises:
             NodeError: code ``cancelled``, naming the node.
         """
-        if self._cancel.is_set():
+        if self.cancelled:
             raise NodeError(f"node {self.node_id!r} was cancelled", code="cancelled")
 
     def wait_cancelled(self, timeout: float | None = None) -> bool:
@@ -119,12 +132,12 @@ class NodeContext:
         ``timeout`` seconds pass (None: no bound); whether it was cancelled. A blocking
         tool waits here instead of ``time.sleep`` so it wakes at once on cancellation.
         Never call it on the event loop."""
-        return self._cancel.wait(timeout)
+        return self._flag().wait(timeout)
 
     def mark_cancelled(self) -> None:
         """Set :attr:`cancelled` (the executor does, when the invocation's scope is
         cancelled); thread-safe, idempotent."""
-        self._cancel.set()
+        self._flag().set()
 
     def for_invocation(self) -> NodeContext:
         """This context with a fresh cancellation flag: one per run of the tool, so an

@@ -135,7 +135,9 @@ def test_an_invocation_copy_keeps_every_other_field_of_the_context() -> None:
     copy = ctx.for_invocation()
     names = [f.name for f in dataclasses.fields(NodeContext) if f.name != "_cancel"]
     assert [getattr(copy, n) for n in names] == [getattr(ctx, n) for n in names]
-    assert copy._cancel is not ctx._cancel
+    ctx.mark_cancelled()  # the copy's flag is its own (made on first use, never shared)
+    assert (ctx.cancelled, copy.cancelled) == (True, False)
+    assert ctx.for_invocation().cancelled is False
 
 
 @pytest.mark.asyncio
