@@ -17,6 +17,7 @@ KIT = [sys.executable, "-m", "conformance"]
 DURABLE_CASES = {
     "durable-accepted-first", "durable-attach-after-disconnect",
     "durable-attach-from-the-start", "durable-idempotency-key-attaches",
+    "durable-idempotency-key-conflict",
     "durable-cancel-from-another-connection", "durable-errors",
     "runs-get-and-list-statuses", "durable-detach-keeps-running",
     "durable-retention-within-the-ceiling", "durable-run-expired",
