@@ -36,6 +36,9 @@ start the server), and :class:`TimeoutError` for a bounded wait that passed.
 Modules, one job each:
 
 * :mod:`.session` — :class:`Client`, :func:`open_client`, the :class:`MessageStream` it speaks;
+* :mod:`.calls` — :class:`~a2e_host.client.calls.StreamedCall`, the start/iterate/finish of
+  one request whose answer streams (the base of :class:`ChainRun`, :class:`ToolCall` and
+  :class:`~a2e_host.client.skills.SkillCall`);
 * :mod:`.chains` — :class:`ChainRun`, one ``chain/req`` in flight;
 * :mod:`.procs` — :class:`ProcHandle`, one process on the host (``proc/*``);
 * :mod:`.tools` — :func:`~a2e_host.client.tools.list_tools` and :class:`ToolCall`, one
@@ -46,9 +49,9 @@ Modules, one job each:
 * :mod:`.errors`, :mod:`.lines` (NDJSON lines from a byte stream), :mod:`.processes`
   (ending a child).
 
-Their imports point one way, lowest first: errors / lines / processes / streams → chains, tools,
-codec → procs → session → websocket / stdio / memory → server (a module never imports one
-after it).
+Their imports point one way, lowest first: errors / lines / processes / streams → calls →
+chains, tools, codec → skills, runs, procs → session → websocket / stdio / memory → server
+(a module never imports one after it).
 """
 
 from __future__ import annotations

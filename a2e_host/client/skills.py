@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-import anyio
-
 from ..chains.skill_messages import (
     SkillCallRequest,
     SkillCallResponse,
@@ -23,9 +21,9 @@ from ..chains.skill_messages import (
     SkillEvent,
     SkillResult,
 )
-from ..messages import ErrorMessage, Message
+from ..messages import Message
+from .calls import StreamedCall
 from .chains import RESPONSE_GRACE, ChainRunClient
-from .errors import ConnectionLost, HostError
 
 __all__ = ["SkillCall", "discover_skills", "skill_call_request"]
 
@@ -63,7 +61,7 @@ def skill_call_request(
                             session_id=session_id)
 
 
-class SkillCall:
+class SkillCall(StreamedCall[SkillCallRequest, SkillEvent, SkillCallResponse]):
     """One ``skill/call/req`` in flight: iterating yields each
     :class:`~a2e_host.chains.skill_messages.SkillEvent` and ends with the
     :class:`~a2e_host.chains.skill_messages.SkillCallResponse` (also :attr:`response`);
@@ -77,54 +75,17 @@ class SkillCall:
         ``receive_timeout`` seconds.
     """
 
+    client: ChainRunClient
+    _event_type = SkillEvent
+    _response_type = SkillCallResponse
+    _call_words = "skill call"
+    _response_words = "skill/call/resp"
+
     def __init__(self, client: ChainRunClient, request: SkillCallRequest,
                  receive_timeout: float | None = None) -> None:
-        self.client = client
-        self.request = request
-        self.req_id = request.id
-        self.response: SkillCallResponse | None = None
         if receive_timeout is None:
             receive_timeout = max(request.timeout or 60, 1) + RESPONSE_GRACE
-        self._receive_timeout = receive_timeout
-        self._started = False
-        self._finished = False
-        self._send, self._receive = client._open_route(request.id)
-
-    async def start(self) -> SkillCall:
-        """Send the request (once)."""
-        if not self._started:
-            self._started = True
-            await self.client._send(self.request)
-        return self
-
-    def __aiter__(self) -> SkillCall:
-        return self
-
-    async def __anext__(self) -> SkillEvent | SkillCallResponse:
-        if self._finished:
-            raise StopAsyncIteration
-        await self.start()
-        try:
-            with anyio.fail_after(self._receive_timeout):
-                message = await self._receive.receive()
-        except TimeoutError:
-            self._finish()
-            raise TimeoutError(f"no message for skill call {self.req_id} within "
-                               f"{self._receive_timeout:g} s") from None
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            self._finish()
-            raise ConnectionLost(f"the connection closed before the skill/call/resp of "
-                                 f"request {self.req_id}{self.client._closed_suffix()}"
-                                 ) from None
-        if isinstance(message, SkillCallResponse):
-            self.response = message
-            self._finish()
-            return message
-        if isinstance(message, ErrorMessage):
-            self._finish()
-            raise HostError(message)
-        assert isinstance(message, SkillEvent)
-        return message
+        super().__init__(client, request, receive_timeout)
 
     async def result(self) -> SkillResult:
         """Drain the remaining events and return the call's result.
@@ -137,21 +98,9 @@ class SkillCall:
             The whole response (its ``skill``, ``events_dropped``, the refusal's
             ``details``) stays in :attr:`response`.
         """
-        async for _message in self:
-            pass
-        assert self.response is not None
-        if self.response.data is not None:
-            return self.response.data
-        refusal = self.response.error or {}
+        response = await self._drain()
+        if response.data is not None:
+            return response.data
+        refusal = response.error or {}
         return SkillResult(success=False, error=str(refusal.get("message", "")),
                            error_code=str(refusal.get("code", "")) or None)
-
-    async def aclose(self) -> None:
-        """Stop listening (further messages of this call are dropped)."""
-        self._finish()
-
-    def _finish(self) -> None:
-        if not self._finished:
-            self._finished = True
-            self.client._close_route(self.req_id)
-            self._receive.close()

@@ -10,11 +10,9 @@ of what is here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-import anyio
-
-from ..messages import ErrorMessage, Message
+from ..messages import Message
 from ..tools.messages import (
     ToolCallRequest,
     ToolCallResponse,
@@ -24,10 +22,8 @@ from ..tools.messages import (
     ToolListResponse,
     ToolResult,
 )
-from .errors import ConnectionLost, HostError
-
-if TYPE_CHECKING:
-    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from .calls import CallClient, StreamedCall
+from .errors import ConnectionLost
 
 __all__ = ["CALL_GRACE", "ToolCall", "ToolsClient", "list_tools"]
 
@@ -35,28 +31,14 @@ CALL_GRACE = 30.0
 """Seconds a call waits past its own ``timeout`` for the host's ``tool/call/resp``."""
 
 
-class ToolsClient(Protocol):
+class ToolsClient(CallClient, Protocol):
     """What the tools helpers use of a client (its own plumbing, hence the private
     names); :class:`~a2e_host.client.Client` is one."""
 
     session_id: str
 
-    def _open_route(
-        self, req_id: str
-    ) -> tuple[MemoryObjectSendStream[Message], MemoryObjectReceiveStream[Message]]:
-        """A stream of the messages carrying ``req_id``, routed to it until closed."""
-
-    def _close_route(self, req_id: str) -> None:
-        """Stop routing ``req_id``'s messages and close its stream."""
-
-    async def _send(self, message: Message) -> None:
-        """Send one message; raises ConnectionLost when the connection is gone."""
-
     async def _request(self, message: Message, wait_timeout: float) -> Message:
         """Send ``message`` and return its one answer (HostError for an ``error``)."""
-
-    def _closed_suffix(self) -> str:
-        """Why the connection closed, as ``" (reason)"``, or ``""``."""
 
 
 async def list_tools(
@@ -93,7 +75,7 @@ async def list_tools(
     return reply.tools
 
 
-class ToolCall:
+class ToolCall(StreamedCall[ToolCallRequest, ToolEvent, ToolCallResponse]):
     """One ``tool/call/req`` in flight: an async iterator of its messages.
 
     Iterating yields each :class:`~a2e_host.tools.messages.ToolEvent` (the tool's
@@ -116,78 +98,32 @@ class ToolCall:
         TimeoutError: nothing arrived for ``receive_timeout`` seconds.
     """
 
+    client: ToolsClient
+    _event_type = ToolEvent
+    _response_type = ToolCallResponse
+    _call_words = "tool call"
+    _response_words = "tool/call/resp"
+
     def __init__(
         self, client: ToolsClient, request: ToolCallRequest, receive_timeout: float
     ) -> None:
-        self.client = client
-        self.request = request
-        self.req_id = request.id
         self.events: list[ToolEvent] = []
-        self.response: ToolCallResponse | None = None
-        self._receive_timeout = receive_timeout
-        self._started = False
-        self._finished = False
-        self._send, self._receive = client._open_route(request.id)
+        super().__init__(client, request, receive_timeout)
 
-    async def start(self) -> ToolCall:
-        """Send the request (once); returns self."""
-        if not self._started:
-            self._started = True
-            await self.client._send(self.request)
-        return self
-
-    def __aiter__(self) -> ToolCall:
-        return self
-
-    async def __anext__(self) -> ToolEvent | ToolCallResponse:
-        if self._finished:
-            raise StopAsyncIteration
-        await self.start()
-        try:
-            with anyio.fail_after(self._receive_timeout):
-                message = await self._receive.receive()
-        except TimeoutError:
-            self._finish()
-            raise TimeoutError(
-                f"no message for tool call {self.req_id} within {self._receive_timeout:g} s"
-            ) from None
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            self._finish()
-            raise ConnectionLost(
-                f"the connection closed before the tool/call/resp of request {self.req_id}"
-                f"{self.client._closed_suffix()}"
-            ) from None
-        if isinstance(message, ToolCallResponse):
-            self.response = message
-            if message.data.events:
-                self.events.extend(message.data.events)
-            self._finish()
-            return message
-        if isinstance(message, ErrorMessage):
-            self._finish()
-            raise HostError(message)
+    def _event(self, message: Message) -> ToolEvent:
         if not isinstance(message, ToolEvent):
             self._finish()
             raise ConnectionLost(f"the host sent {message.TYPE!r} for tool call {self.req_id}")
         self.events.append(message)
         return message
 
+    def _keep_response(self, response: ToolCallResponse) -> None:
+        if response.data.events:
+            self.events.extend(response.data.events)
+
     async def result(self) -> ToolResult:
         """Drain the remaining events and return the call's result."""
-        async for _message in self:
-            pass
-        assert self.response is not None
-        return self.response.data
-
-    async def aclose(self) -> None:
-        """Stop listening (further messages of this call are dropped)."""
-        self._finish()
-
-    def _finish(self) -> None:
-        if not self._finished:
-            self._finished = True
-            self.client._close_route(self.req_id)
-            self._receive.close()
+        return (await self._drain()).data
 
 
 def tool_call(
