@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from . import config_values as cv
 from .grants import ToolGrant, check_grant_principals, parse_named_tokens, parse_tool_grants
 from .limits import CEILINGS, Limits, limits_from_mapping
 
@@ -314,7 +315,7 @@ def _read_environ(env: Mapping[str, str]) -> list[_Item]:
 def _merge(values: dict[str, Any], limits: dict[str, Any], items: list[_Item]) -> None:
     for key, raw, source in items:
         if key in CEILINGS:
-            limits[key] = _ceiling(key, raw, source)
+            limits[key] = cv.ceiling(key, raw, source)
         elif key in _FIELDS:
             values[key] = _FIELDS[key](key, raw, source)
         else:
@@ -322,151 +323,38 @@ def _merge(values: dict[str, Any], limits: dict[str, Any], items: list[_Item]) -
             raise ValueError(f"unknown setting {key!r} in {source}; known settings: {known}")
 
 
-def _bad(key: str, source: str, expected: str, raw: Any) -> ValueError:
-    return ValueError(f"{key} from {source} must be {expected}, got {raw!r}")
-
-
-def _integer(key: str, raw: Any, source: str, expected: str) -> int:
-    if isinstance(raw, bool):
-        raise _bad(key, source, expected, raw)
-    if isinstance(raw, int):
-        return raw
-    if isinstance(raw, str):
-        try:
-            return int(raw.strip().replace("_", ""))
-        except ValueError:
-            pass
-    raise _bad(key, source, expected, raw)
-
-
-def _ceiling(key: str, raw: Any, source: str) -> int:
-    value = _integer(key, raw, source, "a positive integer")
-    if value <= 0:
-        raise _bad(key, source, "a positive integer", raw)
-    return value
-
-
-def _string(key: str, raw: Any, source: str) -> str:
-    if not isinstance(raw, str):
-        raise _bad(key, source, "a string", raw)
-    return raw
-
-
-def _flag(key: str, raw: Any, source: str) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str) and raw.strip().lower() in ("1", "true", "yes", "on"):
-        return True
-    if isinstance(raw, str) and raw.strip().lower() in ("0", "false", "no", "off"):
-        return False
-    raise _bad(key, source, "true or false", raw)
-
-
-def _optional_path(key: str, raw: Any, source: str) -> str | None:
-    if raw is None or raw == "":
-        return None
-    return _string(key, raw, source)
-
-
-def _string_list(key: str, raw: Any, source: str) -> tuple[str, ...]:
-    if isinstance(raw, str):
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
-    if isinstance(raw, list | tuple) and all(isinstance(v, str) for v in raw):
-        return tuple(str(v) for v in raw)
-    raise _bad(key, source, "a list of strings (comma-separated in the environment)", raw)
-
-
-def _port(key: str, raw: Any, source: str) -> int:
-    value = _integer(key, raw, source, "an integer port 0-65535")
-    if not 0 <= value <= 65535:
-        raise _bad(key, source, "an integer port 0-65535 (0 picks a free port)", raw)
-    return value
-
-
-def _seconds(key: str, raw: Any, source: str) -> float:
-    if isinstance(raw, bool):
-        raise _bad(key, source, "a number of seconds >= 0", raw)
-    try:
-        value = float(raw) if isinstance(raw, int | float | str) else -1.0
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise _bad(key, source, "a number of seconds >= 0", raw)
-    return value
-
-
-def _positive_seconds(key: str, raw: Any, source: str) -> float:
-    value = _seconds(key, raw, source)
-    if value == 0:
-        raise _bad(key, source, "a number of seconds > 0", raw)
-    return value
-
-
-def _optional_seconds(key: str, raw: Any, source: str) -> float | None:
-    if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "off")):
-        return None
-    value = _seconds(key, raw, source)
-    if value == 0:
-        raise _bad(key, source, "a number of seconds > 0, or none to disable", raw)
-    return value
-
-
-def _positive_int(key: str, raw: Any, source: str) -> int:
-    value = _integer(key, raw, source, "a positive integer")
-    if value <= 0:
-        raise _bad(key, source, "a positive integer", raw)
-    return value
-
-
-def _count(key: str, raw: Any, source: str) -> int:
-    value = _integer(key, raw, source, "an integer >= 0")
-    if value < 0:
-        raise _bad(key, source, "an integer >= 0", raw)
-    return value
-
-
-def _choice(options: tuple[str, ...]) -> Callable[[str, Any, str], str]:
-    def convert(key: str, raw: Any, source: str) -> str:
-        value = raw.strip().lower() if isinstance(raw, str) else raw
-        if value not in options:
-            raise _bad(key, source, "one of " + ", ".join(options), raw)
-        return str(value)
-
-    return convert
-
-
 _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
-    "tools": _string_list,
-    "skills_dirs": _string_list,
-    "allow_proc": _string_list,
-    "proc_env_allow": _string_list,
-    "proc_env_keys": _string_list,
-    "max_procs": _positive_int,
-    "root": _optional_path,
-    "host": _string,
-    "port": _port,
-    "auth_token": _string,
+    "tools": cv.string_list,
+    "skills_dirs": cv.string_list,
+    "allow_proc": cv.string_list,
+    "proc_env_allow": cv.string_list,
+    "proc_env_keys": cv.string_list,
+    "max_procs": cv.positive_int,
+    "root": cv.optional_path,
+    "host": cv.string,
+    "port": cv.port,
+    "auth_token": cv.string,
     "auth_tokens": parse_named_tokens,
     "tool_grants": parse_tool_grants,
-    "allowed_origins": _string_list,
-    "keepalive_interval": _optional_seconds,
-    "ws_compression": _flag,
-    "shutdown_grace": _seconds,
-    "handshake_timeout": _positive_seconds,
-    "max_connections": _positive_int,
-    "max_connections_per_peer": _positive_int,
-    "auth_failure_delay": _seconds,
-    "outbox_high_water": _positive_int,
-    "outbox_high_water_bytes": _positive_int,
-    "step_cache_max_entries": _count,
-    "step_cache_max_bytes": _count,
-    "store": _string,
-    "durability": _choice(("normal", "full")),
-    "store_retention": _positive_seconds,
-    "store_prune_interval": _positive_seconds,
-    "store_commit_delay": _seconds,
-    "log_format": _choice(_LOG_FORMATS),
-    "log_level": _choice(_LOG_LEVELS),
+    "allowed_origins": cv.string_list,
+    "keepalive_interval": cv.optional_seconds,
+    "ws_compression": cv.flag,
+    "shutdown_grace": cv.seconds,
+    "handshake_timeout": cv.positive_seconds,
+    "max_connections": cv.positive_int,
+    "max_connections_per_peer": cv.positive_int,
+    "auth_failure_delay": cv.seconds,
+    "outbox_high_water": cv.positive_int,
+    "outbox_high_water_bytes": cv.positive_int,
+    "step_cache_max_entries": cv.count,
+    "step_cache_max_bytes": cv.count,
+    "store": cv.string,
+    "durability": cv.choice(("normal", "full")),
+    "store_retention": cv.positive_seconds,
+    "store_prune_interval": cv.positive_seconds,
+    "store_commit_delay": cv.seconds,
+    "log_format": cv.choice(_LOG_FORMATS),
+    "log_level": cv.choice(_LOG_LEVELS),
 }
 """HostConfig field → converter ``(key, raw, source) -> value`` (raises ValueError)."""
 
