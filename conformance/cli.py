@@ -20,13 +20,15 @@ from websockets.exceptions import InvalidURI
 
 from .cases import Case, CaseError, load_cases
 from .manifest import (
+    LEVELS,
     README,
+    case_level,
     coverage_problems,
     load_requirements,
     readme_with_table,
     render_markdown,
 )
-from .report import json_report, text_report
+from .report import json_report, markdown_report, text_report
 from .runner import CaseResult
 from .suite import Target, run_suite
 
@@ -57,7 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-k", metavar="PATTERN", action="append",
                         help="only cases whose id or requirement ids contain PATTERN "
                              "(repeat for any of several)")
-    parser.add_argument("--json", action="store_true", help="print a JSON report instead")
+    parser.add_argument("--level", choices=LEVELS, action="append",
+                        help="only cases of this level (repeat for several): spec runs only "
+                             "what the chains spec demands (conformance/README.md, Levels)")
+    report = parser.add_mutually_exclusive_group()
+    report.add_argument("--json", action="store_true", help="print a JSON report instead")
+    report.add_argument("--markdown", action="store_true",
+                        help="print a Markdown report instead (per-level scores, failed "
+                             "requirements with their spec line)")
     parser.add_argument("-j", "--jobs", type=int, default=None,
                         help="cases run at once (default: 8 over WebSocket; over stdio, where "
                              "a connection is a host process, twice the CPU count, 2..8)")
@@ -144,6 +153,10 @@ def _run(args: argparse.Namespace) -> int:
         print("conformance kit is broken:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 2
     cases = select(all_cases, args.k)
+    by_id = {r.id: r for r in requirements}
+    if args.level:
+        cases = [c for c in cases if case_level(c, by_id) in args.level]
+        requirements = [r for r in requirements if r.level in args.level]
     if args.list:
         for case in cases:
             print(f"{case.id:<48} {', '.join(case.requires)}")
@@ -156,7 +169,7 @@ def _run(args: argparse.Namespace) -> int:
                     host_defaults=args.host_defaults, fast_prune=args.fast_prune)
 
     def progress(result: CaseResult) -> None:
-        if not args.json:
+        if not (args.json or args.markdown):
             mark = {"passed": ".", "failed": "F", "skipped": "s"}[result.status]
             print(mark, end="", flush=True, file=sys.stderr)
 
@@ -172,6 +185,10 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         print(json.dumps(json_report(requirements, results, target.transport), indent=2))
+    elif args.markdown:
+        levels = ", ".join(args.level or LEVELS)
+        print(markdown_report(requirements, results,
+                              f"A2E conformance: {target.address} ({levels})"))
     else:
         print(file=sys.stderr)
         print(text_report(requirements, results, args.verbose))

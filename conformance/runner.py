@@ -35,12 +35,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cases import CONNECTION_STEPS, Case
-from .invariants import check_chain, partial_top
+from .invariants import INVARIANTS, check_chain, partial_top
 from .matchers import MatcherError, match
 from .templates import expand, fill_envelope
 from .transports import Connection, Frame
 
-__all__ = ["CaseResult", "CaseRun", "CaseFailure", "chains_entry", "ENVELOPE", "SESSION_VARS"]
+__all__ = ["CaseResult", "CaseRun", "CaseFailure", "chains_entry", "ENVELOPE", "SESSION_VARS",
+           "RUNNER_ERROR"]
+
+RUNNER_ERROR = "runner error"
+"""How a result names a fault of the kit itself (never expected: the report counts them)."""
 
 #: The case variables a handshake sets; a case sharing a session inherits them.
 SESSION_VARS = ("session", "session_id", "chains", "limits", "features")
@@ -72,6 +76,15 @@ class CaseResult:
     diagnostics: str = ""
     notes: list[str] = field(default_factory=list)
     """What the runner did beside the verdict, e.g. replaced a shared session after it."""
+    findings: list[tuple[str, str]] = field(default_factory=list)
+    """(requirement id, what was seen): transport and event invariants the host broke in
+    this case that the case does not name itself; they fail those requirements in the
+    report, once, and not this case (one defect, one verdict)."""
+    offered: bool = True
+    """False when the case was skipped because the host does not offer an extension it
+    needs (reported "not offered")."""
+    level: str = "protocol"
+    """The case's level (:func:`conformance.manifest.case_level`)."""
 
 
 def chains_entry(handshake_resp: dict[str, Any]) -> dict[str, Any] | None:
@@ -119,30 +132,53 @@ class CaseRun:
         self.history: dict[str, list[Frame]] = {}  # req_id → frames consumed by `expect`
         self.last_sent: dict[str, Any] | None = None
         self.closed = False
+        self.findings: list[tuple[str, str]] = []
+        self.notes: list[str] = []
 
     # ---- receiving ------------------------------------------------------------
-    def _check_frame(self, frame: Frame) -> None:
+    def finding(self, requirements: tuple[str, ...], text: str) -> None:
+        """A transport or event invariant broken (one defect, one verdict).
+
+        When the case names one of ``requirements`` it fails now; otherwise the defect
+        is kept in :attr:`findings` (the report fails those requirements once, with
+        every case that met it) and the case goes on to be judged on its own property.
+        """
+        named = [r for r in requirements if r in self.case.requires]
+        if named:
+            raise CaseFailure([f"{named[0]}: {text}"])
+        self.findings += [(rid, text) for rid in requirements]
+
+    def _check_frame(self, frame: Frame) -> bool:
+        """Check one received frame; False when it is not protocol (then it is dropped)."""
         if frame.message is None:
-            raise CaseFailure([f"FRAME-{self.conn.kind.upper()}: host sent a bad frame "
-                               f"({frame.fault}): {frame.raw[:200]!r}"])
-        problems = match({"$partial": ENVELOPE}, frame.message, {}, "$msg")
+            kind = self.conn.kind.upper()
+            self.finding((f"FRAME-{kind}",), f"host sent a frame that is not protocol "
+                                             f"({frame.fault}): {frame.raw[:200]!r}")
+            return False
+        message = frame.message
+        problems = match({"$partial": ENVELOPE}, message, {}, "$msg")
         if problems:
-            raise CaseFailure([f"FRAME-ENVELOPE: {p} in {frame.raw[:300]}" for p in problems])
-        if frame.message["id"] in self.seen_ids:
-            raise CaseFailure([f"FRAME-MESSAGE-ID: id {frame.message['id']!r} was already used "
-                               f"by another message: {frame.raw[:300]}"])
-        self.seen_ids.add(frame.message["id"])
-        mtype, req_id = frame.message.get("type"), frame.message.get("req_id")
+            self.finding(("FRAME-ENVELOPE",), f"{problems[0]} in {frame.raw[:300]}")
+        mid = message.get("id")
+        if isinstance(mid, str):
+            if mid in self.seen_ids:
+                self.finding(("FRAME-MESSAGE-ID",), f"id {mid!r} was already used by "
+                                                    f"another message: {frame.raw[:300]}")
+            self.seen_ids.add(mid)
+        mtype, req_id = message.get("type"), message.get("req_id")
         if mtype == "error" and isinstance(req_id, str):
             self.refused.add(req_id)
             if req_id == "":
                 self.anonymous_errors += 1
         if mtype in ("chain/event", "chain/resp") and isinstance(req_id, str):
             if req_id in self.responded:
-                raise CaseFailure([f"CHAIN-EVT-BEFORE-RESP: a {mtype} for request {req_id!r} "
-                                   f"arrived after its chain/resp: {frame.raw[:300]}"])
+                self.finding(("CHAIN-EVT-BEFORE-RESP", "SPEC-EVENTS-BEFORE-RESP"),
+                             f"a {mtype} for request {req_id!r} arrived after its "
+                             f"chain/resp: {frame.raw[:300]}")
+                return False
             if mtype == "chain/resp":
                 self.responded.add(req_id)
+        return True
 
     async def _take(self, wanted: Callable[[dict[str, Any]], bool], what: str,
                     within: float | None) -> Frame:
@@ -161,7 +197,8 @@ class CaseRun:
                 self.closed = True
                 raise CaseFailure([f"connection closed while waiting for {what}; "
                                    f"unconsumed: {self.pending_text()}"])
-            self._check_frame(frame)
+            if not self._check_frame(frame):
+                continue
             assert frame.message is not None
             if wanted(frame.message):
                 return frame
@@ -278,7 +315,15 @@ class CaseRun:
             raise CaseFailure([f"expected chain events and a chain/resp for {req_id}, got "
                                f"{raws[-1][:600]}"])
         request = self.vars.get(step["for"]) if "for" in step else self.last_sent
-        problems = check_chain(messages, raws, spec, self.vars, request)
+        notes: list[str] = []
+        problems = []
+        for problem in check_chain(messages, raws, spec, self.vars, request, notes):
+            rid = problem.split(":", 1)[0]
+            if rid in INVARIANTS and rid not in self.case.requires:
+                self.findings.append((rid, problem.split(":", 1)[1].strip()))
+            else:
+                problems.append(problem)
+        self.notes += [n for n in notes if n not in self.notes]
         if problems:
             shown = "\n      ".join(r[:400] for r in raws[-12:])
             raise CaseFailure(problems + [f"transcript (last {min(12, len(raws))}):\n      "
@@ -297,8 +342,8 @@ class CaseRun:
             if got is None:
                 self.closed = True
                 break
-            self._check_frame(got)
-            self.pending.append(got)
+            if self._check_frame(got):
+                self.pending.append(got)
         if self.pending:
             raise CaseFailure([f"expected silence, got: {self.pending_text()}"])
 
@@ -316,7 +361,8 @@ class CaseRun:
             if frame is None:
                 self.closed = True
                 continue
-            self._check_frame(frame)
+            if not self._check_frame(frame):
+                continue
             ignored = "ignore" in spec and not match(partial_top(spec["ignore"]),
                                                      frame.message, dict(self.vars))
             if not ignored:
@@ -444,8 +490,8 @@ class CaseRun:
             if frame.message is not None and frame.message.get("req_id") == barrier["id"]:
                 self.seen_ids.add(str(frame.message.get("id")))
                 break
-            self._check_frame(frame)
-            self.pending.append(frame)
+            if self._check_frame(frame):
+                self.pending.append(frame)
         if self.pending:
             raise CaseFailure([f"unexpected messages at the end: {self.pending_text()}"])
         return None
