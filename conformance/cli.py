@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skills-dir", action="store_true",
                         help="print the directory of the kit's fixture skills (start the "
                              "host with --skills DIR for the skill cases) and exit")
+    parser.add_argument("--adapters-dir", action="store_true",
+                        help="print the directory of the kit's host adapters (e.g. "
+                             "a2e_sdk_stdio.py for the public SDK's host) and exit")
     parser.add_argument("--requirements", action="store_true",
                         help="print the manifest as a Markdown table and exit")
     parser.add_argument("--update-readme", action="store_true",
@@ -122,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.skills_dir:
         print(Path(__file__).parent / "skills")
+        return 0
+    if args.adapters_dir:
+        print(Path(__file__).parent / "adapters")
         return 0
     try:
         return _run(args)

@@ -29,6 +29,7 @@ __all__ = ["requirement_status", "summary_line", "text_report", "json_report",
            "markdown_report", "level_scores", "defects", "runner_errors"]
 
 _STATUSES = ("passed", "failed", "not_offered", "skipped", "untested")
+_PRECEDENCE = ("failed", "passed", "not_offered", "skipped")
 
 
 def requirement_status(requirements: list[Requirement],
@@ -49,19 +50,27 @@ def requirement_status(requirements: list[Requirement],
             statuses.setdefault(rid, set()).add("failed")
     out = {}
     for rid, seen in statuses.items():
-        out[rid] = next((s for s in _STATUSES[:4] if s in seen), "untested")
+        out[rid] = next((s for s in _PRECEDENCE if s in seen), "untested")
     return out
 
 
-def defects(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
+def defects(results: list[CaseResult],
+            requirements: list[Requirement] | None = None) -> dict[str, dict[str, Any]]:
     """Findings grouped by requirement: one verdict each, with the cases that met it.
+
+    Args:
+        results: the case results.
+        requirements: if given, only findings of these requirements (the selected levels).
 
     Returns:
         requirement id → ``{"cases": [case ids], "first": what the first case saw}``.
     """
     found: dict[str, dict[str, Any]] = {}
+    wanted = None if requirements is None else {r.id for r in requirements}
     for result in results:
         for rid, text in result.findings:
+            if wanted is not None and rid not in wanted:
+                continue
             entry = found.setdefault(rid, {"cases": [], "first": text})
             if result.case.id not in entry["cases"]:
                 entry["cases"].append(result.case.id)
@@ -120,7 +129,7 @@ def text_report(requirements: list[Requirement], results: list[CaseResult],
         if result.diagnostics:
             lines += [f"    | {d}" for d in result.diagnostics.splitlines()]
         lines += [f"    note: {n}" for n in result.notes]
-    for rid, entry in defects(results).items():
+    for rid, entry in defects(results, requirements).items():
         lines.append(f"DEFECT {rid} (met in {len(entry['cases'])} case(s), e.g. "
                      f"{', '.join(entry['cases'][:3])}): {entry['first'][:400]}")
     for result in results:
@@ -137,7 +146,8 @@ def text_report(requirements: list[Requirement], results: list[CaseResult],
     mark = {"passed": "ok  ", "failed": "FAIL", "skipped": "skip", "not_offered": "n/o ",
             "untested": "  - "}
     width = max((len(r.id) for r in requirements), default=10)
-    selected = {rid for res in results for rid in res.case.requires} | set(defects(results))
+    selected = {rid for res in results for rid in res.case.requires} | set(
+        defects(results, requirements))
     for r in requirements:
         if r.id in selected or verbose:
             lines.append(f"{mark[statuses[r.id]]} {r.id:<{width}}  {r.statement}")
@@ -162,7 +172,7 @@ def json_report(requirements: list[Requirement], results: list[CaseResult],
                     for s in ("passed", "failed", "skipped")},
         "levels": level_scores(requirements, results),
         "runner_errors": runner_errors(results),
-        "defects": defects(results),
+        "defects": defects(results, requirements),
         "cases": [{"id": r.case.id, "status": r.status, "requires": list(r.case.requires),
                    "level": r.level, "not_offered": not r.offered,
                    "source": r.case.source, "seconds": round(r.seconds, 3),
@@ -190,7 +200,7 @@ def markdown_report(requirements: list[Requirement], results: list[CaseResult],
     for result in results:
         for rid in result.case.requires:
             by_case.setdefault(rid, []).append(result)
-    found = defects(results)
+    found = defects(results, requirements)
     failed = [r for r in requirements if statuses[r.id] == "failed"]
     if failed:
         lines += ["", "## Failed requirements", "", "| id | level | rule | why |",

@@ -30,7 +30,7 @@ from typing import Any
 from .cases import Case
 from .manifest import Requirement, case_level, gating_features, load_requirements
 from .matchers import MatcherError
-from .runner import RUNNER_ERROR, CaseFailure, CaseResult, CaseRun, chains_entry
+from .runner import BARRIER_TIMEOUT, RUNNER_ERROR, CaseFailure, CaseResult, CaseRun, chains_entry
 from .templates import expand
 from .transports import Connection, StdioConnection, WebSocketConnection
 
@@ -313,11 +313,13 @@ async def run_case(case: Case, target: Target, probe: Probe,
                   session=shared.facts if shared is not None and inherited else None,
                   seen_ids=shared.seen_ids if shared is not None else None)
     status, problems, notes = "passed", [], []
+    failed_cleanly = False  # a verdict, not a timeout or a fault of the kit
     try:
         async with asyncio.timeout(case.timeout):
             await run.run(target.auth_token)
     except CaseFailure as failure:
         status, problems = "failed", failure.problems
+        failed_cleanly = True
     except TimeoutError:
         status = "failed"
         problems = [f"case timed out after {case.timeout} s; unconsumed: {run.pending_text()}"]
@@ -335,6 +337,14 @@ async def run_case(case: Case, target: Target, probe: Probe,
         except CaseFailure as failure:
             status, problems, unclean = "failed", failure.problems, "the case failed"
             diagnostics = "\n".join(c.diagnostics() for c in run.connections).strip()
+    elif shared is not None and failed_cleanly:
+        # the host answered everything the case sent: a drained session is reusable,
+        # which spares a host process per failed case over stdio
+        try:
+            why = await asyncio.wait_for(run.settle(drain=True), BARRIER_TIMEOUT + 1)
+        except (CaseFailure, TimeoutError, OSError):
+            why = "its session could not be drained"
+        unclean = None if why is None else f"the case failed; {why}"
     if shared is not None:
         if unclean is None:
             shared.facts = run.session_facts()
