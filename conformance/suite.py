@@ -48,6 +48,8 @@ CONDITIONS = {
                       "(start it with --skills DIR, DIR from `a2e-conformance --skills-dir`)",
     "proc_cat": "the host serves proc and allows cat (its proc metadata lists it: start it "
                 "with --allow-proc cat)",
+    "proc:NAME": "the host serves proc and allows the executable NAME (its proc metadata "
+                 "lists it: a2e-host --allow-proc NAME), e.g. proc:sleep",
     "fast_prune": "the host prunes a durable run within 2 s of its retention passing "
                   "(a2e-host: [store] prune_interval = 1), given as --fast-prune",
 }
@@ -203,10 +205,14 @@ def skip_reason(case: Case, target: Target, probe: Probe) -> str | None:
            "proc_cat": "cat" in _executables(probe.handshake)}
     met.update((n, n.removeprefix("cap:") in probe.served) for n in case.needs
                if n.startswith("cap:"))
+    met.update((n, n.removeprefix("proc:") in _executables(probe.handshake))
+               for n in case.needs if n.startswith("proc:"))
     unmet = [n for n in case.needs if not met.get(n, False)]
     if unmet:
-        why = [CONDITIONS.get(n, f"the host serves the capability {n.removeprefix('cap:')!r}")
-               for n in unmet]
+        why = [CONDITIONS.get(n) or (
+            f"the host serves proc and allows {n.removeprefix('proc:')!r}"
+            if n.startswith("proc:") else
+            f"the host serves the capability {n.removeprefix('cap:')!r}") for n in unmet]
         return f"needs {', '.join(unmet)}: {'; '.join(why)}"
     return None
 
