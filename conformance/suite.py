@@ -36,7 +36,7 @@ from .transports import Connection, StdioConnection, WebSocketConnection
 
 __all__ = ["Target", "Probe", "SharedSession", "probe_host", "run_case", "run_suite",
            "session_key", "suite_variables", "default_shared_sessions", "CONDITIONS",
-           "not_offered", "skip_reason", "RUNNER_ERROR"]
+           "not_offered", "skip_reason", "requirements_by_id"]
 
 #: Runner conditions a case may list in ``needs``, and what enables each.
 CONDITIONS = {

@@ -27,7 +27,9 @@ def _frame(obj: Any) -> bytes:
 def answer(message: Any) -> list[bytes]:
     """What the garbage host writes for one decoded incoming message."""
     if not isinstance(message, dict):
-        return [b"[1, 2, 3]\n"]
+        return [b"[1, 2, 3]\n", _frame({"type": "error", "id": f"g{next(_COUNTER)}",
+                                        "version": "1.0", "ts": 1.0, "req_id": None,
+                                        "code": ["parse_error"]})]
     mid = message.get("id")
     kind = message.get("type")
     if kind == "handshake/req":
