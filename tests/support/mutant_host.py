@@ -7,6 +7,7 @@ report as failed (``tests/conformance/test_conformance_suite.py``).
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -213,7 +214,11 @@ def proc_timeout_ignored() -> None:
 
 def prints_on_stdout() -> None:
     """Debug lines on stdout beside the protocol (the SDK's host prints ``line: ...``
-    for every message it sends)."""
+    for every message it sends): stdout is not kept for the protocol, and a line is
+    printed for every chain answered."""
+    from a2e_host.transports import stdio
+
+    stdio.protect_stdout = lambda: os.dup(1)  # type: ignore[assignment]
     original = scheduler.ChainRunner._send_response
 
     def send_response(self: Any, result: Any, started: float) -> Any:
