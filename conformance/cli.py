@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the host prunes a durable run within 2 s of its retention "
                              "passing (a2e-host: [store] prune_interval = 1); enables the "
                              "run_expired case")
+    parser.add_argument("--patience", type=float, default=1.0, metavar="N",
+                        help="multiply the kit's own waits (case timeouts, handshakes) by N "
+                             "on a slow or busy machine; the cases' own bounds stay")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="list skipped cases and every requirement")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
@@ -172,7 +175,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     target = Target("stdio" if args.stdio else "ws", args.stdio or args.ws,
                     stderr=args.stderr, auth_token=args.auth_token,
-                    host_defaults=args.host_defaults, fast_prune=args.fast_prune)
+                    host_defaults=args.host_defaults, fast_prune=args.fast_prune,
+                    patience=args.patience)
 
     def progress(result: CaseResult) -> None:
         if not (args.json or args.markdown):

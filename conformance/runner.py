@@ -101,7 +101,7 @@ class CaseRun:
     def __init__(self, case: Case, connection: Connection, variables: dict[str, Any],
                  connect: Callable[[], Awaitable[Connection]] | None = None,
                  token: str | None = None, session: dict[str, Any] | None = None,
-                 seen_ids: set[str] | None = None) -> None:
+                 seen_ids: set[str] | None = None, patience: float = 1.0) -> None:
         """Args:
             case: the transcript to run.
             connection: where to run it.
@@ -111,7 +111,10 @@ class CaseRun:
             session: the :data:`SESSION_VARS` of a session already handshaken on
                 ``connection`` by an earlier case; the case then skips its handshake.
             seen_ids: ids of host messages already seen on ``connection``.
+            patience: multiplies the runner's own waits (a handshake/resp, the pong
+                ending a case); a case's own bounds (``within``) are never scaled.
         """
+        self.patience = patience
         self.case = case
         self.conn = connection
         self.connections = [connection]  # every connection used, for cleanup
@@ -414,7 +417,7 @@ class CaseRun:
         request = fill_envelope(request, self.vars)
         await self.conn.send_text(json.dumps(request))
         frame = await self._take(lambda m: m.get("req_id") == request["id"],
-                                 "handshake/resp", 10.0)
+                                 "handshake/resp", 10.0 * self.patience)
         assert frame.message is not None
         resp = frame.message
         if resp.get("type") != "handshake/resp" or resp.get("ok") is not True:
@@ -481,13 +484,14 @@ class CaseRun:
         barrier = fill_envelope({"type": "ping", "id": f"{self.vars['nonce']}-settle"},
                                 self.vars)
         await self.conn.send_text(json.dumps(barrier))
-        deadline = time.monotonic() + BARRIER_TIMEOUT
+        wait = BARRIER_TIMEOUT * self.patience
+        deadline = time.monotonic() + wait
         while True:
             try:
                 frame = await asyncio.wait_for(self.conn.receive(),
                                                max(0.0, deadline - time.monotonic()))
             except TimeoutError:
-                return f"no pong to the ping ending the case within {BARRIER_TIMEOUT} s"
+                return f"no pong to the ping ending the case within {wait} s"
             if frame is None:
                 self.closed = True
                 return "the connection closed"

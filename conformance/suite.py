@@ -68,6 +68,9 @@ class Target:
     auth_token: str | None = None
     host_defaults: bool = False
     fast_prune: bool = False
+    patience: float = 1.0
+    """Multiplies the kit's own waits (case timeouts, handshakes, the probe) on a slow
+    or busy machine; a case's own bounds (``within``) are never scaled."""
 
     async def connect(self) -> Connection:
         if self.transport == "stdio":
@@ -93,6 +96,7 @@ async def probe_host(target: Target, handshake_timeout: float = 15.0) -> Probe:
     Raises:
         RuntimeError: the host did not answer a handshake with ``ok: true``.
     """
+    handshake_timeout *= target.patience
     conn = await target.connect()
     try:
         request = {"type": "handshake/req", "id": "probe-1", "version": "1.0",
@@ -317,18 +321,20 @@ async def run_case(case: Case, target: Target, probe: Probe,
         shared.conn, shared.opened = conn, shared.opened + 1
     run = CaseRun(case, conn, variables, target.connect, target.auth_token,
                   session=shared.facts if shared is not None and inherited else None,
-                  seen_ids=shared.seen_ids if shared is not None else None)
+                  seen_ids=shared.seen_ids if shared is not None else None,
+                  patience=target.patience)
     status, problems, notes = "passed", [], []
     failed_cleanly = False  # a verdict, not a timeout or a fault of the kit
     try:
-        async with asyncio.timeout(case.timeout):
+        async with asyncio.timeout(case.timeout * target.patience):
             await run.run(target.auth_token)
     except CaseFailure as failure:
         status, problems = "failed", failure.problems
         failed_cleanly = True
     except TimeoutError:
         status = "failed"
-        problems = [f"case timed out after {case.timeout} s; unconsumed: {run.pending_text()}"]
+        problems = [f"case timed out after {case.timeout * target.patience} s; unconsumed: "
+                    f"{run.pending_text()}"]
     except MatcherError as exc:  # the case's template met a value the host sent
         status, problems = "failed", [f"the case could not go on with the host's answers: "
                                       f"{exc}"]
@@ -347,7 +353,8 @@ async def run_case(case: Case, target: Target, probe: Probe,
         # the host answered everything the case sent: a drained session is reusable,
         # which spares a host process per failed case over stdio
         try:
-            why = await asyncio.wait_for(run.settle(drain=True), BARRIER_TIMEOUT + 1)
+            why = await asyncio.wait_for(run.settle(drain=True),
+                                         BARRIER_TIMEOUT * target.patience + 1)
         except (CaseFailure, TimeoutError, OSError):
             why = "its session could not be drained"
         unclean = None if why is None else f"the case failed; {why}"
