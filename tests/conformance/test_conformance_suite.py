@@ -332,8 +332,8 @@ async def test_a_case_leaving_a_chain_unanswered_gets_its_session_replaced(
     cases_file.write_text("".join(json.dumps(line) + "\n" for line in lines),
                           encoding="utf-8")
     cases = load_file(cases_file)
-    results = await run_suite(cases, Target("stdio", STDIO_HOST, patience=PATIENCE), jobs=1, shared=1,
-                              probe=our_probe)
+    target = Target("stdio", STDIO_HOST, patience=PATIENCE)
+    results = await run_suite(cases, target, jobs=1, shared=1, probe=our_probe)
     assert [(r.case.id, r.status) for r in results] == [
         ("leaves-a-chain-running", "passed"), ("runs-after-it", "passed")]
     assert len(results[0].notes) == 1
