@@ -180,17 +180,20 @@ def coverage_problems(requirements: list[Requirement], cases: list[Case]) -> lis
 
 
 def render_markdown(requirements: list[Requirement], cases: list[Case]) -> str:
-    """The manifest as a Markdown table: id, source, statement, cases checking it."""
+    """The manifest as a Markdown table: id, level (with the spec's binding or the
+    extension's feature), source, statement, cases checking it."""
     by_requirement: dict[str, list[str]] = {}
     for case in cases:
         for rid in case.requires:
             by_requirement.setdefault(rid, []).append(case.id)
-    lines = ["| id | source | requirement | cases |", "| --- | --- | --- | --- |"]
+    lines = ["| id | level | source | requirement | cases |", "| --- | --- | --- | --- | --- |"]
     for r in requirements:
         names = by_requirement.get(r.id, [])
         cell = f"{len(names)}" if names else f"— (exempt: {r.exempt})"
         statement = r.statement.replace("|", "\\|")
-        lines.append(f"| `{r.id}` | {r.source} | {statement} | {cell} |")
+        level = {"spec": f"spec {r.binding}", "extension": f"extension `{r.feature}`"}.get(
+            r.level, r.level)
+        lines.append(f"| `{r.id}` | {level} | {r.source} | {statement} | {cell} |")
     return "\n".join(lines) + "\n"
 
 

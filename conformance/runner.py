@@ -31,20 +31,17 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from .cases import CONNECTION_STEPS, Case
 from .invariants import INVARIANTS, check_chain, partial_top
 from .matchers import MatcherError, match
+from .results import RUNNER_ERROR, CaseFailure, CaseResult, chains_entry
 from .templates import expand, fill_envelope
 from .transports import Connection, Frame
 
 __all__ = ["CaseResult", "CaseRun", "CaseFailure", "chains_entry", "ENVELOPE", "SESSION_VARS",
            "RUNNER_ERROR"]
-
-RUNNER_ERROR = "runner error"
-"""How a result names a fault of the kit itself (never expected: the report counts them)."""
 
 #: The case variables a handshake sets; a case sharing a session inherits them.
 SESSION_VARS = ("session", "session_id", "chains", "limits", "features")
@@ -55,44 +52,6 @@ ENVELOPE = {"type": {"$type": "str"}, "id": {"$type": "str"}, "version": {"$rege
 
 _PARSE_SENT_BELOW = 2**20  # raw text sent is read back for its chain/req id when this small
 BARRIER_TIMEOUT = 10.0  # seconds for the pong to the ping that ends a passed case
-
-
-class CaseFailure(Exception):
-    """The host did not do what the transcript says (one or more problems)."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
-
-
-@dataclass
-class CaseResult:
-    """Outcome of one case. ``status`` is ``passed``, ``failed`` or ``skipped``."""
-
-    case: Case
-    status: str
-    problems: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    diagnostics: str = ""
-    notes: list[str] = field(default_factory=list)
-    """What the runner did beside the verdict, e.g. replaced a shared session after it."""
-    findings: list[tuple[str, str]] = field(default_factory=list)
-    """(requirement id, what was seen): transport and event invariants the host broke in
-    this case that the case does not name itself; they fail those requirements in the
-    report, once, and not this case (one defect, one verdict)."""
-    offered: bool = True
-    """False when the case was skipped because the host does not offer an extension it
-    needs (reported "not offered")."""
-    level: str = "protocol"
-    """The case's level (:func:`conformance.manifest.case_level`)."""
-
-
-def chains_entry(handshake_resp: dict[str, Any]) -> dict[str, Any] | None:
-    """The ``accepted_caps`` entry for ``chains`` in a handshake/resp (PROTOCOL.md §2)."""
-    for entry in handshake_resp.get("accepted_caps") or []:
-        if isinstance(entry, dict) and entry.get("capability") == "chains":
-            return entry
-    return None
 
 
 class CaseRun:
