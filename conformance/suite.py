@@ -55,7 +55,7 @@ CONDITIONS = {
 }
 FIXTURE_SKILL = "conformance_shout"
 """A fixture skill (``conformance/skills/``) the probe looks for with skill/discover/req."""
-_PROBE_CAPS = ["chains", "tools", "proc", "skill", "memory", "context", "events"]
+_PROBE_CAPS = ["chains", "tools", "proc", "skill", "runs", "memory", "context", "events"]
 
 
 @dataclass(frozen=True)
