@@ -254,7 +254,8 @@ def session_key(case: Case, target: Target, probe: Probe) -> str | None:
         fields = expand(case.handshake, variables)
     except Exception:  # noqa: BLE001 - e.g. a ceiling the host did not publish
         return None  # the case's own run reports it
-    return json.dumps(fields, sort_keys=True, default=str)
+    sent = {"agent_caps": ["chains"], **(fields if isinstance(fields, dict) else {})}
+    return json.dumps(sent, sort_keys=True, default=str)  # as sent: defaults included
 
 
 def _refs(value: Any) -> list[str]:
