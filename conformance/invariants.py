@@ -196,7 +196,7 @@ def _spec_events(events: list[dict[str, Any]]) -> list[str]:
             problems.append(f"SPEC-EVENT-FIELDS: an event lacks {', '.join(bad)}: "
                             f"{_cut(event)}")
             break
-    seqs = [e.get("seq") for e in events]
+    seqs: list[Any] = [e.get("seq") for e in events]
     if not all(_is_int(s) for s in seqs) or any(
             b <= a for a, b in zip(seqs, seqs[1:], strict=False)):
         problems.append(f"SPEC-EVENT-SEQ: seq should rise with every event, got {seqs[:40]}")
@@ -251,12 +251,12 @@ def _spec_response(response: dict[str, Any], events: list[dict[str, Any]],
                             f"{'; ' if missing and differ else ''}"
                             f"{'in outputs with another output: ' + str(differ) if differ else ''}"
                             f" (outputs keys {sorted(outputs)[:20]})")
-    nodes_run = response.get("nodes_run")
+    nodes_run: Any = response.get("nodes_run")
     if _is_int(nodes_run) and nodes_run < len(done):
         problems.append(f"SPEC-NODES-RUN: nodes_run {nodes_run} < {len(done)} nodes that "
                         f"completed {sorted(done)[:20]}")
     stamps = [e["ts"] for e in events if _is_number(e.get("ts"))]
-    duration = response.get("duration_ms")
+    duration: Any = response.get("duration_ms")
     if len(stamps) >= 2 and _is_number(duration):
         span = (max(stamps) - min(stamps)) * 1000
         if duration + _DURATION_SLACK_MS < span:

@@ -111,7 +111,7 @@ def _build(sdk: Path) -> Any:
     from a2e.core.transports.direct import DirectTransport
     from a2e.schema import A2EHostConfig
 
-    class FixtureTools(A2EPlugin):  # type: ignore[misc,valid-type]
+    class FixtureTools(A2EPlugin):  # type: ignore[misc]
         name = TOOLS_PLUGIN_NAME
 
         def __init__(self, host_instance: Any, config: dict[str, Any]) -> None:
