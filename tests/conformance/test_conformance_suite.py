@@ -171,24 +171,27 @@ def test_every_broken_host_fails_a_named_requirement(mutant: str, tmp_path: Path
 def test_a_stray_event_is_one_defect_not_a_failure_of_every_case() -> None:
     # a stray event after every chain/resp breaks an event invariant: it is reported
     # once, against CHAIN-EVT-BEFORE-RESP, and each case is judged on its own property
-    host = (f"{sys.executable} -m tests.support.mutant_host event_after_response stdio"
-            " --tools conformance")
-    results = run(select(load_cases(), ["branch-true-side", "spec-tool-output", "ping-pong"]),
-                  Target("stdio", host), jobs=1, shared=1)
+    argv = [sys.executable, "-m", "tests.support.mutant_host", "event_after_response",
+            "serve", "--port", "0", "--tools", "conformance"]
+    with serving_sync(argv) as url:
+        results = run(select(load_cases(), ["branch-true-side", "spec-tool-output",
+                                            "ping-pong"]), Target("ws", url))
     assert statuses(results) == {"branch-true-side": "passed", "spec-tool-output": "passed",
                                  "ping-pong": "passed"}
     found = defects(results)
     assert sorted(found) == ["CHAIN-EVT-BEFORE-RESP", "SPEC-EVENTS-BEFORE-RESP"]
-    assert found["CHAIN-EVT-BEFORE-RESP"]["cases"] == ["branch-true-side", "spec-tool-output"]
+    assert sorted(found["CHAIN-EVT-BEFORE-RESP"]["cases"]) == ["branch-true-side",
+                                                            "spec-tool-output"]
     assert {"CHAIN-EVT-BEFORE-RESP", "SPEC-EVENTS-BEFORE-RESP"} <= failed_requirements(results)
 
 
 def test_seq_always_zero_fails_the_seq_requirements_once_and_nothing_else() -> None:
-    host = (f"{sys.executable} -m tests.support.mutant_host seq_not_incremented stdio"
-            " --tools conformance")
+    argv = [sys.executable, "-m", "tests.support.mutant_host", "seq_not_incremented",
+            "serve", "--port", "0", "--tools", "conformance"]
     chosen = ["spec-next-node-runs-after", "spec-branch-true", "branch-true-side",
               "spec-event-seq"]
-    results = run(select(load_cases(), chosen), Target("stdio", host), jobs=2)
+    with serving_sync(argv) as url:
+        results = run(select(load_cases(), chosen), Target("ws", url))
     seq_cases = {r.case.id for r in results if {"CHAIN-EVT-SEQ", "SPEC-EVENT-SEQ"}
                  & set(r.case.requires)}
     assert {r.case.id: r.status for r in results if r.case.id not in seq_cases} == (
