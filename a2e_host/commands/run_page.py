@@ -158,7 +158,8 @@ def _diagram(nodes: Sequence[ChainNode], outcomes: Mapping[str, NodeOutcome]) ->
            f"viewBox=\"0 0 {width:.0f} {height:.0f}\" role=\"img\" "
            f"aria-label=\"the chain's nodes coloured by outcome\">",
            "<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" "
-           "markerWidth=\"7\" markerHeight=\"7\" orient=\"auto-start-reverse\">"
+           "markerUnits=\"userSpaceOnUse\" markerWidth=\"9\" markerHeight=\"9\" "
+           "orient=\"auto-start-reverse\">"
            "<path d=\"M0,0 L10,5 L0,10 z\" fill=\"#495057\"/></marker></defs>"]
     for edge in edges:
         (x1, y1), (x2, y2) = where[edge.source], where[edge.target]
@@ -166,8 +167,8 @@ def _diagram(nodes: Sequence[ChainNode], outcomes: Mapping[str, NodeOutcome]) ->
         if ty <= sy:  # drawn upwards (a cycle): leave from the side
             sx, sy = x1 + _BOX_W, y1 + _BOX_H / 2
         bend = max(abs(ty - sy) / 2, 20)
-        dash = {"data": " stroke-dasharray=\"5 4\"", "map": " stroke-width=\"2.5\""}.get(
-            edge.kind, "")
+        dash = {"data": " stroke-dasharray=\"5 4\" stroke-opacity=\"0.45\"",
+                "map": " stroke-width=\"2.5\""}.get(edge.kind, "")
         out.append(f"<path class=\"edge {edge.kind}\" d=\"M{sx:.1f},{sy:.1f} C{sx:.1f},"
                    f"{sy + bend:.1f} {tx:.1f},{ty - bend:.1f} {tx:.1f},{ty:.1f}\" "
                    f"fill=\"none\" stroke=\"#495057\"{dash} marker-end=\"url(#arrow)\"/>")
