@@ -5,6 +5,7 @@ bounded however large the run."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -234,3 +235,59 @@ def test_events_file_that_is_not_ndjson_frames_is_one_line_naming_the_line(
     plain = graph(str(chain), "--format", "html")
     assert plain.returncode == 2
     assert "--format html draws a run: add --events FILE" in plain.stderr
+
+
+def test_a_recorded_failing_run_lists_its_failure_on_the_page(tmp_path: Path) -> None:
+    chain = tmp_path / "chain.json"
+    chain.write_text(json.dumps({"entry_node": "files", "nodes": [
+        {"node_id": "files", "kind": "tool", "name": "read_file",
+         "input": {"path": "missing.txt"}, "next_node": "after"},
+        {"node_id": "after", "kind": "tool", "name": "word_count", "input": {"text": "x"}},
+    ]}), encoding="utf-8")
+    record = tmp_path / "run.ndjson"
+    run = subprocess.run([*CLI, "run", str(chain), "--json", "--record", str(record)],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert run.returncode == 1, run.stderr
+    frames = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
+    assert [(f.get("node_id"), f.get("phase")) for f in frames[:-1]] == [
+        ("files", "start"), ("files", "error")]
+    message = frames[1]["error"]
+    assert message == "read_file: 'missing.txt' does not exist under the root"
+    done = graph(str(chain), "--events", str(record), "--format", "html")
+    assert done.returncode == 0, done.stderr
+    parsed = _Tags()
+    parsed.feed(done.stdout)
+    text = "".join(parsed.text)
+    assert "failed: chain_node_error at node files" in text
+    # the failures table: node, code (the response's, which names the node), the
+    # event's message, attempts
+    assert f"fileschain_node_error{message}1" in text.replace("\n", "")
+    assert '<g class="node error" data-node-id="files">' in done.stdout
+    assert '<g class="node never_started" data-node-id="after">' in done.stdout
+
+
+def test_a_stored_run_draws_as_a_page_with_its_kept_failure_code(tmp_path: Path) -> None:
+    from a2e_host.errors import ChainFailure
+    from a2e_host.store import RunRecord, RunStatus
+    from tests.support.run_store import StoredRun, request_bytes, response, write_store
+
+    nodes: list[dict[str, Any]] = [
+        {"node_id": "a", "kind": "tool", "name": "noop", "next_node": "b"},
+        {"node_id": "b", "kind": "tool", "name": "noop", "next_node": "c"},
+        {"node_id": "c", "kind": "tool", "name": "noop"}]
+    store = tmp_path / "runs.sqlite3"
+    record = RunRecord(run_id="r1", principal="p", req_id="q1", chain_id="c1", created=T0,
+                       request=request_bytes(nodes, "a", req_id="q1", chain_id="c1"))
+    write_store(store, [StoredRun(record, [
+        ("a", "start", {}), ("a", "done", {"output": 1}), ("b", "start", {}),
+        ("b", "error", {"error": "<disk> full", "failure": ChainFailure(
+            code="tool_error", node_id="b", message="<disk> full")})],
+        finish=(RunStatus.FAILED, response("q1", "c1", success=False, error=ChainFailure(
+            code="chain_node_error", node_id="b", message="<disk> full"))))])
+    done = graph("--run", "r1", "--store", str(store), "--format", "html")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("<!DOCTYPE html>")
+    assert ("<tr><td class=\"nid\">b</td><td><code>tool_error</code></td>"
+            "<td class=\"msg\">&lt;disk&gt; full</td><td>1</td></tr>") in done.stdout
+    outcomes = dict(re.findall(r'<g class="node (\w+)" data-node-id="(\w+)"', done.stdout))
+    assert outcomes == {"done": "a", "error": "b", "never_started": "c"}
