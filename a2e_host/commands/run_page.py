@@ -188,7 +188,7 @@ def _diagram(nodes: Sequence[ChainNode], outcomes: Mapping[str, NodeOutcome]) ->
             detail += f" · {format_ms(outcome.duration_ms)}"
         kind = f"{node.kind} {node.name}" if node.name else node.kind
         out.append(
-            f"<g class=\"node {state}\" data-node-id=\"{_text(node_id)}\">"
+            f"<g class=\"node {state}\" data-node-id=\"{_text(node_id, 500)}\">"
             f"<title>{_text(node_id, 500)} ({_text(kind, 200)}): {_text(detail)}</title>"
             f"<rect x=\"{x:.1f}\" y=\"{y:.1f}\" width=\"{_BOX_W}\" height=\"{_BOX_H}\" "
             f"rx=\"{rx}\" fill=\"{OUTCOME_FILLS[state]}\" stroke=\"{OUTCOME_STROKES[state]}\" "
