@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -124,6 +125,9 @@ def dom_shows_every_node_label(rendered: Rendered) -> None:
     skipped = {"disagreed", "large"}  # wc -l agrees; 5 lines is small
     assert dom.outcome == {n: "skipped" if n in skipped else "done" for n in rendered.node_ids}
     assert dom.tags["script"] == 0 and dom.tags["svg"] == 1
+    # self-contained: no address but the SVG namespace, nothing to fetch
+    assert set(re.findall(r"\w+://[^\"' )]*", rendered.dom)) <= {"http://www.w3.org/2000/svg"}
+    assert not re.search(r"\b(src|href)=", rendered.dom)
     assert "Failures</h2>" in rendered.dom and "<p class=\"note\">None.</p>" in rendered.dom
 
 
