@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,34 @@ def test_force_without_record_is_a_usage_error(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr == ("a2e-host run: --force goes with --record FILE "
                            "(see 'a2e-host run --help')\n")
+
+
+def test_record_is_written_as_frames_arrive_and_ends_with_the_cancelled_response(
+        tmp_path: Path) -> None:
+    chain = tmp_path / "nap.json"
+    chain.write_text(json.dumps({"entry_node": "nap", "nodes": [
+        {"node_id": "nap", "kind": "tool", "name": "sleep", "input": {"seconds": 60}}]}),
+        encoding="utf-8")
+    record = tmp_path / "run.ndjson"
+    process = subprocess.Popen(
+        [*CLI, "run", str(chain), "--tools", "conformance", "--json", "--events",
+         "--record", str(record)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=tmp_path)
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()  # blocks until the node started
+        # the record was written (and flushed) before the line was printed
+        assert record.read_text(encoding="utf-8") == first
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130
+    assert record.read_text(encoding="utf-8") == first + rest
+    lines = frames(record)
+    assert [(f["type"], f.get("phase")) for f in lines] == [
+        ("chain/event", "start"), ("chain/event", "error"), ("chain/resp", None)]
+    assert [f["seq"] for f in lines[:-1]] == [1, 2]
+    assert lines[-1]["error"]["code"] == "cancelled"
