@@ -34,6 +34,7 @@ from ..chains.messages import ChainNode
 from ..chains.validation import declared_edges
 from .run import ChainFileError, read_chain_request
 from .run_outcomes import NodeOutcome
+from .run_trace import format_ms
 
 __all__ = ["Edge", "chain_edges", "graph_main", "item_counts", "node_outcome", "to_dot",
            "to_mermaid", "DASHED_OUTCOMES", "FORMATS", "NEVER_STARTED", "OUTCOME_FILLS",
@@ -157,8 +158,6 @@ def item_counts(outcome: NodeOutcome) -> str:
 
 
 def _label(node: ChainNode, outcomes: Mapping[str, NodeOutcome] | None = None) -> str:
-    from .run_trace import format_ms
-
     name = f" {node.name}" if node.name else ""
     label = f"{node.node_id}\n{node.kind}{name}"
     outcome = outcomes.get(node.node_id) if outcomes else None
