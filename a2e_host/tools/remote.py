@@ -18,10 +18,11 @@ How a call goes (:func:`run_remote`):
   retryable, so the node's own ``retry`` decides (PROTOCOL.md §5 Recovery).
 * The result is awaited as an asyncio future of the ``ObjectRef``: the event loop never
   blocks. When the awaiting node is cancelled (its timeout, the tool's, the chain's,
-  ``chain/cancel``, a dropped connection) the task is cancelled with ``ray.cancel`` (a
-  ``KeyboardInterrupt`` in the worker) and, if it still runs :data:`FORCE_CANCEL_AFTER`
-  seconds later, with ``force=True`` (the worker process is killed). One daemon thread
-  does both, so the node ends at once.
+  ``chain/cancel``, a dropped connection) the task is cancelled with ``ray.cancel``: a
+  ``KeyboardInterrupt`` in the worker at its next Python instruction (a tool blocked in
+  one C call, ``time.sleep`` included, sees it only when the call returns); if the task
+  still runs :data:`FORCE_CANCEL_AFTER` seconds later, with ``force=True``, which kills
+  its worker process. One daemon thread does both, so the node ends at once.
 """
 
 from __future__ import annotations

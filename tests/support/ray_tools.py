@@ -2,8 +2,10 @@
 host is built with them (the real chain plugin over ``load_tools`` with ``remote_tools``).
 
 - ``square`` (``Tool(remote=True)``): ``{"square": x * x, "pid": the worker's pid}``.
-- ``nap``: writes the file ``started``, sleeps ``seconds``, then writes ``ended``; a
-  ``KeyboardInterrupt`` (``ray.cancel``) writes ``interrupted`` instead.
+- ``nap``: writes its pid to the file ``started``, sleeps ``seconds`` in ``step``s, then
+  writes ``ended``; a ``KeyboardInterrupt`` (``ray.cancel``: seen between two steps)
+  writes ``interrupted`` instead. With one step as long as the nap it never sees it in
+  time and only ``ray.cancel(force=True)``, killing its worker, stops it.
 - ``crash_once``: the first call (no file ``marker`` yet) creates ``marker`` and kills its
   own worker process (``os._exit``); later ones return ``{"value", "key", "left"}``: the
   tool context's ``idempotency_key`` and seconds left before the node's deadline.
@@ -34,10 +36,12 @@ def square(x: int) -> dict[str, int]:
     return {"square": x * x, "pid": os.getpid()}
 
 
-def nap(started: str, ended: str, interrupted: str, seconds: float) -> dict[str, bool]:
+def nap(started: str, ended: str, interrupted: str, seconds: float, step: float) -> dict[str, bool]:
     Path(started).write_text(str(os.getpid()))
     try:
-        time.sleep(seconds)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(step)
     except KeyboardInterrupt:
         Path(interrupted).write_text("1")
         raise
