@@ -118,8 +118,10 @@ def main() -> None:
     from a2e_host.tools.remote import init_options
 
     start = time.perf_counter()
-    ray.init(num_cpus=ns.num_cpus, **init_options(""),
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(ROOT)])}})
+    # the workers import bench.remote_ray: Ray's processes inherit the environment
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    ray.init(num_cpus=ns.num_cpus, **init_options(""))
     init_s = time.perf_counter() - start
     try:
         result = anyio.run(_measure, ns.calls, ns.repeats)

@@ -235,7 +235,7 @@ class Tool:
         if self.remote:  # imported here: a host without remote tools never imports Ray's
             from .remote import run_remote
 
-            return await run_remote(self, value)
+            return await run_remote(self.name, self.fn, value, self._call_kwargs)
         fn = self.fn
         if self._call_kwargs:
             fn = partial(fn, **msgspec.structs.asdict(value))

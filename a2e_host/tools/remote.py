@@ -1,5 +1,5 @@
 """Remote tools on Ray: a tool marked ``remote`` runs as a Ray task (README "Remote tools
-on Ray"; PROTOCOL.md §5 Recovery for its error codes).
+on Ray"; its error codes: PROTOCOL.md §5 Recovery).
 
 Layer: runtime (anyio). Optional: the ``ray`` package (extra ``a2e-host[ray]``) is imported
 on the first remote call, in a worker thread, and this module itself only when a tool is
@@ -34,8 +34,8 @@ import importlib.util
 import queue
 import threading
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -45,8 +45,16 @@ import structlog
 from ..chains.nodes import NodeContext, current_node
 from ..exceptions import NodeError
 
-if TYPE_CHECKING:
-    from .model import Tool
+
+class _Markable(Protocol):
+    """What marking needs of a :class:`~a2e_host.tools.Tool` (not imported: the model
+    imports this module)."""
+
+    name: str
+    remote: bool
+
+
+_T = TypeVar("_T", bound=_Markable)
 
 __all__ = [
     "FORCE_CANCEL_AFTER",
@@ -127,12 +135,12 @@ def init_options(address: str) -> dict[str, Any]:
     return options
 
 
-def marked_remote(tools: Iterable[Tool], pack: str, patterns: tuple[str, ...]) -> list[Tool]:
+def marked_remote(tools: Iterable[_T], pack: str, patterns: tuple[str, ...]) -> list[_T]:
     """``tools`` of ``pack``, each one a glob of ``patterns`` matches (by its name or by
     ``<pack>.<name>``, :func:`fnmatch.fnmatchcase`) copied with ``remote`` set; the
     others, and those already remote, as they are (a pack's tool objects are shared, so
     they are never changed in place)."""
-    out: list[Tool] = []
+    out: list[_T] = []
     for t in tools:
         qualified = f"{pack}.{t.name}"
         if not t.remote and any(
@@ -145,13 +153,15 @@ def marked_remote(tools: Iterable[Tool], pack: str, patterns: tuple[str, ...]) -
     return out
 
 
-async def run_remote(tool: Tool, value: Any) -> Any:
-    """Run ``tool``'s function on ``value`` (its converted input) as a Ray task.
+async def run_remote(name: str, fn: Callable[..., Any], value: Any, call_kwargs: bool) -> Any:
+    """Run a remote tool's function on ``value`` (its converted input) as a Ray task.
 
     Args:
-        tool: the tool (its ``fn`` must be picklable by cloudpickle, and what it imports
-            importable on the Ray workers).
+        name: the tool's name, for messages.
+        fn: its function (picklable by cloudpickle; what it imports importable on the
+            Ray workers).
         value: the input as :meth:`~a2e_host.tools.Tool.invoke` converted it.
+        call_kwargs: ``value`` is a Struct whose fields are ``fn``'s keyword arguments.
 
     Returns:
         What the function returned (the caller checks it against the output schema).
@@ -165,11 +175,10 @@ async def run_remote(tool: Tool, value: Any) -> Any:
 
     Cancellation propagates after the task is cancelled (see the module docstring).
     """
-    ray, task = await _connected(tool.name)
-    kwargs = tool._call_kwargs  # noqa: SLF001 - the same package's calling convention
-    arg = msgspec.structs.asdict(value) if kwargs else value
+    ray, task = await _connected(name)
+    arg = msgspec.structs.asdict(value) if call_kwargs else value
     ctx = current_node.get()
-    ref = task.remote(tool.fn, arg, kwargs, _context_data(ctx))
+    ref = task.remote(fn, arg, call_kwargs, _context_data(ctx))
     try:
         return await ref  # an asyncio future of the result: the loop never blocks
     except anyio.get_cancelled_exc_class():
@@ -181,16 +190,16 @@ async def run_remote(tool: Tool, value: Any) -> Any:
         cause = exc.cause
         if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
             raise cause from None
-        raise NodeError(f"tool {tool.name!r} failed in its Ray task: {_first_line(exc)}") from None
+        raise NodeError(f"tool {name!r} failed in its Ray task: {_first_line(exc)}") from None
     except ray.exceptions.RayError as exc:
         if isinstance(exc, _lost_types(ray)):
             raise NodeError(
-                f"tool {tool.name!r} lost its Ray worker ({type(exc).__name__}: "
+                f"tool {name!r} lost its Ray worker ({type(exc).__name__}: "
                 f"{_first_line(exc)}); a node retry runs it again",
                 code=REMOTE_WORKER_LOST, retryable=True,
             ) from None
         raise NodeError(
-            f"Ray could not run tool {tool.name!r}: {type(exc).__name__}: {_first_line(exc)}"
+            f"Ray could not run tool {name!r}: {type(exc).__name__}: {_first_line(exc)}"
         ) from None
 
 

@@ -35,9 +35,17 @@ REPO = Path(__file__).resolve().parents[2]
 def ray_instance() -> Iterator[None]:
     import ray
 
-    # the workers import this repository's tests.support.ray_tools, as the driver does
-    ray.init(num_cpus=2, **init_options(""),
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+    # the workers import this repository's tests.support.ray_tools, as the driver does:
+    # Ray's processes inherit the environment (a runtime_env would slow each worker start)
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), saved]))
+    try:
+        ray.init(num_cpus=2, **init_options(""))
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
     try:
         yield
     finally:
