@@ -1,5 +1,5 @@
 """Remote tools on Ray (issue 18): a tool marked remote runs as a Ray task inside a chain,
-its cancellation reaches the task, and a lost worker is a retryable node error.
+a timeout or cancellation reaches its task, and a lost worker is a retryable node error.
 
 One local Ray instance for the module (``ray.init(num_cpus=2)`` on 127.0.0.1, no
 dashboard), started only by the test that needs it, shut down after. Its scenarios share
@@ -73,43 +73,52 @@ async def wait_for_exit(pid: int, seconds: float) -> None:
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(180)
-async def test_remote_tools_run_on_ray_stop_when_cancelled_and_survive_a_lost_worker(
+async def test_remote_tools_run_on_ray_stop_on_timeout_or_cancel_and_survive_a_lost_worker(
     ray_instance: None, tmp_path: Path
 ) -> None:
     async with connect_memory(ray_host()) as client:
-        # a remote tool inside a chain gives the exact value, computed in a Ray worker
-        twice = [
-            {"node_id": "a", "kind": "tool", "name": "square", "input": {"x": 12},
-             "next_node": "b"},
-            {"node_id": "b", "kind": "tool", "name": "square",
-             "input_map": {"x": "a.output.square"}},
+        # remote tools inside a chain give the exact values, computed in Ray workers (two
+        # at once: both CPUs' workers are warm for what follows)
+        squares = [
+            {"node_id": "a", "kind": "tool", "name": "square", "input": {"x": 12}},
+            {"node_id": "b", "kind": "tool", "name": "square", "input": {"x": 3}},
+            {"node_id": "c", "kind": "tool", "name": "square",
+             "input_map": {"x": "sum([a.output.square, b.output.square])"}},
         ]
-        resp = await client.run_chain(twice, "a", timeout=120).result()
+        resp = await client.run_chain(squares, "a", timeout=120).result()
         assert resp.success, resp.error
-        assert resp.outputs["a"]["square"] == 144
-        assert resp.final_output["square"] == 20736
+        assert (resp.outputs["a"]["square"], resp.outputs["b"]["square"]) == (144, 9)
+        assert resp.final_output["square"] == 153 * 153
         assert resp.final_output["pid"] != os.getpid()
 
-        # remote calls cancelled mid-call: chain/cancel reaches both Ray tasks; one that
-        # checks between short steps stops on ray.cancel, one stuck in a long C call is
-        # stopped by ray.cancel(force=True), which kills its worker
+        # remote calls stopped mid-call. "stuck" (one C call of 60 s: deaf to ray.cancel's
+        # KeyboardInterrupt) times out, and ray.cancel(force=True) kills its worker;
+        # then chain/cancel reaches "nap", which stops between two short steps
         files = {n: {w: tmp_path / f"{n}.{w}" for w in ("started", "ended", "interrupted")}
                  for n in ("nap", "stuck")}
         naps = [{"node_id": n, "kind": "tool", "name": "nap",
                  "input": {**{w: str(p) for w, p in files[n].items()},
                            "seconds": 60, "step": step}}
                 for n, step in (("nap", 0.02), ("stuck", 60))]
+        naps[1] |= {"timeout": 5, "on_error": "skip"}
         run = await client.run_chain(naps, "nap", timeout=120).start()
         for n in files:
             await wait_for_file(files[n]["started"], 60)
         pids = {n: int(files[n]["started"].read_text()) for n in files}
         assert os.getpid() not in pids.values()
+        with anyio.fail_after(60):
+            async for message in run:
+                if isinstance(message, ChainEvent) and message.phase == "error":
+                    break
+        assert message.node_id == "stuck"
+        assert [e["code"] for e in message.data["errors"]] == ["timeout"]
+        await wait_for_exit(pids["stuck"], 30)  # killed by the forced cancel
+        assert not files["stuck"]["interrupted"].exists()
+        assert not files["nap"]["interrupted"].exists()  # still running
         await run.cancel()
         resp = await run.result()
         assert resp.error is not None and resp.error.code == "cancelled"
         await wait_for_file(files["nap"]["interrupted"], 30)  # saw the KeyboardInterrupt
-        await wait_for_exit(pids["stuck"], 30)
-        assert not files["stuck"]["interrupted"].exists()
         assert not any(files[n]["ended"].exists() for n in files)
 
         # a killed worker is a retryable node error the node's retry policy recovers
