@@ -31,6 +31,7 @@ import asyncio
 import copy
 import fnmatch
 import importlib.util
+import inspect
 import queue
 import threading
 import time
@@ -168,8 +169,8 @@ async def run_remote(name: str, fn: Callable[..., Any], value: Any, call_kwargs:
 
     Raises:
         NodeError: code :data:`REMOTE_WORKER_LOST` (the worker was lost; retryable),
-            :data:`REMOTE_UNAVAILABLE` (Ray could not be reached; retryable), or another
-            failure of Ray itself (e.g. an input it cannot serialize).
+            :data:`REMOTE_UNAVAILABLE` (Ray could not be reached; retryable), a function
+            or input that cannot be pickled, or another failure of Ray itself.
         Exception: whatever the function raised, as it raised it (an
             :class:`~a2e_host.exceptions.A2EError` keeps its code).
 
@@ -178,7 +179,14 @@ async def run_remote(name: str, fn: Callable[..., Any], value: Any, call_kwargs:
     ray, task = await _connected(name)
     arg = msgspec.structs.asdict(value) if call_kwargs else value
     ctx = current_node.get()
-    ref = task.remote(fn, arg, call_kwargs, _context_data(ctx))
+    try:
+        ref = task.remote(fn, arg, call_kwargs, _context_data(ctx))
+    except Exception as exc:  # noqa: BLE001 - Ray serializes the call here, in the host
+        raise NodeError(
+            f"tool {name!r} cannot be sent to Ray ({type(exc).__name__}: {_first_line(exc)}); "
+            "a remote tool's function and input must be picklable: make it a module-level "
+            "function importable on the workers"
+        ) from None
     try:
         return await ref  # an asyncio future of the result: the loop never blocks
     except anyio.get_cancelled_exc_class():
@@ -222,7 +230,7 @@ def _call_in_worker(fn: Any, arg: Any, kwargs: bool, data: dict[str, Any] | None
         ctx = NodeContext(**data, deadline=None if left is None else time.monotonic() + left)
         token = current_node.set(ctx)
     try:
-        if asyncio.iscoroutinefunction(fn):
+        if inspect.iscoroutinefunction(fn):
             return asyncio.run(fn(**arg) if kwargs else fn(arg))
         return fn(**arg) if kwargs else fn(arg)
     finally:

@@ -10,6 +10,7 @@ host is built with them (the real chain plugin over ``load_tools`` with ``remote
   own worker process (``os._exit``); later ones return ``{"value", "key", "left"}``: the
   tool context's ``idempotency_key`` and seconds left before the node's deadline.
 - ``noop``: returns its input; remote or in-process as ``remote_tools`` says.
+- ``locked`` (``Tool(remote=True)``): a closure over a lock, which cannot be pickled.
 
 ``nap`` and ``crash_once`` are remote through the configuration (:data:`REMOTE_TOOLS`), not
 the attribute.
@@ -18,6 +19,7 @@ the attribute.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -64,7 +66,14 @@ def noop(args: dict[str, Any]) -> dict[str, Any]:
 
 def _tools(config: HostConfig) -> list[Tool]:
     del config
-    return [tool(square, remote=True), tool(nap), tool(crash_once), tool(noop, blocking=False)]
+    lock = threading.Lock()
+
+    def locked(x: int) -> dict[str, int]:
+        with lock:
+            return {"x": x}
+
+    return [tool(square, remote=True), tool(nap), tool(crash_once), tool(noop, blocking=False),
+            tool(locked, remote=True)]
 
 
 PACK = ToolPack("raytest", "tools for the Ray tests", _tools)

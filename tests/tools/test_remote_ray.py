@@ -149,15 +149,23 @@ async def test_remote_tools_run_on_ray_stop_on_timeout_or_cancel_and_survive_a_l
         assert out["key"] == idempotency_key(f"{client.session_id}/{run.req_id}", "c")
         assert 0 < out["left"] <= 120
 
+        # a function Ray cannot pickle fails its node with a sentence saying so
+        locked = [{"node_id": "l", "kind": "tool", "name": "locked", "input": {"x": 1}}]
+        resp = await client.run_chain(locked, "l", timeout=60).result()
+        assert resp.error is not None and resp.error.node_id == "l"
+        assert "cannot be sent to Ray" in resp.error.message
+        assert "must be picklable" in resp.error.message
+
 
 def test_remote_tools_are_marked_by_name_or_pack_glob_on_copies() -> None:
     config = HostConfig(tools=("raytest",), remote_tools=("nap", "raytest.crash_*"))
     registry = load_tools(config, packs={"raytest": PACK})
     remote = {t.name: t.remote for t in registry}
-    assert remote == {"square": True, "nap": True, "crash_once": True, "noop": False}
+    assert remote == {"square": True, "nap": True, "crash_once": True, "noop": False,
+                      "locked": True}
     plain = load_tools(HostConfig(tools=("raytest",)), packs={"raytest": PACK})
     assert {t.name: t.remote for t in plain} == {
-        "square": True, "nap": False, "crash_once": False, "noop": False}
+        "square": True, "nap": False, "crash_once": False, "noop": False, "locked": True}
 
 
 def test_remote_settings_are_read_from_the_environment_and_toml(tmp_path: Path) -> None:
