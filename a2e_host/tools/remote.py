@@ -23,11 +23,14 @@ How a call goes (:func:`run_remote`):
   one C call, ``time.sleep`` included, sees it only when the call returns); if the task
   still runs :data:`FORCE_CANCEL_AFTER` seconds later, with ``force=True``, which kills
   its worker process. One daemon thread does both, so the node ends at once.
+* One daemon thread per process holds the connection: it runs ``ray.init`` and then the
+  cancellations (:class:`_RayThread`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import copy
 import fnmatch
 import importlib.util
@@ -91,9 +94,7 @@ _LOST = (
 _log = structlog.get_logger("a2e_host.tools.remote")
 _state_lock = threading.Lock()
 _address = ""
-_ray: Any = None
-_task: Any = None
-_canceller: _Canceller | None = None
+_thread: _RayThread | None = None
 
 
 def check_available() -> None:
@@ -119,7 +120,7 @@ def configure(address: str) -> None:
     test's ``ray.init``) keeps its connection, and the first address configured wins."""
     global _address
     with _state_lock:
-        if _ray is None:
+        if _thread is None:
             _address = address
 
 
@@ -190,7 +191,7 @@ async def run_remote(name: str, fn: Callable[..., Any], value: Any, call_kwargs:
     try:
         return await ref  # an asyncio future of the result: the loop never blocks
     except anyio.get_cancelled_exc_class():
-        _cancel(ray, ref)
+        _cancel(ref)
         if ctx is not None:
             ctx.mark_cancelled()
         raise
@@ -239,12 +240,14 @@ def _call_in_worker(fn: Any, arg: Any, kwargs: bool, data: dict[str, Any] | None
 
 
 async def _connected(tool_name: str) -> tuple[Any, Any]:
-    """``(ray, the remote task)``: imported and connected on first use, in a worker thread
-    (importing Ray and starting a local instance take seconds)."""
-    if _task is not None and _ray is not None and _ray.is_initialized():
-        return _ray, _task
+    """``(ray, the remote task)``, from the process's :class:`_RayThread` (started on first
+    use: importing Ray and starting a local instance take seconds, off the event loop)."""
+    thread = _ray_thread()
+    connected = thread.connected
+    if connected.done() and connected.exception() is None:
+        return connected.result()
     try:
-        return await anyio.to_thread.run_sync(_connect, abandon_on_cancel=True)
+        return await anyio.to_thread.run_sync(connected.result, abandon_on_cancel=True)
     except Exception as exc:  # noqa: BLE001 - any failure to reach Ray is this one error
         raise NodeError(
             f"remote tool {tool_name!r} could not reach Ray at "
@@ -254,70 +257,90 @@ async def _connected(tool_name: str) -> tuple[Any, Any]:
         ) from None
 
 
-def _connect() -> tuple[Any, Any]:
-    global _ray, _task
+def _ray_thread() -> _RayThread:
+    """The process's Ray thread; a new one when the last could not connect or Ray was
+    shut down since (a test's ``ray.shutdown()``), so the next call tries again."""
+    global _thread
     with _state_lock:
-        import ray
-
-        if not ray.is_initialized():
-            ray.init(**init_options(_address))
-            _log.info("connected to Ray", address=_address or "local instance")
-        if _task is None:
-            _task = ray.remote(max_retries=0, retry_exceptions=False)(_call_in_worker)
-        _ray = ray
-        return ray, _task
+        thread = _thread
+        if thread is None or not thread.usable():
+            thread = _thread = _RayThread(_address)
+        return thread
 
 
-def _cancel(ray: Any, ref: Any) -> None:
-    global _canceller
-    with _state_lock:
-        if _canceller is None:
-            _canceller = _Canceller(ray)
-    _canceller.put(ref)
+def _cancel(ref: Any) -> None:
+    thread = _thread
+    if thread is not None:
+        thread.cancels.put(ref)
 
 
-class _Canceller:
-    """One daemon thread: ``ray.cancel`` each ref it is given, then ``force=True`` for
-    those still running :data:`FORCE_CANCEL_AFTER` seconds later."""
+class _RayThread:
+    """One daemon thread for the process's Ray connection: it connects (``ray.init``,
+    unless this process is connected already), then cancels the refs it is given —
+    ``ray.cancel``, and ``force=True`` for those still running
+    :data:`FORCE_CANCEL_AFTER` seconds later.
 
-    def __init__(self, ray: Any) -> None:
-        self._ray = ray
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name="a2e-host ray cancel", daemon=True).start()
+    The thread that starts a local instance lives as long as the process: Ray's agent
+    processes outlived a host whose instance a short-lived thread had started."""
 
-    def put(self, ref: Any) -> None:
-        self._queue.put(ref)
+    def __init__(self, address: str) -> None:
+        self.connected: concurrent.futures.Future[tuple[Any, Any]] = concurrent.futures.Future()
+        self.cancels: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._address = address
+        threading.Thread(target=self._main, name="a2e-host ray", daemon=True).start()
 
-    def _loop(self) -> None:
+    def usable(self) -> bool:
+        if not self.connected.done():
+            return True
+        if self.connected.exception() is not None:
+            return False
+        ray, _ = self.connected.result()
+        return bool(ray.is_initialized())
+
+    def _main(self) -> None:
+        try:
+            import ray
+
+            if not ray.is_initialized():
+                ray.init(**init_options(self._address))
+                _log.info("connected to Ray", address=self._address or "local instance")
+            task = ray.remote(max_retries=0, retry_exceptions=False)(_call_in_worker)
+        except BaseException as exc:  # noqa: BLE001 - told to every waiting call
+            self.connected.set_exception(exc)
+            return
+        self.connected.set_result((ray, task))
+        self._cancel_loop(ray)
+
+    def _cancel_loop(self, ray: Any) -> None:
         pending: list[tuple[float, Any]] = []
         while True:
             wait = None if not pending else max(0.0, pending[0][0] - time.monotonic())
             try:
-                ref = self._queue.get(timeout=wait)
+                ref = self.cancels.get(timeout=wait)
             except queue.Empty:
                 ref = None
             if ref is not None:
-                self._try(ref, force=False)
+                _try_cancel(ray, ref, force=False)
                 pending.append((time.monotonic() + FORCE_CANCEL_AFTER, ref))
                 continue
             now = time.monotonic()
             due = [r for at, r in pending if at <= now]
             pending = [(at, r) for at, r in pending if at > now]
             try:
-                ready, _ = self._ray.wait(due, num_returns=len(due), timeout=0,
-                                          fetch_local=False)
+                ready, _ = ray.wait(due, num_returns=len(due), timeout=0, fetch_local=False)
             except Exception:  # noqa: BLE001 - Ray gone: nothing left to cancel
                 continue
             done = {r.hex() for r in ready}
             for r in due:
                 if r.hex() not in done:
-                    self._try(r, force=True)
+                    _try_cancel(ray, r, force=True)
 
-    def _try(self, ref: Any, *, force: bool) -> None:
-        try:
-            self._ray.cancel(ref, force=force)
-        except Exception as exc:  # noqa: BLE001 - a finished or unknown task: nothing to do
-            _log.debug("ray.cancel failed", force=force, error=repr(exc))
+
+def _try_cancel(ray: Any, ref: Any, *, force: bool) -> None:
+    try:
+        ray.cancel(ref, force=force)
+    except Exception as exc:  # noqa: BLE001 - a finished or unknown task: nothing to do
+        _log.debug("ray.cancel failed", force=force, error=repr(exc))
 
 
 def _lost_types(ray: Any) -> tuple[type[BaseException], ...]:
