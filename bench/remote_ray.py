@@ -1,16 +1,16 @@
 """Per-call overhead of a remote tool on Ray against the same tool in-process:
-``python -m bench.remote_ray [--calls N] [--num-cpus C] [--repeats R]`` (needs the ``ray`` extra).
+``python -m bench.remote_ray [--calls N] [--num-cpus C] [--repeats R]`` (extra ``ray``).
 
 Starts one local Ray instance (``ray.init(num_cpus=C)``, no dashboard, 127.0.0.1), then
 runs through an in-process host (the chain plugin, as ``a2e-host run`` does) a linear
 chain of ``N`` no-op tool nodes (each waits for the one before it: the latency of one
 call) and a fan-out of ``N`` independent ones (throughput, bounded by the chain's
 ``max_concurrency`` and Ray's CPUs), once with ``noop`` in-process and once with
-``remote_tools = ["noop"]``, each ``R`` times (the median counts). A warm-up chain first
-starts the Ray workers. For scale, the same number of bare ``await f.remote()`` calls,
-one after another (Ray's own latency).
-Prints one JSON line (the last line of stdout): milliseconds per node for each, and the
-difference per call.
+``remote_tools = ["noop"]``, each ``R`` times (the median counts). Warm-up chains (a
+fan-out of 8, then one run of the measured chain) first start the Ray workers. For
+scale, the same number of bare ``await f.remote()`` calls one after another (Ray's own
+latency). Prints one JSON line (the last line of stdout): milliseconds per node for
+each, and the difference per call.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ async def _ms_per_node(remote: bool, nodes: list[dict[str, Any]], repeats: int) 
     times = []
     async with connect_memory(_host(remote)) as client:
         await client.run_chain(_fan_out(8), "n0", timeout=600).result()  # warm-up
+        await client.run_chain(nodes, "n0", timeout=600, streaming=False).result()
         for _ in range(repeats):
             start = time.perf_counter()
             resp = await client.run_chain(nodes, "n0", timeout=600, streaming=False).result()
