@@ -178,7 +178,19 @@ def test_remote_settings_are_read_from_the_environment_and_toml(tmp_path: Path) 
     config = load_config(toml, environ={})
     assert (config.remote_tools, config.ray_address) == (("pack.*",), "auto")
     with pytest.raises(ValueError, match="remote_tools"):
-        load_config(environ={"A2E_REMOTE_TOOLS": ""} | {}, overrides={"remote_tools": 3})
+        load_config(environ={}, overrides={"remote_tools": 3})
+
+
+def test_a_tool_marked_remote_without_ray_installed_refuses_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ray" else real(name, *a))
+    with pytest.raises(ValueError, match=r"pip install 'a2e-host\[ray\]'"):
+        load_tools(HostConfig(tools=("raytest",)), packs={"raytest": PACK})
 
 
 def test_a_local_ray_instance_is_started_on_loopback_without_dashboard() -> None:
