@@ -200,8 +200,18 @@ def load_tools(config: HostConfig, *, packs: dict[str, ToolPack] | None = None) 
                 "a tool pack's name differs from its entry point's; --tools uses the entry "
                 "point's", entry_point=pack_name, pack_name=pack.name,
             )
-        for t in _build(pack_name, pack, config):
+        tools = _build(pack_name, pack, config)
+        if config.remote_tools:  # imported only then: a2e_host.tools.remote, never Ray
+            from .remote import marked_remote
+
+            tools = marked_remote(tools, pack_name, config.remote_tools)
+        for t in tools:
             registry.register(t, pack_name)
+    if any(t.remote for t in registry):
+        from . import remote
+
+        remote.check_available()
+        remote.configure(config.ray_address)
     return registry
 
 
