@@ -109,6 +109,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
             for ``a2e-host stdio`` (an agent that spawns the host may never read its
             stderr) and ``run``, ``info`` otherwise.
+        mcp: the ``[mcp]`` table as written (MCP servers whose tools the host serves,
+            ``[mcp.servers.NAME]``; who may register more); the ``mcp`` plugin reads it
+            (README "MCP servers as tool sources").
     """
 
     limits: Limits = Limits()
@@ -143,6 +146,8 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     store_commit_delay: float = 0.0
     log_format: str = "auto"
     log_level: str = "auto"
+    # MCP (issue 20): the [mcp] table, parsed by the a2e_mcp plugin (a2e_mcp.settings)
+    mcp: dict[str, Any] = {}
 
     @property
     def auth_required(self) -> bool:
@@ -355,6 +360,8 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "store_commit_delay": cv.seconds,
     "log_format": cv.choice(_LOG_FORMATS),
     "log_level": cv.choice(_LOG_LEVELS),
+    # MCP (issue 20)
+    "mcp": cv.table,
 }
 """HostConfig field → converter ``(key, raw, source) -> value`` (raises ValueError)."""
 
