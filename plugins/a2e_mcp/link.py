@@ -33,9 +33,15 @@ from a2e_host.tools import NodeContext, ToolRegistry
 from .settings import McpSettings, ServerSettings
 from .tools import build_tool, output_of
 
-__all__ = ["ServerDown", "ServerLink"]
+__all__ = ["PROTOCOL_ERROR", "UNAVAILABLE", "ServerDown", "ServerLink"]
 
 _CLIENT_NAME = "a2e-host"
+
+UNAVAILABLE = "mcp_server_unavailable"
+"""``details.mcp_error`` of a node whose server is down (the SDK's ``MCPErrorCode``)."""
+
+PROTOCOL_ERROR = "mcp_protocol_error"
+"""``details.mcp_error`` of a node whose call the server answered with a JSON-RPC error."""
 
 
 class ServerDown(Exception):
@@ -49,6 +55,17 @@ def _errlog() -> TextIO:
         return sys.stderr
     except (AttributeError, OSError, ValueError):  # replaced by an in-memory stream
         return sys.__stderr__ if sys.__stderr__ is not None else sys.stderr
+
+
+def _find_down(exc: BaseException) -> ServerDown | None:
+    """The :class:`ServerDown` in ``exc`` (task groups wrap it in exception groups)."""
+    if isinstance(exc, ServerDown):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _find_down(inner)) is not None:
+                return found
+    return None
 
 
 def _reason(exc: BaseException) -> str:
@@ -191,8 +208,9 @@ class ServerLink:
                 up_since = anyio.current_time()
                 await self._watch(session)
         except Exception as exc:
-            if isinstance(exc, ServerDown):
-                down = exc
+            found = _find_down(exc)
+            if found is not None:
+                down = found
             elif up_since is None:
                 down = ServerDown(f"it failed to start: {_reason(exc)} (a stdio server's "
                                   "stderr is the host's)")
@@ -205,6 +223,15 @@ class ServerLink:
             raise down from exc
         finally:
             self._session = None
+
+    def _mark_down(self, why: str) -> ServerDown:
+        """Its tools fail at once from now on (the server is being stopped, which takes
+        a few seconds for one that ignores its closed stdin); the exception to raise."""
+        self._session = None
+        self.status = "error"
+        self.error = (f"MCP server {self.server.name!r} is unavailable: {why}; it is being "
+                      "restarted")
+        return ServerDown(why)
 
     def _up(self, session: Any, init: Any, tools: list[Any]) -> None:
         self._session = session
@@ -257,13 +284,16 @@ class ServerLink:
                 with anyio.fail_after(self.mcp.ping_timeout):
                     await session.send_ping()
             except TimeoutError:
-                raise ServerDown(f"it did not answer a ping within {self.mcp.ping_timeout:g} s "
-                                 "(hung)") from None
+                raise self._mark_down(f"it did not answer a ping within "
+                                      f"{self.mcp.ping_timeout:g} s (hung)") from None
             except MCPError as exc:
-                raise ServerDown(f"the connection closed ({exc.error.message})") from None
+                raise self._mark_down(f"the connection closed ({exc.error.message})") from None
             self.last_ping_ms = (anyio.current_time() - started) * 1000
 
     # ── calls ───────────────────────────────────────────────────────────────
+
+    def _details(self, why: str) -> dict[str, Any]:
+        return {"mcp_server": self.server.name, "mcp_error": why}
 
     async def call(self, name: str, args: dict[str, Any], ctx: NodeContext | None) -> Any:
         """Call the server's tool ``name`` with ``args`` (a tool node's input): its output
@@ -286,7 +316,8 @@ class ServerLink:
         if session is None or self.status != "ready":
             raise NodeError(self.error or f"MCP server {self.server.name!r} is not connected "
                             "yet; try again once mcp/server/list shows it ready",
-                            code="mcp_server_unavailable", retryable=True)
+                            code=UNAVAILABLE, retryable=True,
+                            details=self._details(UNAVAILABLE))
         timeout = self.server.timeout
         if ctx is not None and ctx.deadline is not None:
             timeout = max(0.001, min(timeout, ctx.deadline - time.monotonic()))
@@ -309,14 +340,17 @@ class ServerLink:
             if exc.code == REQUEST_TIMEOUT:
                 self._check_now.set()  # a hung server shows on the next ping
                 raise NodeTimeout(f"MCP tool {self.server.name}.{name} did not answer within "
-                                  f"{timeout:g} s; it was cancelled") from None
+                                  f"{timeout:g} s; it was cancelled",
+                                  details=self._details("timeout")) from None
             if exc.code == CONNECTION_CLOSED:
                 self._check_now.set()
                 raise NodeError(f"MCP server {self.server.name!r} closed the connection during "
                                 f"the call of {name!r}; it is restarted",
-                                code="mcp_server_unavailable", retryable=True) from None
+                                code=UNAVAILABLE, retryable=True,
+                            details=self._details(UNAVAILABLE)) from None
             raise NodeError(f"MCP server {self.server.name!r} refused the call of {name!r}: "
-                            f"{exc.error.message}", code="mcp_protocol_error") from None
+                            f"{exc.error.message}", code=PROTOCOL_ERROR,
+                            details=self._details(PROTOCOL_ERROR)) from None
         # progress notifications that came before the result are delivered in tasks of
         # their own: let them run before the node ends (a report after it is dropped)
         await anyio.lowlevel.checkpoint()

@@ -83,7 +83,7 @@ def output_of(name: str, result: Any) -> Any:
         if len(text) > MAX_ERROR_CHARS:
             text = text[:MAX_ERROR_CHARS] + "…"
         raise NodeError(f"MCP tool {name} failed: {text}",
-                        details={"mcp_tool": name, "is_error": True})
+                        details={"mcp_tool": name, "mcp_error": "is_error"})
     if result.structured_content is not None:
         return result.structured_content
     return {
