@@ -151,7 +151,7 @@ async def _serve_http(server: Any, bind: str, port: int) -> None:
     web = uvicorn.Server(config)
 
     async def announce() -> None:
-        while not web.started:
+        while not web.started:  # noqa: ASYNC110 - uvicorn sets a flag, it has no event
             await anyio.sleep(0.05)
         sockname = web.servers[0].sockets[0].getsockname()
         shown = f"[{sockname[0]}]" if ":" in sockname[0] else sockname[0]

@@ -1,9 +1,10 @@
 """``tool/list/req``: the tools as the SDK's ``ToolDefinition`` and how a request filters them.
 
 Source: PROTOCOL.md §11; SDK ``a2e/caps/tools/protocol.py`` (commit c8fc1f87). A
-definition is derived once per tool and again only when the registry changed (a tool
-source such as an MCP server registers its tools once the host runs): ``input_parameters`` / ``output_parameters`` are the top-level fields of the
-tool's JSON Schemas (nested object fields down to :data:`PARAMETER_DEPTH` levels), and the
+definition is derived once per tool, and again only when the registry changed (a tool
+source such as an MCP server registers its tools once the host runs):
+``input_parameters`` / ``output_parameters`` are the top-level fields of the tool's JSON
+Schemas (nested object fields down to :data:`PARAMETER_DEPTH` levels), and the
 full schemas travel beside them (``input_schema`` / ``output_schema``).
 """
 

@@ -10,7 +10,6 @@ Asia/Kolkata have no daylight saving time.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from websockets.asyncio.client import connect
 from tests.support.mcp_hosts import TIME_SERVER, hello_mcp, list_servers, serving_mcp_host, toml_of
 from tests.support.requests import chain, tool
 from tests.support.sdk import assert_sdk_accepts, assert_sdk_model_accepts
-from tests.support.ws import receive, reply, send
+from tests.support.ws import reply, send
 
 SUBPROTOCOL = "a2e.v1"
 

@@ -26,6 +26,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("a2e-test-server", version="1.0")
 _cancelled = 0
+_waiters: list[anyio.Event] = []  # stats calls waiting for the count to grow
 
 
 
@@ -52,6 +53,9 @@ async def wait(ctx: Context) -> dict[str, str]:
         await anyio.sleep(600)
     except anyio.get_cancelled_exc_class():
         _cancelled += 1
+        for waiter in _waiters:
+            waiter.set()
+        _waiters.clear()
         raise
     return {"waited": "600"}
 
@@ -61,7 +65,9 @@ async def stats(cancelled: int = 0) -> dict[str, int]:
     """The process id and the number of cancelled calls, once it reached ``cancelled``."""
     with anyio.move_on_after(10):
         while _cancelled < cancelled:
-            await anyio.sleep(0.01)
+            waiter = anyio.Event()
+            _waiters.append(waiter)
+            await waiter.wait()
     return {"pid": os.getpid(), "cancelled": _cancelled}
 
 
@@ -80,7 +86,7 @@ def crash() -> str:
 @server.tool()
 async def hang() -> str:
     """Block the event loop (nothing is answered) for a minute."""
-    time.sleep(60)
+    time.sleep(60)  # noqa: ASYNC251 - blocking the loop is the point: a hung server
     return "woke"
 
 
