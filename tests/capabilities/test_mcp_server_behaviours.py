@@ -29,9 +29,11 @@ WAIT = 30.0
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One host for the module: the test server twice, pinged often, restarted after 1 s:
-    ``test`` (calls time out after 3 s), and ``flaky``, which the tests crash and hang."""
-    text = toml_of([], {"start_timeout": 20, "ping_interval": 0.5, "ping_timeout": 1,
-                        "restart_initial_delay": 1, "restart_max_delay": 1}, {
+    ``test`` (calls time out after 3 s), and ``flaky``, which the tests crash and hang;
+    agents may register the test server's command."""
+    text = toml_of([], {"start_timeout": 20, "ping_interval": 1, "ping_timeout": 3,
+                        "restart_initial_delay": 1, "restart_max_delay": 1,
+                        "register_commands": [TEST_SERVER]}, {
         "test": {"command": TEST_SERVER, "timeout": 3},
         "flaky": {"command": TEST_SERVER, "timeout": 20,
                   "tool_allow_list": ["crash", "hang", "stats"]},
@@ -175,3 +177,34 @@ async def test_a_hung_server_is_found_by_its_ping_and_restarted(url: str) -> Non
         _, again = await _run(ws, chain("e", [tool("e", "flaky.stats", input={})]))
     assert again["success"] is True, again
     assert again["final_output"]["pid"] != first["final_output"]["pid"]
+
+
+@pytest.mark.asyncio
+async def test_an_agent_registers_an_allowed_server_uses_its_tools_then_unregisters_it(
+        url: str) -> None:
+    async with await _session(url) as ws:
+        config = {"name": "extra", "transport": "stdio", "cmd": TEST_SERVER,
+                  "tool_allow_list": ["echo"], "timeout": 10}
+        await send(ws, {"type": "mcp/server/register/req", "id": "r", "config": config})
+        with anyio.fail_after(WAIT):
+            registered = await receive(ws)
+        assert_sdk_accepts(registered)
+        assert registered["ok"] is True, registered
+        assert (registered["server"]["name"], registered["server"]["status"],
+                registered["server"]["tools_count"]) == ("extra", "ready", 1)
+        _, echoed = await _run(ws, chain("e", [tool("e", "extra.echo",
+                                                    input={"value": "hi"})]))
+        assert echoed["final_output"] == {"value": "hi"}, echoed
+        # a command the configuration does not list is refused, and nothing is spawned
+        await send(ws, {"type": "mcp/server/register/req", "id": "r2", "config": {
+            "name": "other", "cmd": [*TEST_SERVER, "--flag"]}})
+        refused = await receive(ws)
+        assert refused["ok"] is False and "register_commands" in refused["error"]
+        await send(ws, {"type": "mcp/server/unregister/req", "id": "u", "server_id": "extra"})
+        gone = await receive(ws)
+        assert_sdk_accepts(gone)
+        assert (gone["ok"], gone["server_id"]) == (True, "extra")
+        _, unknown = await _run(ws, chain("f", [tool("f", "extra.echo",
+                                                     input={"value": "hi"})]))
+        assert unknown["error"]["code"] == "chain_invalid"
+        assert [s["name"] for s in (await list_servers(ws))["servers"]] == ["flaky", "test"]

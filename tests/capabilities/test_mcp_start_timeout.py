@@ -1,0 +1,63 @@
+"""An MCP server that never answers ``initialize`` does not hold up the host's start
+beyond ``[mcp] start_timeout`` (issue 20, PROTOCOL.md §12): the host serves, the server
+shows in ``mcp/server/list`` with the reason, and its tools are absent (a chain naming one
+is refused as an unknown tool) while the other tools work. On an in-process host."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import anyio
+import pytest
+
+from a2e_host.chains.messages import ChainNode, ChainRequest, ChainResponse
+from a2e_host.config import HostConfig
+from a2e_host.runtime.host import Host
+from a2e_host.runtime.memory import open_memory_client
+from tests.support.memory import handshaken
+
+SILENT = [shutil.which("sleep") or "sleep", "600"]
+"""A program that reads nothing and answers nothing."""
+
+WAIT = 30.0
+
+
+@pytest.mark.asyncio
+async def test_a_server_that_never_answers_initialize_delays_the_start_only_by_its_timeout(
+        ) -> None:
+    from a2e_mcp.messages import ServerListRequest, ServerListResponse
+
+    config = HostConfig(tools=("conformance",), mcp={
+        "start_timeout": 1, "restart_initial_delay": 30,
+        "servers": {"silent": {"command": SILENT}}})
+    host = Host(config)
+    began = time.monotonic()
+    with anyio.fail_after(WAIT):
+        async with host.running(), open_memory_client(host) as client:
+            started = time.monotonic() - began
+            await handshaken(client, ("chains", "mcp"))
+            client.send(ServerListRequest(id="l"))
+            listed = await client.receive()
+            assert isinstance(listed, ServerListResponse)
+            (server,) = listed.servers
+            assert (server.name, server.tools_count) == ("silent", 0)
+            assert server.status in ("connecting", "error")
+            if server.status == "error":
+                assert "did not answer initialize and tools/list within 1 s" in server.error
+            client.send(ChainRequest(id="c", nodes=[
+                ChainNode(node_id="s", kind="tool", name="silent.anything"),
+                ChainNode(node_id="e", kind="tool", name="echo", input={"v": 1})],
+                entry_node="e"))
+            resp = await client.receive()
+            assert isinstance(resp, ChainResponse) and resp.error is not None
+            assert resp.error.code == "chain_invalid"
+            assert "unknown tool 'silent.anything'" in resp.error.message
+            client.send(ChainRequest(id="d", nodes=[
+                ChainNode(node_id="e", kind="tool", name="echo", input={"v": 1})],
+                entry_node="e", streaming=False))
+            resp = await client.receive()
+            assert isinstance(resp, ChainResponse) and resp.final_output == {"v": 1}
+        await host.aclose()
+    # start_timeout (1 s) plus the second host_started allows, with room for a loaded box
+    assert started < 10.0, started
