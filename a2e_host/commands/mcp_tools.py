@@ -130,6 +130,8 @@ class ChainTools:
                                             chain_id=f"mcp:{skill[0]}"), report)
 
     async def _run(self, request: ChainRequest, report: Any) -> Any:
+        from ..client import ClientError
+
         run = self.client.send_request(request)
         response: ChainResponse | None = None
         count = 0
@@ -143,7 +145,11 @@ class ChainTools:
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_WAIT):
                 await run.cancel()
+                await run.aclose()
             raise
+        except (ClientError, TimeoutError) as exc:  # e.g. busy: max_parallel chains run
+            await run.aclose()
+            return _failed(f"the host refused or lost the chain: {exc}")
         if response is None:  # pragma: no cover - the client raises instead
             return _failed("the host closed the connection before answering")
         body = msgspec.to_builtins(response)

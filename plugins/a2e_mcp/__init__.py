@@ -146,7 +146,9 @@ class McpPlugin(Plugin):
             await super().handle(message, ctx)
 
     async def _register(self, message: ServerRegisterRequest, ctx: PluginContext) -> None:
-        problem, server = registration_of(message.config, self.settings, set(self.links))
+        registered = sum(1 for link in self.links.values() if link.server.registered)
+        problem, server = registration_of(message.config, self.settings, set(self.links),
+                                          registered)
         if server is None or self._runs is None:
             ctx.outbox.send_nowait(ServerRegisterResponse(
                 req_id=message.id, ok=False, error=problem or "the host is not running"))

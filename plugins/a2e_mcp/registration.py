@@ -20,13 +20,15 @@ _HTTP_TRANSPORTS = ("sse", "streamable-http", "http")
 
 
 def registration_of(config: Mapping[str, Any], settings: McpSettings,
-                    taken: Collection[str]) -> tuple[str, ServerSettings | None]:
+                    taken: Collection[str], registered: int = 0
+                    ) -> tuple[str, ServerSettings | None]:
     """The server an agent asks to register, or why not.
 
     Args:
         config: the request's ``config`` (an SDK ``MCPServerConfig``).
         settings: the ``[mcp]`` settings (the allowlists).
         taken: the names of the servers the host has.
+        registered: how many of them agents registered.
 
     Returns:
         ``("", settings)`` when allowed, else ``(one sentence saying what to fix, None)``.
@@ -34,6 +36,9 @@ def registration_of(config: Mapping[str, Any], settings: McpSettings,
     if not settings.allows_register:
         return ("this host does not let agents register MCP servers; an operator lists "
                 "the allowed commands in [mcp] register_commands", None)
+    if registered >= settings.max_registered:
+        return (f"agents have registered {registered} MCP servers, the most this host allows "
+                "([mcp] max_registered); unregister one first", None)
     name = config.get("name") or config.get("server_id") or ""
     if not isinstance(name, str) or not name:
         return "config.name is required: the server's tools are called NAME.tool", None

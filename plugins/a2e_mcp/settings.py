@@ -7,6 +7,7 @@ turns it into :class:`McpSettings` or refuses it with one sentence naming the ke
     [mcp]
     start_timeout = 10            # seconds host start waits for the servers' initialize
     register_commands = [["mcp-server-time"]]   # commands agents may register (exact)
+    max_registered = 8            # servers agents may have registered at once
 
     [mcp.servers.time]
     command = ["mcp-server-time", "--local-timezone", "UTC"]
@@ -80,6 +81,7 @@ class McpSettings(msgspec.Struct, frozen=True, kw_only=True):
         register_commands: the exact commands (program and arguments) an agent may
             register with ``mcp/server/register/req``; empty (the default): none.
         register_urls: the exact URLs an agent may register; empty: none.
+        max_registered: the most servers agents may have registered at once (8).
     """
 
     servers: dict[str, ServerSettings] = {}
@@ -90,6 +92,7 @@ class McpSettings(msgspec.Struct, frozen=True, kw_only=True):
     restart_max_delay: float = 30.0
     register_commands: tuple[tuple[str, ...], ...] = ()
     register_urls: tuple[str, ...] = ()
+    max_registered: int = 8
 
     @property
     def allows_register(self) -> bool:
@@ -98,7 +101,8 @@ class McpSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _TOP_KEYS = ("servers", "start_timeout", "ping_interval", "ping_timeout",
-             "restart_initial_delay", "restart_max_delay", "register_commands", "register_urls")
+             "restart_initial_delay", "restart_max_delay", "register_commands", "register_urls",
+             "max_registered")
 _SERVER_KEYS = ("command", "env", "cwd", "url", "tool_allow_list", "timeout")
 
 
@@ -177,8 +181,12 @@ def parse_settings(table: Mapping[str, Any]) -> McpSettings:
     numbers = {key: _seconds(f"[mcp] {key}", table[key])
                for key in ("start_timeout", "ping_interval", "ping_timeout",
                            "restart_initial_delay", "restart_max_delay") if key in table}
+    limit = table.get("max_registered", 8)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"[mcp] max_registered must be an integer >= 0, got {limit!r}")
     return McpSettings(
         servers=servers,
+        max_registered=limit,
         register_commands=tuple(_strings("[mcp] register_commands[]", c) for c in commands),
         register_urls=_strings("[mcp] register_urls", table.get("register_urls", [])),
         **numbers,
