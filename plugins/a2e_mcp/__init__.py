@@ -22,6 +22,7 @@ when the configuration names a server.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from typing import Any, ClassVar
 
@@ -85,6 +86,11 @@ class McpPlugin(Plugin):
         if importlib.util.find_spec("mcp") is None:
             raise ValueError("[mcp] configures MCP servers but the 'mcp' package is not "
                              "installed; install it with pip install 'a2e-host[mcp]'")
+        # the SDK takes seconds to import on a busy machine: now, while the host is
+        # built, not on the event loop once it serves (the start timeout could not fire)
+        for module in ("mcp", "mcp.client.stdio", "mcp.client.streamable_http",
+                       "mcp.shared.exceptions", "mcp.types"):
+            importlib.import_module(module)
         self.tools = toolbox_for(config).tools
         self.tools.add_source(TOOL_SOURCE)
 

@@ -139,6 +139,7 @@ class ToolCatalog:
         self._tools = tools
         self._revision = -1
         self._built: list[tuple[Tool, ToolDefinition, tuple[str, ...]]] = []
+        self._entries  # noqa: B018 - derived now, while the host is built, not at a handshake
 
     @property
     def _entries(self) -> list[tuple[Tool, ToolDefinition, tuple[str, ...]]]:

@@ -1,6 +1,6 @@
 """A small MCP server written with the official ``mcp`` SDK's server API (``MCPServer``),
 for the tests of MCP servers as tool sources: run as ``python tests/support/mcp_server.py``
-(stdio).
+(stdio), or with ``--http PORT`` (streamable HTTP at ``http://127.0.0.1:PORT/mcp``).
 
 Tools:
     echo(value) -> {"value": value}
@@ -91,4 +91,9 @@ async def hang() -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    import sys
+
+    if sys.argv[1:2] == ["--http"]:  # streamable HTTP on 127.0.0.1:PORT/mcp
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run()
