@@ -66,14 +66,14 @@ async def _server(ws: ClientConnection, name: str) -> dict[str, Any]:
     return next(s for s in resp["servers"] if s["name"] == name)
 
 
-async def _wait_status(ws: ClientConnection, name: str, status: str, error: str = ""
+async def _wait_status(ws: ClientConnection, name: str, *statuses: str, error: str = ""
                        ) -> dict[str, Any]:
-    """Poll ``mcp/server/list`` until ``name`` has ``status`` and an ``error`` containing
-    ``error`` (within :data:`WAIT`)."""
+    """Poll ``mcp/server/list`` until ``name`` has one of ``statuses`` and an ``error``
+    containing ``error`` (within :data:`WAIT`)."""
     with anyio.fail_after(WAIT):
         while True:
             server = await _server(ws, name)
-            if server["status"] == status and error in server["error"]:
+            if server["status"] in statuses and error in server["error"]:
                 return server
             await anyio.sleep(0.05)
 
@@ -150,7 +150,8 @@ async def test_a_crashed_server_is_unavailable_then_restarted_with_its_tools(url
             "mcp_server": "flaky", "mcp_error": "mcp_server_unavailable"}, crashed["error"]
         assert crashed["error"]["retryable"] is True
         assert "MCP server 'flaky'" in crashed["error"]["message"]
-        down = await _wait_status(ws, "flaky", "error", "restarted in")
+        # down, restarting: "error" for the backoff's second, then "connecting"
+        down = await _wait_status(ws, "flaky", "error", "connecting", error="restarted in")
         assert down["error"].startswith("MCP server 'flaky' is unavailable: ")
         assert down["error"].endswith("; it is restarted in 1.0 s"), down
         # while it is down its tools stay listed and fail at once with the reason
