@@ -12,8 +12,8 @@ allows (tool packs, ``allow_proc``, skills, MCP servers as tool sources).
 Transports:
 
 * stdio (the default): MCP on stdin/stdout (the SDK's ``stdio_server``, which points fd 1
-  at stderr while serving, so nothing else reaches the protocol); logs on stderr. It ends
-  when stdin closes, or on SIGINT/SIGTERM.
+  at stderr while serving, so nothing else reaches the protocol; stdin read by a daemon
+  thread); logs on stderr. It ends when stdin closes, or on SIGINT/SIGTERM.
 * streamable HTTP with ``--port N`` (``0``: a free port): ``http://HOST:PORT/mcp`` on its
   own port, served by uvicorn; prints ``a2e-host mcp listening on http://HOST:PORT/mcp`` on
   stderr once listening. Not on ``serve``'s WebSocket port: the WebSocket server's HTTP
@@ -25,12 +25,17 @@ so and exits 2.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 
 from .. import __version__
 
@@ -72,41 +77,102 @@ async def _serve(host: Any, port: int | None, bind: str) -> None:
 
     try:
         if port is not None:
-            await _with_host(host, lambda server: _serve_http(server, bind, port))
+            await _with_host(host, lambda server, stop: _serve_http(server, bind, port, stop))
             return
-        async with stdio_server() as (read, write):
-            async def over_stdio(server: Any) -> None:
-                await server.run(read, write, server.create_initialization_options())
+        lines = _StdinLines(host.config.limits.max_message_bytes)
+        with anyio.CancelScope() as served:
+            async with stdio_server(stdin=lines) as (read, write):  # type: ignore[arg-type]
+                async def over_stdio(server: Any, stop: _Stop) -> None:
+                    await server.run(read, write, server.create_initialization_options())
 
-            await _with_host(host, over_stdio)
+                await _with_host(host, over_stdio)
+                served.cancel()  # a signal ended it: stop reading stdin too
     finally:
         with anyio.CancelScope(shield=True):
             await host.aclose()
 
 
+class _StdinLines:
+    """stdin's lines for the SDK's ``stdio_server``, read by a daemon thread: a signal
+    stops the server while stdin stays open (a worker thread blocked in ``readline``
+    would hold up both the cancellation and the process's exit).
+
+    Args:
+        max_line_bytes: the longest line read as one (a longer one arrives cut, and the
+            SDK answers it with a parse error).
+    """
+
+    def __init__(self, max_line_bytes: int) -> None:
+        self._max = max_line_bytes
+        self._send, self._receive = anyio.create_memory_object_stream[str](0)
+        self._token: Any = None
+
+    def __aiter__(self) -> _StdinLines:
+        if self._token is None:
+            self._token = anyio.lowlevel.current_token()
+            threading.Thread(target=self._read, name="mcp-stdin", daemon=True).start()
+        return self
+
+    async def __anext__(self) -> str:
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    def _read(self) -> None:
+        # os.read on fd 0, not sys.stdin: a daemon thread blocked inside a buffered
+        # reader's lock aborts the interpreter at exit
+        pending = b""
+        try:
+            while chunk := os.read(0, 65536):
+                pending += chunk
+                while (end := pending.find(b"\n")) >= 0 or len(pending) >= self._max:
+                    cut = end + 1 if 0 <= end < self._max else self._max
+                    line, pending = pending[:cut], pending[cut:]
+                    anyio.from_thread.run(self._send.send, line.decode("utf-8", "replace"),
+                                          token=self._token)
+            if pending:
+                anyio.from_thread.run(self._send.send, pending.decode("utf-8", "replace"),
+                                      token=self._token)
+            anyio.from_thread.run_sync(self._send.close, token=self._token)
+        except (OSError, RuntimeError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return  # the loop or the server is gone: nobody reads any more
+
+
+class _Stop:
+    """What a signal does: cancel the serving (stdio), or what the transport sets
+    (HTTP: uvicorn's graceful stop)."""
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self.fn: Callable[[], None] = scope.cancel
+
+    def __call__(self) -> None:
+        self.fn()
+
+
 async def _with_host(host: Any, serve: Any) -> None:
-    """Run the host, connect to it, build the MCP server, and ``await serve(server)``
-    until it returns or a signal comes."""
+    """Run the host, connect to it, build the MCP server, and ``await serve(server,
+    stop)`` until it returns or a signal comes (``stop()`` is called then)."""
     from ..client import connect_memory
     from .common import local_capabilities
 
     granted = local_capabilities(host)
     token = host.config.auth_token or next(iter(host.config.auth_tokens.values()), "")
     async with host.running(), anyio.create_task_group() as tg:
-        tg.start_soon(_cancel_on_signals, tg.cancel_scope)
+        stop = _Stop(tg.cancel_scope)
+        tg.start_soon(_stop_on_signals, stop)
         async with connect_memory(host, agent_id="a2e-host mcp", agent_caps=granted,
                                   auth_token=token) as client:
             skills = await _active_skills(client)
             server = _server(client, host, skills, frozenset(granted))
-            await serve(server)
+            await serve(server, stop)
         tg.cancel_scope.cancel()
 
 
-async def _cancel_on_signals(scope: anyio.CancelScope) -> None:
+async def _stop_on_signals(stop: _Stop) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
-            scope.cancel()
-            return
+            stop()
 
 
 async def _active_skills(client: Any) -> list[tuple[str, str, dict[str, Any]]]:
@@ -143,12 +209,17 @@ def _server(client: Any, host: Any, skills: list[tuple[str, str, dict[str, Any]]
                                "nodes) with run_chain; check one with validate_chain.")
 
 
-async def _serve_http(server: Any, bind: str, port: int) -> None:
+async def _serve_http(server: Any, bind: str, port: int, stop: _Stop) -> None:
     import uvicorn
 
     app = server.streamable_http_app(host=bind)
     config = uvicorn.Config(app, host=bind, port=port, log_level="warning", lifespan="on")
     web = uvicorn.Server(config)
+
+    def graceful() -> None:
+        web.should_exit = True
+
+    stop.fn = graceful  # uvicorn sees the signal too; both only ask it to stop
 
     async def announce() -> None:
         while not web.started:  # noqa: ASYNC110 - uvicorn sets a flag, it has no event

@@ -163,7 +163,32 @@ async def test_mcp_over_streamable_http_runs_a_chain(tmp_path: Path) -> None:
         assert ran.structured_content is not None
         assert ran.structured_content["final_output"] == {"text": "WEB"}
     finally:
-        process.terminate()
+        process.terminate()  # SIGTERM: uvicorn stops gracefully, then the host
         with anyio.fail_after(WAIT):
             code = await process.wait()
-    assert code in (0, -15)
+            rest = b"".join([chunk async for chunk in process.stderr])
+    assert code == 0, rest[-2000:]
+    assert b"Traceback" not in rest, rest[-2000:]
+
+
+@pytest.mark.asyncio
+async def test_sigterm_stops_the_stdio_server_while_its_stdin_stays_open() -> None:
+    process = await anyio.open_process([sys.executable, *ARGS], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       cwd=REPO, env=host_env())
+    assert process.stdin is not None and process.stdout is not None
+    await process.stdin.send(json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}).encode() + b"\n")
+    with anyio.fail_after(WAIT):
+        answer = await process.stdout.receive()
+    assert json.loads(answer.splitlines()[0])["id"] == 1
+    process.terminate()
+    with anyio.fail_after(WAIT):
+        code = await process.wait()
+    assert process.stderr is not None
+    with anyio.fail_after(WAIT):
+        err = b"".join([chunk async for chunk in process.stderr])
+    assert code == 0, err[-2000:]
+    assert b"Fatal Python error" not in err and b"Traceback" not in err, err[-2000:]
