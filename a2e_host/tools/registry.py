@@ -102,9 +102,12 @@ class ToolRegistry:
     def unregister(self, name: str) -> Tool | None:
         """Remove the tool called ``name`` (a source's tool going away); the removed tool,
         None when there was none."""
-        removed = self._tools.pop(name, None)
-        self._packs.pop(name, None)
+        removed = self._tools.get(name)
         if removed is not None:
+            # a new dict, not a change in place: validation may iterate the old one in a
+            # worker thread (copy on write; sources change rarely)
+            self._tools = {k: v for k, v in self._tools.items() if k != name}
+            self._packs.pop(name, None)
             self._revision += 1
         return removed
 
@@ -118,7 +121,10 @@ class ToolRegistry:
             raise ValueError(
                 f"tool {tool.name!r} is registered twice; enable only one pack that defines it"
             )
-        self._tools[tool.name] = tool
+        if self._sources:  # copy on write once tools come and go (see unregister)
+            self._tools = {**self._tools, tool.name: tool}
+        else:
+            self._tools[tool.name] = tool
         self._revision += 1
         if pack:
             self._packs[tool.name] = pack
