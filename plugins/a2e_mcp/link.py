@@ -33,12 +33,15 @@ from a2e_host.tools import NodeContext, ToolRegistry
 from .settings import McpSettings, ServerSettings
 from .tools import build_tool, output_of
 
-__all__ = ["PROTOCOL_ERROR", "UNAVAILABLE", "ServerDown", "ServerLink"]
+__all__ = ["MAX_TOOLS", "PROTOCOL_ERROR", "UNAVAILABLE", "ServerDown", "ServerLink"]
 
 _CLIENT_NAME = "a2e-host"
 
 UNAVAILABLE = "mcp_server_unavailable"
 """``details.mcp_error`` of a node whose server is down (the SDK's ``MCPErrorCode``)."""
+
+MAX_TOOLS = 1000
+"""The most tools the host registers from one server (the first by name)."""
 
 PROTOCOL_ERROR = "mcp_protocol_error"
 """``details.mcp_error`` of a node whose call the server answered with a JSON-RPC error."""
@@ -251,6 +254,11 @@ class ServerLink:
         allow = set(self.server.tool_allow_list)
         wanted = {f"{self.server.name}.{t.name}": t for t in tools
                   if not allow or t.name in allow}
+        if len(wanted) > MAX_TOOLS:
+            self.log.warning("an MCP server lists more tools than the host takes from one "
+                             "server; the rest are left out (name them in tool_allow_list)",
+                             listed=len(wanted), kept=MAX_TOOLS)
+            wanted = dict(sorted(wanted.items())[:MAX_TOOLS])
         for name in list(self.tool_names):
             if name not in wanted:
                 self.registry.unregister(name)

@@ -23,7 +23,8 @@ from a2e_host.tools import Tool, context
 if TYPE_CHECKING:
     from .link import ServerLink
 
-__all__ = ["CONTENT_SCHEMA", "MAX_ERROR_CHARS", "build_tool", "output_of"]
+__all__ = ["CONTENT_SCHEMA", "MAX_DESCRIPTION_CHARS", "MAX_ERROR_CHARS", "build_tool",
+           "output_of"]
 
 CONTENT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -35,6 +36,9 @@ CONTENT_SCHEMA: dict[str, Any] = {
     "required": ["text", "content"],
 }
 """The output of an MCP tool that declares no ``outputSchema``."""
+
+MAX_DESCRIPTION_CHARS = 4000
+"""The most characters of an MCP tool's description the host lists."""
 
 MAX_ERROR_CHARS = 2000
 """The most characters of a server's error text a node error carries."""
@@ -53,7 +57,7 @@ def build_tool(name: str, listed: Any, link: ServerLink) -> Tool:
     made = Tool(
         name,
         call,
-        description=(listed.description or listed.title or "").strip(),
+        description=(listed.description or listed.title or "").strip()[:MAX_DESCRIPTION_CHARS],
         side_effects="read" if read_only else "external",
         idempotent=bool(hints is not None and hints.idempotent_hint),
         cacheable=False,
