@@ -112,7 +112,7 @@ class McpPlugin(Plugin):
         self._runs = runs
         for server in self.settings.servers.values():
             self._start(server)
-        with anyio.move_on_after(self.settings.start_timeout + 1.0):
+        with anyio.move_on_after(self.settings.start_timeout):
             for link in list(self.links.values()):
                 await link.started.wait()
 
@@ -160,7 +160,7 @@ class McpPlugin(Plugin):
                 req_id=message.id, ok=False, error=problem or "the host is not running"))
             return
         link = self._start(server)
-        with anyio.move_on_after(self.settings.start_timeout + 1.0):
+        with anyio.move_on_after(self.settings.start_timeout):
             await link.started.wait()
         info = self.info_of(link)
         ctx.outbox.send_nowait(ServerRegisterResponse(

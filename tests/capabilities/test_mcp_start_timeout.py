@@ -81,5 +81,5 @@ async def test_a_server_that_never_answers_initialize_delays_the_start_only_by_i
             assert isinstance(resp, ChainResponse) and resp.final_output == {"v": 1}
         await host.aclose()
     assert _silent_children() == []  # stopped with the host
-    # start_timeout (1 s) plus the second host_started allows, with room for a loaded box
+    # start_timeout (1 s), with room for a loaded box
     assert started < 10.0, started
