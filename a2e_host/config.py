@@ -115,6 +115,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         ray_address: the Ray cluster remote tools run on: ``""`` (default) a local
             instance started on the first remote call, ``"auto"`` the cluster running on
             this machine, ``"ray://head:10001"`` a remote one through Ray Client.
+        mcp: the ``[mcp]`` table as written (MCP servers whose tools the host serves,
+            ``[mcp.servers.NAME]``; who may register more); the ``mcp`` plugin reads it
+            (README "MCP servers as tool sources").
     """
 
     limits: Limits = Limits()
@@ -152,6 +155,8 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     # remote tools on Ray (a2e_host.tools.remote)
     remote_tools: tuple[str, ...] = ()
     ray_address: str = ""
+    # MCP (issue 20): the [mcp] table, parsed by the a2e_mcp plugin (a2e_mcp.settings)
+    mcp: dict[str, Any] = {}
 
     @property
     def auth_required(self) -> bool:
@@ -367,6 +372,8 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     # remote tools on Ray (a2e_host.tools.remote)
     "remote_tools": cv.string_list,
     "ray_address": cv.string,
+    # MCP (issue 20)
+    "mcp": cv.table,
 }
 """HostConfig field → converter ``(key, raw, source) -> value`` (raises ValueError)."""
 
