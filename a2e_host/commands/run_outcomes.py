@@ -39,8 +39,12 @@ _TERMINAL = {"done": "done", "skip": "skipped", "error": "error"}
 INTERRUPTED_CODE = "interrupted"
 
 
+class _DataCode(msgspec.Struct, frozen=True):
+    code: str = ""
+
+
 class _ErrorData(msgspec.Struct):
-    data: dict[str, object] = {}
+    data: _DataCode = _DataCode()
 
 
 class _Failure(msgspec.Struct):
@@ -155,7 +159,6 @@ def error_code(frame: bytes, failure: bytes | None = None) -> str:
                 return str(code)
         if not frame:
             return ""
-        code = _error_decoder.decode(frame).data.get("code")
-    except msgspec.DecodeError:
+        return _error_decoder.decode(frame).data.code
+    except (msgspec.DecodeError, RecursionError):  # not a string code; nested too deep
         return ""
-    return code if isinstance(code, str) else ""

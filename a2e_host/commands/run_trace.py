@@ -23,15 +23,24 @@ import msgspec
 
 from .run_outcomes import NodeOutcome, OutcomeFold, error_code
 
-__all__ = ["MAX_FAILURES", "Failure", "RunEnd", "RunTrace", "Span", "format_ms"]
+__all__ = ["MAX_DATA_BYTES", "MAX_FAILURES", "MAX_KEPT_MESSAGE_CHARS", "Failure", "RunEnd",
+           "RunTrace", "Span", "format_ms"]
 
 MAX_FAILURES = 200
 """Failures kept by default (:attr:`RunTrace.failures`); later ones are only counted."""
 
 
+MAX_DATA_BYTES = 1024 * 1024
+"""The largest ``data`` of an ``error`` event read for its attempts and code (a host's
+is a few hundred bytes; a larger one, from a file made by hand, is not read)."""
+MAX_KEPT_MESSAGE_CHARS = 4096
+"""Characters of a failure's message kept (the page shows fewer)."""
+
+
 class _Frame(msgspec.Struct):
-    """The fields of a ``chain/event`` or ``chain/resp`` this fold reads (``output`` is
-    skipped by the decoder, however large)."""
+    """The fields of a ``chain/event`` or ``chain/resp`` this fold reads. ``output`` is
+    skipped by the decoder and ``data`` / ``error`` are kept as raw JSON, decoded only
+    for a failure: a line's size, not its shape, bounds what it costs."""
 
     type: str = ""
     seq: int = 0
@@ -39,14 +48,46 @@ class _Frame(msgspec.Struct):
     node_id: str = ""
     phase: str = ""
     kind: str = ""
-    error: Any = None
-    data: Any = None
+    error: msgspec.Raw = msgspec.Raw(b"")
+    data: msgspec.Raw = msgspec.Raw(b"")
     success: bool = False
     duration_ms: int = 0
     chain_id: str = ""
 
 
+class _Attempt(msgspec.Struct, frozen=True):
+    code: str = ""
+
+
+class _EventData(msgspec.Struct, frozen=True):
+    """An ``error`` event's ``data`` (PROTOCOL.md §5 Recovery): attempts and their codes."""
+
+    attempts: int = 1
+    errors: list[_Attempt] = []
+
+
+class _ResponseError(msgspec.Struct, frozen=True):
+    code: str = ""
+    message: str = ""
+    node_id: str = ""
+
+
 _decoder = msgspec.json.Decoder(_Frame)
+_data_decoder = msgspec.json.Decoder(_EventData)
+_response_error_decoder = msgspec.json.Decoder(_ResponseError)
+_message_decoder = msgspec.json.Decoder(str)
+
+
+def _decode_or(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw, default: Any,
+               limit: int | None = None) -> Any:
+    """``raw`` decoded, or ``default`` when it is absent, larger than ``limit`` bytes or
+    not of the decoder's type."""
+    if not raw or (limit is not None and len(raw) > limit):
+        return default
+    try:
+        return decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return default
 
 
 @dataclass(slots=True)
@@ -73,7 +114,7 @@ class Failure:
         node_id: the event's node id (a map item as ``t[3]``); ``""`` for the chain.
         code: the error code (kept failure, ``data.code``, the last attempt's code, or the
             response's when it names this node); ``""`` when nothing says.
-        message: the event's ``error`` text.
+        message: the event's ``error`` text (its first :data:`MAX_KEPT_MESSAGE_CHARS`).
         attempts: how many times the node was tried (``data.attempts``, else 1).
         ts: the event's ``ts``.
     """
@@ -149,6 +190,8 @@ class RunTrace:
             view = _decoder.decode(frame)
         except msgspec.DecodeError as exc:
             raise ValueError(str(exc)) from None
+        except RecursionError:
+            raise ValueError("its JSON is nested too deeply") from None
         if view.type == "chain/resp":
             self._take_response(view)
             return
@@ -186,19 +229,19 @@ class RunTrace:
         if len(self.failures) >= self.max_failures:
             self.failures_left_out += 1
             return
-        data = view.data if isinstance(view.data, dict) else {}
-        code = error_code(frame, failure) or _last_attempt_code(data)
-        attempts = data.get("attempts")
+        data: _EventData = _decode_or(_data_decoder, view.data, _EventData(),
+                                      MAX_DATA_BYTES)
+        code = error_code(frame, failure) or (data.errors[-1].code if data.errors else "")
+        message: str = _decode_or(_message_decoder, view.error, "")
         self.failures.append(Failure(
-            node_id=view.node_id, code=code,
-            message=view.error if isinstance(view.error, str) else "",
-            attempts=attempts if isinstance(attempts, int) and attempts > 0 else 1,
-            ts=view.ts))
+            node_id=view.node_id, code=code, message=message[:MAX_KEPT_MESSAGE_CHARS],
+            attempts=data.attempts if data.attempts > 0 else 1, ts=view.ts))
 
     def _take_response(self, view: _Frame) -> None:
-        error = view.error if isinstance(view.error, dict) else {}
-        code, message, node_id = (str(error.get(k) or "") for k in ("code", "message",
-                                                                     "node_id"))
+        error: _ResponseError = _decode_or(_response_error_decoder, view.error,
+                                           _ResponseError())
+        code, node_id = error.code, error.node_id
+        message = error.message[:MAX_KEPT_MESSAGE_CHARS]
         self.end = RunEnd(success=view.success, code=code, message=message,
                           node_id=node_id, duration_ms=view.duration_ms, ts=view.ts)
         self.last_ts = view.ts if self.last_ts is None else max(self.last_ts, view.ts)
@@ -235,16 +278,6 @@ class RunTrace:
             if span is not None and span.start is not None and span.end is not None:
                 outcome.duration_ms = max(0.0, (span.end - span.start) * 1000.0)
         return out
-
-
-def _last_attempt_code(data: dict[str, Any]) -> str:
-    """A recovered node's last attempt's code (``data.errors[-1].code``), else ``""``."""
-    errors = data.get("errors")
-    if isinstance(errors, list) and errors and isinstance(errors[-1], dict):
-        code = errors[-1].get("code")
-        if isinstance(code, str):
-            return code
-    return ""
 
 
 def format_ms(ms: float) -> str:

@@ -1,0 +1,88 @@
+"""``a2e-host graph --events`` given events files made by hand or by an attacker: each is
+read in bounded time and memory and is either drawn or refused with one line, never a
+traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import msgspec
+
+from a2e_host.commands.graph_events import read_events
+from a2e_host.commands.run_trace import RunTrace
+
+CLI = [sys.executable, "-m", "a2e_host"]
+CHAIN = {"entry_node": "a", "nodes": [
+    {"node_id": "a", "kind": "tool", "name": "word_count", "input": {"text": "x"},
+     "next_node": "b"},
+    {"node_id": "b", "kind": "tool", "name": "word_count", "input": {"text": "y"}}]}
+
+
+def event(seq: int, node_id: str, phase: str, ts: float = 1_800_000_000.0, **fields: object
+          ) -> bytes:
+    return msgspec.json.encode({"type": "chain/event", "seq": seq, "ts": ts,
+                                "node_id": node_id, "phase": phase, **fields})
+
+
+def graph(tmp_path: Path, lines: list[bytes], *args: str) -> subprocess.CompletedProcess[str]:
+    chain = tmp_path / "chain.json"
+    chain.write_text(json.dumps(CHAIN), encoding="utf-8")
+    events = tmp_path / "run.ndjson"
+    events.write_bytes(b"".join(line + b"\n" for line in lines))
+    return subprocess.run([*CLI, "graph", str(chain), "--events", str(events), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_deeply_nested_json_in_an_event_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    for field in (b"data", b"other"):  # a field the fold reads, and one it skips
+        line = b'{"type":"chain/event","seq":1,"ts":1,"node_id":"a","phase":"start","%s":%s}' % (
+            field, deep)
+        done = graph(tmp_path, [line], "--format", "html")
+        assert done.returncode == 2, done.stderr
+        assert done.stdout == ""
+        assert done.stderr == (
+            "a2e-host graph: line 1 of events file "
+            f"{str(tmp_path / 'run.ndjson')!r} is not a chain/event or chain/resp (its JSON "
+            "is nested too deeply); pass the NDJSON file 'a2e-host run --record' wrote\n")
+
+
+def test_a_large_data_or_error_field_costs_its_bytes_not_a_python_object_per_element(
+        ) -> None:
+    many = b"[" + b"[]," * 700_000 + b"[]]"  # 2 MB of JSON: 700,001 lists if decoded
+    lines = [
+        event(1, "a", "start").replace(b'"phase":"start"', b'"phase":"start","data":' + many),
+        event(2, "a", "error", error="boom").replace(
+            b'"error":"boom"', b'"error":"boom","data":{"attempts":2,"errors":' + many + b"}"),
+        msgspec.json.encode({"type": "chain/resp", "ts": 1_800_000_001.0, "success": False,
+                             "error": {"code": "chain_node_error", "message": "m",
+                                       "node_id": "a"}})[:-1] + b',"details":' + many + b"}",
+    ]
+    trace = RunTrace()
+    tracemalloc.start()
+    try:
+        for line in lines:
+            trace.add_frame(line)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024, f"{peak:,} bytes to fold three 2 MB lines"
+    # a data too large to be a host's is not read for attempts; the failure stays
+    assert [(f.node_id, f.code, f.message, f.attempts) for f in trace.failures] == [
+        ("a", "chain_node_error", "boom", 1)]
+    assert trace.end is not None and trace.end.code == "chain_node_error"
+
+
+def test_a_failures_message_is_kept_cut_so_many_long_messages_stay_small(
+        tmp_path: Path) -> None:
+    path = tmp_path / "run.ndjson"
+    with path.open("wb") as file:
+        for i in range(50):
+            file.write(event(i + 1, f"t[{i}]", "error", error="x" * 1_000_000) + b"\n")
+    trace = read_events(path)
+    assert len(trace.failures) == 50
+    assert {len(f.message) for f in trace.failures} == {4096}
