@@ -18,6 +18,7 @@ and the page says how many were left out.
 from __future__ import annotations
 
 import html
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -232,8 +233,8 @@ def _timeline(nodes: Sequence[ChainNode], trace: RunTrace,
         bar, took = "", row.outcome.replace("_", " ")
         if row.start is not None:
             end = row.end if row.end is not None else t1  # unended: up to the last event
-            left = (row.start - t0) / total * 100
-            width = max((end - row.start) / total * 100, 0.4)
+            left = _percent(row.start - t0, total)
+            width = max(_percent(end - row.start, total), 0.4)
             bar = (f"<div class=\"bar\" style=\"left:{left:.2f}%;width:"
                    f"{min(width, 100 - left):.2f}%;{_fill_style(row.outcome)}\"></div>")
             took = format_ms((end - row.start) * 1000)
@@ -248,6 +249,13 @@ def _timeline(nodes: Sequence[ChainNode], trace: RunTrace,
         out.append(f"<p class=\"note\">{len(rows) - len(shown):,} more rows left out (the "
                    f"first {MAX_TIMELINE_ROWS:,} by start are shown).</p>")
     return "".join(out)
+
+
+def _percent(part: float, total: float) -> float:
+    """``part`` as a percentage of ``total``, within 0–100 (0 when the times, from a
+    file made by hand, are too far apart for a float)."""
+    share = part / total * 100
+    return min(max(share, 0.0), 100.0) if math.isfinite(share) else 0.0
 
 
 def _failures(trace: RunTrace) -> str:

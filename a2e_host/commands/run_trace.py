@@ -16,6 +16,7 @@ and are not folded.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,7 @@ class _Frame(msgspec.Struct):
 
     type: str = ""
     seq: int = 0
-    ts: float = 0.0
+    ts: float | None = None
     node_id: str = ""
     phase: str = ""
     kind: str = ""
@@ -202,8 +203,9 @@ class RunTrace:
             self.seq_gaps += 1
         self._seq = view.seq
         ts = view.ts
-        self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
-        self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
+        if ts is not None:
+            self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
+            self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
         node_id, phase = view.node_id, view.phase
         self._fold.add(node_id, phase, frame, failure)
         if not node_id or "/" in node_id or phase not in ("start", "done", "skip", "error"):
@@ -214,11 +216,11 @@ class RunTrace:
         if span is None:
             span = self.spans[declared] = Span()
         if phase == "start":
-            if span.start is None or ts < span.start:
+            if ts is not None and (span.start is None or ts < span.start):
                 span.start = ts
             if bracket > 0 and view.kind != "progress":
                 span.items += 1
-        elif phase != "skip" or span.start is not None:
+        elif ts is not None and (phase != "skip" or span.start is not None):
             span.end = ts if span.end is None else max(span.end, ts)
         if phase == "error":
             self._take_failure(view, frame, failure)
@@ -235,7 +237,8 @@ class RunTrace:
         message: str = _decode_or(_message_decoder, view.error, "")
         self.failures.append(Failure(
             node_id=view.node_id, code=code, message=message[:MAX_KEPT_MESSAGE_CHARS],
-            attempts=data.attempts if data.attempts > 0 else 1, ts=view.ts))
+            attempts=data.attempts if data.attempts > 0 else 1,
+            ts=view.ts if view.ts is not None else 0.0))
 
     def _take_response(self, view: _Frame) -> None:
         error: _ResponseError = _decode_or(_response_error_decoder, view.error,
@@ -243,9 +246,11 @@ class RunTrace:
         code, node_id = error.code, error.node_id
         message = error.message[:MAX_KEPT_MESSAGE_CHARS]
         self.end = RunEnd(success=view.success, code=code, message=message,
-                          node_id=node_id, duration_ms=view.duration_ms, ts=view.ts)
-        self.last_ts = view.ts if self.last_ts is None else max(self.last_ts, view.ts)
-        self.first_ts = self.first_ts if self.first_ts is not None else view.ts
+                          node_id=node_id, duration_ms=view.duration_ms,
+                          ts=view.ts if view.ts is not None else 0.0)
+        if view.ts is not None:
+            self.last_ts = view.ts if self.last_ts is None else max(self.last_ts, view.ts)
+            self.first_ts = self.first_ts if self.first_ts is not None else view.ts
         # the code of the node that failed the chain, where its event had none
         for i, kept in enumerate(self.failures):
             if not kept.code and code and kept.node_id == node_id:
@@ -255,7 +260,8 @@ class RunTrace:
                 not node_id or node_id not in self._failed_nodes):
             # a failure no node event carries (a timeout, a cancel, a refusal)
             if len(self.failures) < self.max_failures:
-                self.failures.append(Failure(node_id, code, message, 1, view.ts))
+                self.failures.append(Failure(node_id, code, message, 1,
+                                             self.end.ts))
             else:
                 self.failures_left_out += 1
 
@@ -281,12 +287,23 @@ class RunTrace:
 
 
 def format_ms(ms: float) -> str:
-    """A duration for a person: ``0.4 ms``, ``12 ms``, ``1.25 s``, ``3 min 4 s``."""
+    """A duration for a person: ``0.4 ms``, ``12 ms``, ``1.25 s``, ``3 min 4 s``,
+    ``2 h 5 min``, ``3.2 d``; ``?`` when it is not a number (the events' times were
+    not). Never longer than a few characters, whatever ``ms``."""
+    if not math.isfinite(ms):
+        return "?"
+    if ms < 0:
+        return "-" + format_ms(-ms)
     if ms < 10:
         return f"{ms:.1f} ms"
     if ms < 1000:
         return f"{ms:.0f} ms"
     if ms < 60_000:
         return f"{ms / 1000:.2f} s"
-    minutes, seconds = divmod(int(ms // 1000), 60)
-    return f"{minutes} min {seconds} s"
+    if ms < 3_600_000:
+        minutes, seconds = divmod(int(ms // 1000), 60)
+        return f"{minutes} min {seconds} s"
+    if ms < 86_400_000:
+        hours, minutes = divmod(int(ms // 60_000), 60)
+        return f"{hours} h {minutes} min"
+    return f"{ms / 86_400_000:,.1f} d" if ms < 1e14 else f"{ms / 86_400_000:.3g} d"
