@@ -14,6 +14,9 @@ duration; ``html`` is one self-contained page (:func:`~a2e_host.commands.run_pag
 render_page`): the diagram, a timeline and the failures. A recording without its
 ``chain/resp`` (the run was cut off) shows its unended nodes ``interrupted``.
 
+Events naming nodes the chain file does not declare (a recording of another chain) are
+drawn all the same, with a warning on stderr (and on the page) naming the first.
+
 Exit codes: 0 drawn; 2 an unreadable or malformed chain or events file (one line on
 stderr names the file, the line and what is wrong), or an unknown format.
 """
@@ -70,6 +73,13 @@ def graph_events_main(chain: Path, events: Path, format: str) -> int:
     except (ChainFileError, EventsFileError) as exc:
         print(f"a2e-host graph: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+    missing = trace.undeclared(n.node_id for n in request.nodes)
+    if missing:
+        print(printable(
+            f"a2e-host graph: warning: events file {str(events)!r} names {len(missing):,} "
+            f"node{'s' if len(missing) > 1 else ''} that {str(chain)!r} does not declare "
+            f"(first: {missing[0]!r}); draw it on the chain file it was recorded from"),
+            file=sys.stderr)
     sys.stdout.write(draw_run(request.nodes, trace, format, title=events.name,
                               run_running=False) + "\n")
     return 0

@@ -94,6 +94,7 @@ def render_page(nodes: Sequence[ChainNode], trace: RunTrace, *, title: str,
         f"<style>{_CSS}</style></head><body>",
         f"<h1>Run of <code>{_text(title, 200)}</code></h1>",
         _summary(trace, len(nodes)),
+        _undeclared(trace, nodes),
         _legend(),
         "<h2>Chain</h2>",
         _diagram(nodes, outcomes),
@@ -124,6 +125,16 @@ def _summary(trace: RunTrace, declared: int) -> str:
     if trace.seq_gaps:
         facts.append(f"<b>{trace.seq_gaps:,} gaps in seq: events are missing</b>")
     return f"<p class=\"summary\">{status}<br>{' · '.join(facts)}</p>"
+
+
+def _undeclared(trace: RunTrace, nodes: Sequence[ChainNode]) -> str:
+    missing = trace.undeclared(n.node_id for n in nodes)
+    if not missing:
+        return ""
+    return (f"<p class=\"warn\"><b>The events name {len(missing):,} node"
+            f"{'s' if len(missing) > 1 else ''} this chain does not declare</b> (first: "
+            f"<code>{_text(missing[0], 200)}</code>): were they recorded from another "
+            "chain? Their failures are listed; they are not drawn.</p>")
 
 
 def _legend() -> str:
@@ -299,4 +310,5 @@ border-bottom:1px solid #e9ecef;vertical-align:top}
 word-break:break-all}
 .items{font-size:12px;color:#495057}.msg{white-space:pre-wrap;word-break:break-word}
 .note{color:#495057;font-size:13px}
+.warn{background:#fff3bf;border:1px solid #e67700;border-radius:4px;padding:4px 8px}
 """

@@ -17,6 +17,7 @@ and are not folded.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -264,6 +265,13 @@ class RunTrace:
                                              self.end.ts))
             else:
                 self.failures_left_out += 1
+
+    def undeclared(self, declared: Iterable[str]) -> list[str]:
+        """The node ids the events name (a map item by its template) that ``declared``
+        does not hold, in the order first seen: events recorded from another chain than
+        the one they are drawn on."""
+        known = set(declared)
+        return [node_id for node_id in self.spans if node_id not in known]
 
     def outcomes(self, *, run_running: bool | None = None) -> dict[str, NodeOutcome]:
         """Each node with an event, by declared node id, with its duration.

@@ -86,3 +86,20 @@ def test_a_failures_message_is_kept_cut_so_many_long_messages_stay_small(
     trace = read_events(path)
     assert len(trace.failures) == 50
     assert {len(f.message) for f in trace.failures} == {4096}
+
+
+def test_events_of_another_chain_are_drawn_with_a_warning_naming_the_first_unknown_node(
+        tmp_path: Path) -> None:
+    lines = [event(1, "a", "start"), event(2, "a", "done"),
+             event(3, "other[0]", "start"), event(4, "other[0]", "error", error="x"),
+             event(5, "zzz", "skip")]
+    done = graph(tmp_path, lines, "--format", "html")
+    assert done.returncode == 0
+    assert done.stderr == (
+        f"a2e-host graph: warning: events file {str(tmp_path / 'run.ndjson')!r} names 2 "
+        f"nodes that {str(tmp_path / 'chain.json')!r} does not declare (first: 'other'); "
+        "draw it on the chain file it was recorded from\n")
+    assert ("<p class=\"warn\"><b>The events name 2 nodes this chain does not declare</b> "
+            "(first: <code>other</code>)") in done.stdout
+    same = graph(tmp_path, lines[:2])
+    assert same.returncode == 0 and same.stderr == ""
