@@ -46,6 +46,10 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 ``max_message_bytes``: a frame the host sent fits)."""
 
 EXIT_USAGE = 2
+_BIDI = {c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029,
+                                     *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+"""Line separators and bidirectional formatting characters, shown as ``\\uNNNN``: an
+agent's id must not reorder or break the drawing's text."""
 
 
 class EventsFileError(ValueError):
@@ -88,12 +92,13 @@ def graph_events_main(chain: Path, events: Path, format: str) -> int:
 def draw_run(nodes: Sequence[ChainNode], trace: RunTrace, format: str, *, title: str,
              run_running: bool | None) -> str:
     """The run drawn in ``format`` (one of :data:`RUN_FORMATS`): Mermaid or DOT text with
-    control characters shown as ``\\xNN`` (the ids came from an agent), or the HTML page."""
+    control characters shown as ``\\xNN`` and bidirectional formatting characters as
+    ``\\uNNNN`` (the ids came from an agent), or the HTML page."""
     if format == "html":
         return render_page(nodes, trace, title=title, run_running=run_running)
     outcomes = trace.outcomes(run_running=run_running)
     draw = to_mermaid if format == "mermaid" else to_dot
-    return printable(draw(nodes, outcomes))
+    return printable(draw(nodes, outcomes)).translate(_BIDI)
 
 
 def read_events(path: Path) -> RunTrace:

@@ -7,12 +7,12 @@ the timeline is plain HTML bars, the styles are inline, and a Content-Security-P
 (``default-src 'none'``) forbids any fetch or script even if a browser were handed one.
 
 Everything that came from the run (node ids, tool names, error codes and messages) is
-untrusted: each string is escaped for HTML (``&<>"'``) and its control characters shown as
-U+FFFD, so an id like ``<script>`` is text. The page is bounded whatever the run: map items
-are aggregated under their template (counts, first start, last end); at most
-:data:`MAX_DRAWN_NODES` nodes are drawn, :data:`MAX_TIMELINE_ROWS` timeline rows and
-:data:`MAX_FAILURE_ROWS` failures listed (each message cut at :data:`MAX_MESSAGE_CHARS`),
-and the page says how many were left out.
+untrusted: each string is escaped for HTML (``&<>"'``) and its control and bidirectional
+formatting characters shown as U+FFFD, so an id like ``<script>`` is text. The page is
+bounded whatever the run: map items are aggregated under their template (counts, first
+start, last end); at most :data:`MAX_DRAWN_NODES` nodes are drawn,
+:data:`MAX_TIMELINE_ROWS` timeline rows and :data:`MAX_FAILURE_ROWS` failures listed
+(each message cut at :data:`MAX_MESSAGE_CHARS`), and the page says how many were left out.
 """
 
 from __future__ import annotations
@@ -51,7 +51,10 @@ MAX_LABEL_CHARS = 26
 """Characters of a node id in its diagram box (the whole id is in the box's tooltip)."""
 
 _BOX_W, _BOX_H, _GAP_X, _GAP_Y, _PAD = 196, 62, 28, 46, 16
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+# control characters, line separators and the bidirectional formatting characters (an
+# id's text must read as written: no override may reorder what follows it)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e"
+                      r"\u2066-\u2069]")
 
 
 def _text(value: object, limit: int | None = None) -> str:

@@ -103,3 +103,28 @@ def test_events_of_another_chain_are_drawn_with_a_warning_naming_the_first_unkno
             "(first: <code>other</code>)") in done.stdout
     same = graph(tmp_path, lines[:2])
     assert same.returncode == 0 and same.stderr == ""
+
+
+BIDI_ID = "admin\u202egnp.exe\u2066x\u2069\u2028y\u200f"
+FORMATTING = "\u202e\u2066\u2069\u2028\u200f"
+
+
+def test_bidi_overrides_and_line_separators_in_ids_and_messages_are_shown_not_obeyed(
+        tmp_path: Path) -> None:
+    chain = tmp_path / "chain.json"
+    chain.write_text(json.dumps({"entry_node": BIDI_ID, "nodes": [
+        {"node_id": BIDI_ID, "kind": "tool", "name": "word_count", "input": {"text": "x"}}]}),
+        encoding="utf-8")
+    events = tmp_path / "run.ndjson"
+    events.write_bytes(event(1, BIDI_ID, "start") + b"\n" + event(
+        2, BIDI_ID, "error", error="rm -rf \u202e/ fi\u2028done") + b"\n")
+    for format in ("html", "mermaid", "dot"):
+        done = subprocess.run([*CLI, "graph", str(chain), "--events", str(events),
+                               "--format", format], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert not set(done.stdout) & set(FORMATTING), format
+    page = subprocess.run([*CLI, "graph", str(chain), "--events", str(events), "--format",
+                           "html"], capture_output=True, text=True, timeout=60).stdout
+    assert "admin\ufffdgnp.exe\ufffdx\ufffd\ufffdy\ufffd" in page
+    assert "rm -rf \ufffd/ fi\ufffddone" in page
