@@ -176,20 +176,39 @@ def _diagram(nodes: Sequence[ChainNode], outcomes: Mapping[str, NodeOutcome]) ->
            "markerUnits=\"userSpaceOnUse\" markerWidth=\"9\" markerHeight=\"9\" "
            "orient=\"auto-start-reverse\">"
            "<path d=\"M0,0 L10,5 L0,10 z\" fill=\"#495057\"/></marker></defs>"]
+    lefts: dict[int, list[float]] = {}  # layer -> the left x of each of its boxes
+    for node_id, (x, _) in where.items():
+        lefts.setdefault(layout.layer[node_id], []).append(x)
     for edge in edges:
         (x1, y1), (x2, y2) = where[edge.source], where[edge.target]
         sx, sy, tx, ty = x1 + _BOX_W / 2, y1 + _BOX_H, x2 + _BOX_W / 2, y2
-        if ty <= sy:  # drawn upwards (a cycle): leave from the side
-            sx, sy = x1 + _BOX_W, y1 + _BOX_H / 2
-        bend = max(abs(ty - sy) / 2, 20)
         dash = {"data": " stroke-dasharray=\"5 4\" stroke-opacity=\"0.45\"",
                 "map": " stroke-width=\"2.5\""}.get(edge.kind, "")
-        out.append(f"<path class=\"edge {edge.kind}\" d=\"M{sx:.1f},{sy:.1f} C{sx:.1f},"
-                   f"{sy + bend:.1f} {tx:.1f},{ty - bend:.1f} {tx:.1f},{ty:.1f}\" "
-                   f"fill=\"none\" stroke=\"#495057\"{dash} marker-end=\"url(#arrow)\"/>")
+        between = [lefts.get(n, []) for n in range(layout.layer[edge.source] + 1,
+                                                     layout.layer[edge.target])]
+        # a control edge past the layers between goes down a free lane beside their boxes
+        # (a data edge, faint, may pass behind them: lanes for all would be a thicket)
+        lane = (_lane(between, sx, tx, width)
+                if between and ty > sy and edge.kind != "data" else None)
+        if lane is not None:
+            y_top, y_bottom = sy + _GAP_Y / 2, ty - _GAP_Y / 2
+            d = (f"M{sx:.1f},{sy:.1f} C{sx:.1f},{y_top:.1f} {lane:.1f},{sy:.1f} "
+                 f"{lane:.1f},{y_top:.1f} L{lane:.1f},{y_bottom:.1f} C{lane:.1f},{ty:.1f} "
+                 f"{tx:.1f},{y_bottom:.1f} {tx:.1f},{ty:.1f}")
+            label_x, label_y = lane + 4, (y_top + y_bottom) / 2
+        else:
+            if ty <= sy:  # drawn upwards (a cycle): leave from the side
+                sx, sy = x1 + _BOX_W, y1 + _BOX_H / 2
+            bend = max(abs(ty - sy) / 2, 20)
+            d = (f"M{sx:.1f},{sy:.1f} C{sx:.1f},{sy + bend:.1f} {tx:.1f},{ty - bend:.1f} "
+                 f"{tx:.1f},{ty:.1f}")
+            label_x, label_y = (sx + tx) / 2 + 4, (sy + ty) / 2
+        out.append(f"<path class=\"edge {edge.kind}\" data-from=\"{_text(edge.source, 500)}\" "
+                   f"data-to=\"{_text(edge.target, 500)}\" d=\"{d}\" fill=\"none\" "
+                   f"stroke=\"#495057\"{dash} marker-end=\"url(#arrow)\"/>")
         if edge.label:
-            out.append(f"<text class=\"elabel\" x=\"{(sx + tx) / 2 + 4:.1f}\" "
-                       f"y=\"{(sy + ty) / 2:.1f}\">{_text(edge.label, 40)}</text>")
+            out.append(f"<text class=\"elabel\" x=\"{label_x:.1f}\" y=\"{label_y:.1f}\">"
+                       f"{_text(edge.label, 40)}</text>")
     for node_id, node in by_id.items():
         x, y = where[node_id]
         state = node_outcome(node_id, outcomes)
@@ -219,6 +238,25 @@ def _diagram(nodes: Sequence[ChainNode], outcomes: Mapping[str, NodeOutcome]) ->
         out.append(f"<p class=\"note\">{left_out:,} more nodes not drawn (the first "
                    f"{MAX_DRAWN_NODES:,} are).</p>")
     return "".join(out)
+
+
+def _lane(between: list[list[float]], sx: float, tx: float, width: float) -> float | None:
+    """An x where an edge from ``sx`` to ``tx`` can pass the layers ``between`` (each the
+    left x of its boxes) without crossing a box: the free one nearest its middle (the
+    straight line itself when it is free); None when no lane is free."""
+    margin = 6.0
+
+    def free(x: float) -> bool:
+        return all(x < left - margin or x > left + _BOX_W + margin
+                   for layer in between for left in layer)
+
+    middle = (sx + tx) / 2
+    candidates = [sx, tx, middle]
+    for layer in between:
+        for left in layer:
+            candidates += [left - _GAP_X / 2, left + _BOX_W + _GAP_X / 2]
+    lanes = [x for x in candidates if 2 <= x <= width - 2 and free(x)]
+    return min(lanes, key=lambda x: (abs(x - middle), x)) if lanes else None
 
 
 def _timeline(nodes: Sequence[ChainNode], trace: RunTrace,
