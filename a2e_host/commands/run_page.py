@@ -104,7 +104,7 @@ def render_page(nodes: Sequence[ChainNode], trace: RunTrace, *, title: str,
         "<h2>Timeline</h2>",
         _timeline(nodes, trace, outcomes),
         "<h2>Failures</h2>",
-        _failures(trace),
+        _failures(trace, nodes, outcomes),
         "</body></html>\n",
     ]
     return "\n".join(parts)
@@ -310,24 +310,45 @@ def _percent(part: float, total: float) -> float:
     return min(max(share, 0.0), 100.0) if math.isfinite(share) else 0.0
 
 
-def _failures(trace: RunTrace) -> str:
+def _failures(trace: RunTrace, nodes: Sequence[ChainNode],
+              outcomes: Mapping[str, NodeOutcome]) -> str:
     failures = trace.failures[:MAX_FAILURE_ROWS]
     left_out = trace.failures_left_out + len(trace.failures) - len(failures)
     if not failures:
         return "<p class=\"note\">None.</p>"
+    by_id = {n.node_id: n for n in nodes}
     out = ["<table class=\"failures\"><thead><tr><th>node</th><th>code</th>"
-           "<th>message</th><th>attempts</th></tr></thead><tbody>"]
+           "<th>message</th><th>attempts</th><th>then</th></tr></thead><tbody>"]
     for failure in failures:
         node = _text(failure.node_id, 80) if failure.node_id else "<i>the chain</i>"
-        out.append(f"<tr><td class=\"nid\">{node}</td><td><code>"
-                   f"{_text(failure.code or '—', 60)}</code></td><td class=\"msg\">"
-                   f"{_text(failure.message, MAX_MESSAGE_CHARS)}</td>"
-                   f"<td>{failure.attempts}</td></tr>")
+        handled, then = _handling(failure.node_id, by_id, outcomes)
+        row = "<tr class=\"handled\">" if handled else "<tr>"
+        out.append(f"{row}<td class=\"nid\">{node}"
+                   f"</td><td><code>{_text(failure.code or '—', 60)}</code></td>"
+                   f"<td class=\"msg\">{_text(failure.message, MAX_MESSAGE_CHARS)}</td>"
+                   f"<td>{failure.attempts}</td><td>{then}</td></tr>")
     out.append("</tbody></table>")
     if left_out:
         out.append(f"<p class=\"note\">{left_out:,} more failures left out (the first "
                    f"{len(failures):,} are listed).</p>")
     return "".join(out)
+
+
+def _handling(node_id: str, by_id: Mapping[str, ChainNode],
+              outcomes: Mapping[str, NodeOutcome]) -> tuple[bool, str]:
+    """Whether the failure of ``node_id`` (a map item as ``t[3]``) was handled by its
+    node's ``on_error`` (PROTOCOL.md §5 Errors), and that said as HTML."""
+    bracket = node_id.find("[")
+    node = by_id.get(node_id[:bracket] if bracket > 0 else node_id)
+    if node is None or node.on_error == "abort":
+        return False, ""
+    if node.on_error == "skip":
+        return True, "handled: skipped (<code>on_error: skip</code>)"
+    handler = node_outcome(node.on_error, outcomes)
+    said = f"<code>{_text(node.on_error, 80)}</code>"
+    if handler == "done":
+        return True, f"handled by {said}"
+    return False, f"handler {said}: {handler.replace('_', ' ')}"
 
 
 _CSS = """
@@ -350,6 +371,6 @@ border-bottom:1px solid #e9ecef;vertical-align:top}
 .timeline td.nid,.failures td.nid{font-family:ui-monospace,Menlo,monospace;
 word-break:break-all}
 .items{font-size:12px;color:#495057}.msg{white-space:pre-wrap;word-break:break-word}
-.note{color:#495057;font-size:13px}
+.note{color:#495057;font-size:13px}.failures tr.handled td{color:#495057}
 .warn{background:#fff3bf;border:1px solid #e67700;border-radius:4px;padding:4px 8px}
 """

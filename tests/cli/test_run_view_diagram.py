@@ -30,3 +30,33 @@ def test_a_next_node_past_an_on_error_handler_is_drawn_beside_the_handler_not_un
     assert lane is not None  # a straight run down a lane
     assert not left <= float(lane.group(1)) <= right
     assert xs[0] == xs[-1] == (left + right) / 2  # from risky's bottom to m's top, centred
+
+
+def test_the_failures_table_says_which_failures_were_handled_and_by_what() -> None:
+    import msgspec
+
+    nodes = [ChainNode(node_id="risky", kind="tool", name="fail", on_error="fallback",
+                       next_node="m"),
+             ChainNode(node_id="fallback", kind="tool", name="echo", next_node="m"),
+             ChainNode(node_id="m", kind="map", items_path="input.xs", map_node="t",
+                       next_node="last", on_error="broken"),
+             ChainNode(node_id="t", kind="tool", name="echo", on_error="skip"),
+             ChainNode(node_id="broken", kind="tool", name="echo"),
+             ChainNode(node_id="last", kind="tool", name="echo")]
+    trace = RunTrace()
+    for seq, (node_id, phase) in enumerate(
+            [("risky", "start"), ("risky", "error"), ("fallback", "start"),
+             ("fallback", "done"), ("m", "start"), ("t[0]", "start"), ("t[0]", "error"),
+             ("m", "error"), ("broken", "start"), ("broken", "error"), ("last", "skip")],
+            1):
+        trace.add_frame(msgspec.json.encode({
+            "type": "chain/event", "seq": seq, "ts": 1.0 + seq, "node_id": node_id,
+            "phase": phase, "error": f"{node_id} broke" if phase == "error" else ""}))
+    page = render_page(nodes, trace, title="t")
+    rows = re.findall(r'<tr( class="handled")?><td class="nid">([^<]+)</td>.*?'
+                      r"<td>(\d+)</td><td>(.*?)</td></tr>", page)
+    assert [(node, bool(handled), then) for handled, node, _, then in rows] == [
+        ("risky", True, "handled by <code>fallback</code>"),
+        ("t[0]", True, "handled: skipped (<code>on_error: skip</code>)"),
+        ("m", False, "handler <code>broken</code>: error"),
+        ("broken", False, "")]
