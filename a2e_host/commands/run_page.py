@@ -127,6 +127,12 @@ def _summary(trace: RunTrace, declared: int) -> str:
         facts.append(f"{format_ms((trace.last_ts - trace.first_ts) * 1000)} of events")
     if trace.seq_gaps:
         facts.append(f"<b>{trace.seq_gaps:,} gaps in seq: events are missing</b>")
+    odd = [f"{trace.seq_disorder:,} events out of seq order" if trace.seq_disorder else "",
+           f"{trace.repeated_ends:,} nodes ended twice" if trace.repeated_ends else "",
+           f"{trace.responses:,} responses" if trace.responses > 1 else ""]
+    if any(odd):
+        facts.append(f"<b>{', '.join(o for o in odd if o)}: this is not a record as the "
+                     "host writes it, and what is drawn may be wrong</b>")
     return f"<p class=\"summary\">{status}<br>{' · '.join(facts)}</p>"
 
 

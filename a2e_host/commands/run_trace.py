@@ -159,7 +159,10 @@ class RunTrace:
         end: the response, once folded (None: the run had not ended, or its response
             was not recorded).
         frames: frames folded; first_ts / last_ts: the earliest and latest ``ts`` seen.
-        seq_gaps: how many times a frame's ``seq`` was not the previous one's + 1.
+        seq_gaps: how many times a frame's ``seq`` skipped past the previous one's + 1.
+        seq_disorder: how many frames came with a ``seq`` not above the previous one's.
+        repeated_ends: terminal events of a declared node that had ended already.
+        responses: ``chain/resp`` frames folded (a run has one; the last is kept).
     """
 
     max_failures: int = MAX_FAILURES
@@ -171,9 +174,13 @@ class RunTrace:
     first_ts: float | None = None
     last_ts: float | None = None
     seq_gaps: int = 0
+    seq_disorder: int = 0
+    repeated_ends: int = 0
+    responses: int = 0
     _fold: OutcomeFold = field(default_factory=OutcomeFold)
     _seq: int = 0
     _failed_nodes: set[str] = field(default_factory=set)
+    _ended: set[str] = field(default_factory=set)
 
     def add_frame(self, frame: bytes, failure: bytes | None = None) -> None:
         """Take one encoded frame (a ``chain/event`` or the ``chain/resp``; any other type
@@ -200,7 +207,9 @@ class RunTrace:
         if view.type != "chain/event":
             return
         self.frames += 1
-        if view.seq != self._seq + 1:
+        if view.seq <= self._seq:
+            self.seq_disorder += 1
+        elif view.seq != self._seq + 1:
             self.seq_gaps += 1
         self._seq = view.seq
         ts = view.ts
@@ -221,8 +230,13 @@ class RunTrace:
                 span.start = ts
             if bracket > 0 and view.kind != "progress":
                 span.items += 1
-        elif ts is not None and (phase != "skip" or span.start is not None):
-            span.end = ts if span.end is None else max(span.end, ts)
+        else:
+            if bracket <= 0:
+                if declared in self._ended:
+                    self.repeated_ends += 1
+                self._ended.add(declared)
+            if ts is not None and (phase != "skip" or span.start is not None):
+                span.end = ts if span.end is None else max(span.end, ts)
         if phase == "error":
             self._take_failure(view, frame, failure)
 
@@ -242,6 +256,7 @@ class RunTrace:
             ts=view.ts if view.ts is not None else 0.0))
 
     def _take_response(self, view: _Frame) -> None:
+        self.responses += 1
         error: _ResponseError = _decode_or(_response_error_decoder, view.error,
                                            _ResponseError())
         code, node_id = error.code, error.node_id

@@ -128,3 +128,28 @@ def test_bidi_overrides_and_line_separators_in_ids_and_messages_are_shown_not_ob
                            "html"], capture_output=True, text=True, timeout=60).stdout
     assert "admin\ufffdgnp.exe\ufffdx\ufffd\ufffdy\ufffd" in page
     assert "rm -rf \ufffd/ fi\ufffddone" in page
+
+
+def test_events_out_of_order_repeated_ends_and_two_responses_are_said_on_the_page(
+        ) -> None:
+    from a2e_host.chains.messages import ChainNode
+    from a2e_host.commands.run_page import render_page
+
+    response = msgspec.json.encode({"type": "chain/resp", "ts": 1_800_000_009.0,
+                                    "success": True})
+    trace = RunTrace()
+    for line in (event(1, "a", "start"), event(3, "a", "done"), event(2, "b", "start"),
+                 event(4, "a", "error", error="late"), event(5, "b", "done"),
+                 response, response):
+        trace.add_frame(line)
+    assert (trace.seq_gaps, trace.seq_disorder, trace.repeated_ends, trace.responses) == (
+        1, 1, 1, 2)
+    page = render_page([ChainNode(node_id="a", kind="tool", name="x"),
+                        ChainNode(node_id="b", kind="tool", name="x")], trace, title="t")
+    assert ("<b>1 events out of seq order, 1 nodes ended twice, 2 responses: this is not a "
+            "record as the host writes it, and what is drawn may be wrong</b>") in page
+    clean = RunTrace()
+    for line in (event(1, "a", "start"), event(2, "a", "done"), response):
+        clean.add_frame(line)
+    assert (clean.seq_gaps, clean.seq_disorder, clean.repeated_ends, clean.responses) == (
+        0, 0, 0, 1)
