@@ -73,7 +73,7 @@ def graph_events_main(chain: Path, events: Path, format: str) -> int:
         return EXIT_USAGE
     try:
         request = read_chain_request(chain)
-        trace = read_events(events)
+        trace = read_events(events, frozenset(n.node_id for n in request.nodes))
     except (ChainFileError, EventsFileError) as exc:
         print(f"a2e-host graph: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
@@ -101,8 +101,9 @@ def draw_run(nodes: Sequence[ChainNode], trace: RunTrace, format: str, *, title:
     return printable(draw(nodes, outcomes)).translate(_BIDI)
 
 
-def read_events(path: Path) -> RunTrace:
-    """Fold the events file ``path``, a line at a time.
+def read_events(path: Path, declared: frozenset[str] = frozenset()) -> RunTrace:
+    """Fold the events file ``path``, a line at a time; ``declared``: the chain's node ids
+    (:attr:`RunTrace.declared`).
 
     Raises:
         EventsFileError: the file cannot be opened or read, a line is longer than
@@ -116,7 +117,7 @@ def read_events(path: Path) -> RunTrace:
                               "'a2e-host run CHAIN.json --record FILE'") from None
     except OSError as exc:
         raise EventsFileError(f"{what} cannot be opened: {exc.strerror or exc}") from None
-    trace = RunTrace()
+    trace = RunTrace(declared=declared)
     with os.fdopen(fd, "rb") as file:
         number = 0
         while True:

@@ -33,7 +33,7 @@ from .graph import (
     item_counts,
     node_outcome,
 )
-from .run_outcomes import NodeOutcome
+from .run_outcomes import NodeOutcome, event_node
 from .run_trace import RunTrace, format_ms
 
 __all__ = ["MAX_DRAWN_NODES", "MAX_FAILURE_ROWS", "MAX_MESSAGE_CHARS", "MAX_TIMELINE_ROWS",
@@ -344,8 +344,8 @@ def _handling(node_id: str, by_id: Mapping[str, ChainNode],
               outcomes: Mapping[str, NodeOutcome]) -> tuple[bool, str]:
     """Whether the failure of ``node_id`` (a map item as ``t[3]``) was handled by its
     node's ``on_error`` (PROTOCOL.md §5 Errors), and that said as HTML."""
-    bracket = node_id.find("[")
-    node = by_id.get(node_id[:bracket] if bracket > 0 else node_id)
+    key = event_node(node_id, by_id)
+    node = by_id.get(key[0]) if key is not None else None
     if node is None or node.on_error == "abort":
         return False, ""
     if node.on_error == "skip":

@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from .run_outcomes import NodeOutcome, OutcomeFold, error_code
+from .run_outcomes import NodeOutcome, OutcomeFold, error_code, event_node
 
 __all__ = ["MAX_DATA_BYTES", "MAX_FAILURES", "MAX_KEPT_MESSAGE_CHARS", "Failure", "RunEnd",
            "RunTrace", "Span", "format_ms"]
@@ -153,6 +153,9 @@ class RunTrace:
         trace.outcomes()            # {"a": NodeOutcome("done", duration_ms=12.0), …}
 
     Attributes:
+        declared: the chain's node ids, when known (an event's id declared as written is
+            that node's, not a map item or a skill's inner node:
+            :func:`~a2e_host.commands.run_outcomes.event_node`).
         spans: declared node id (or template id) → its :class:`Span`.
         failures: the first ``max_failures`` failures, in ``seq`` order.
         failures_left_out: how many more there were.
@@ -177,10 +180,14 @@ class RunTrace:
     seq_disorder: int = 0
     repeated_ends: int = 0
     responses: int = 0
-    _fold: OutcomeFold = field(default_factory=OutcomeFold)
+    declared: frozenset[str] = frozenset()
+    _fold: OutcomeFold = field(init=False)
     _seq: int = 0
     _failed_nodes: set[str] = field(default_factory=set)
     _ended: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._fold = OutcomeFold(self.declared)
 
     def add_frame(self, frame: bytes, failure: bytes | None = None) -> None:
         """Take one encoded frame (a ``chain/event`` or the ``chain/resp``; any other type
@@ -218,31 +225,31 @@ class RunTrace:
             self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
         node_id, phase = view.node_id, view.phase
         self._fold.add(node_id, phase, frame, failure)
-        if not node_id or "/" in node_id or phase not in ("start", "done", "skip", "error"):
+        key = event_node(node_id, self.declared)
+        if key is None or phase not in ("start", "done", "skip", "error"):
             return
-        bracket = node_id.find("[")
-        declared = node_id[:bracket] if bracket > 0 else node_id
+        declared, item = key
         span = self.spans.get(declared)
         if span is None:
             span = self.spans[declared] = Span()
         if phase == "start":
             if ts is not None and (span.start is None or ts < span.start):
                 span.start = ts
-            if bracket > 0 and view.kind != "progress":
+            if item and view.kind != "progress":
                 span.items += 1
         else:
-            if bracket <= 0:
+            if not item:
                 if declared in self._ended:
                     self.repeated_ends += 1
                 self._ended.add(declared)
             if ts is not None and (phase != "skip" or span.start is not None):
                 span.end = ts if span.end is None else max(span.end, ts)
         if phase == "error":
-            self._take_failure(view, frame, failure)
+            self._take_failure(view, frame, failure, declared)
 
-    def _take_failure(self, view: _Frame, frame: bytes, failure: bytes | None) -> None:
-        bracket = view.node_id.find("[")
-        self._failed_nodes.add(view.node_id[:bracket] if bracket > 0 else view.node_id)
+    def _take_failure(self, view: _Frame, frame: bytes, failure: bytes | None,
+                      declared: str) -> None:
+        self._failed_nodes.add(declared)
         if len(self.failures) >= self.max_failures:
             self.failures_left_out += 1
             return

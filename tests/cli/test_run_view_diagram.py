@@ -1,13 +1,20 @@
-"""The HTML run view's diagram: a control edge that skips layers is drawn beside the boxes
-between, not hidden behind them."""
+"""The run view's drawing: a control edge that skips layers is drawn beside the boxes
+between, not hidden behind them; failures say whether they were handled; each event is
+drawn on the node it names."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 from a2e_host.chains.messages import ChainNode
 from a2e_host.commands.run_page import render_page
 from a2e_host.commands.run_trace import RunTrace
+
+CLI = [sys.executable, "-m", "a2e_host"]
 
 
 def test_a_next_node_past_an_on_error_handler_is_drawn_beside_the_handler_not_under_it(
@@ -60,3 +67,26 @@ def test_the_failures_table_says_which_failures_were_handled_and_by_what() -> No
         ("t[0]", True, "handled: skipped (<code>on_error: skip</code>)"),
         ("m", False, "handler <code>broken</code>: error"),
         ("broken", False, "")]
+
+
+def test_a_declared_id_that_looks_like_a_map_item_or_a_skills_inner_node_is_its_own_node(
+        tmp_path: Path) -> None:
+    chain = tmp_path / "chain.json"
+    chain.write_text(json.dumps({"entry_node": "a", "nodes": [
+        {"node_id": "a", "kind": "tool", "name": "upper", "input": {"text": "x"},
+         "next_node": "a/b"},
+        {"node_id": "a/b", "kind": "tool", "name": "upper", "input": {"text": "y"},
+         "next_node": "a[1]"},
+        {"node_id": "a[1]", "kind": "tool", "name": "fail", "input": {"message": "no"}}]}),
+        encoding="utf-8")
+    record = tmp_path / "run.ndjson"
+    run = subprocess.run([*CLI, "run", str(chain), "--tools", "conformance", "--final",
+                          "--record", str(record)], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    assert run.returncode == 1, run.stderr
+    drawn = subprocess.run([*CLI, "graph", str(chain), "--events", str(record)],
+                           capture_output=True, text=True, timeout=60)
+    assert drawn.returncode == 0 and drawn.stderr == ""
+    classes = [line.strip() for line in drawn.stdout.splitlines()
+               if line.strip().startswith("class ")]
+    assert classes == ["class a,n_a_b done", "class n_a_1_ error"]
