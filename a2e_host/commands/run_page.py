@@ -373,7 +373,7 @@ svg .detail{font-size:11px}svg .elabel{font-size:11px;fill:#495057}
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:3px 8px;
 border-bottom:1px solid #e9ecef;vertical-align:top}
 .timeline td.lane{position:relative;width:60%;padding:0}
-.timeline .bar{position:absolute;top:5px;bottom:5px;border-radius:3px;min-width:2px}
+.timeline .bar{position:absolute;top:5px;height:14px;border-radius:3px;min-width:2px}
 .timeline td.nid,.failures td.nid{font-family:ui-monospace,Menlo,monospace;
 word-break:break-all}
 .items{font-size:12px;color:#495057}.msg{white-space:pre-wrap;word-break:break-word}
