@@ -90,3 +90,20 @@ def test_a_declared_id_that_looks_like_a_map_item_or_a_skills_inner_node_is_its_
     classes = [line.strip() for line in drawn.stdout.splitlines()
                if line.strip().startswith("class ")]
     assert classes == ["class a,n_a_b done", "class n_a_1_ error"]
+
+
+def test_mermaid_ids_for_thousands_of_renamed_nodes_take_linear_time() -> None:
+    import time
+
+    from a2e_host.commands.graph import to_mermaid
+
+    # 30,000 ids Mermaid cannot take as written, half of them renamed to one n_x_ form
+    nodes = [ChainNode(node_id=f"n-{i}", kind="tool", name="t") for i in range(15_000)]
+    nodes += [ChainNode(node_id="x" + chr(0x100 + i), kind="tool", name="t")
+              for i in range(15_000)]
+    started = time.perf_counter()
+    drawn = to_mermaid(nodes)
+    took = time.perf_counter() - started
+    assert took < 20, f"{took:.1f} s"  # quadratic, it took minutes
+    assert 'n_n_0["n-0<br/>tool t"]' in drawn
+    assert 'n_x__15000["x\u3b97<br/>tool t"]' in drawn  # the last of the shared form
