@@ -17,6 +17,7 @@ start, last end); at most :data:`MAX_DRAWN_NODES` nodes are drawn,
 
 from __future__ import annotations
 
+import bisect
 import html
 import math
 import re
@@ -185,13 +186,15 @@ def _diagram(nodes: Sequence[ChainNode], outcomes: Mapping[str, NodeOutcome]) ->
     lefts: dict[int, list[float]] = {}  # layer -> the left x of each of its boxes
     for node_id, (x, _) in where.items():
         lefts.setdefault(layout.layer[node_id], []).append(x)
+    for row in lefts.values():
+        row.sort()
     for edge in edges:
         (x1, y1), (x2, y2) = where[edge.source], where[edge.target]
         sx, sy, tx, ty = x1 + _BOX_W / 2, y1 + _BOX_H, x2 + _BOX_W / 2, y2
         dash = {"data": " stroke-dasharray=\"5 4\" stroke-opacity=\"0.45\"",
                 "map": " stroke-width=\"2.5\""}.get(edge.kind, "")
-        between = [lefts.get(n, []) for n in range(layout.layer[edge.source] + 1,
-                                                     layout.layer[edge.target])]
+        between = [lefts[n] for n in range(layout.layer[edge.source] + 1,
+                                             layout.layer[edge.target]) if n in lefts]
         # a control edge past the layers between goes down a free lane beside their boxes
         # (a data edge, faint, may pass behind them: lanes for all would be a thicket)
         lane = (_lane(between, sx, tx, width)
@@ -248,18 +251,22 @@ def _diagram(nodes: Sequence[ChainNode], outcomes: Mapping[str, NodeOutcome]) ->
 
 def _lane(between: list[list[float]], sx: float, tx: float, width: float) -> float | None:
     """An x where an edge from ``sx`` to ``tx`` can pass the layers ``between`` (each the
-    left x of its boxes) without crossing a box: the free one nearest its middle (the
-    straight line itself when it is free); None when no lane is free."""
-    margin = 6.0
+    sorted left x of its boxes) without crossing a box: the free one nearest its middle
+    (the straight line itself when it is free); None when no lane is free. Each x is
+    checked by bisection: O(boxes · layers · log boxes) for one edge."""
+    margin = 6.0  # boxes are _GAP_X > 2 * margin apart: only the box left of x can hold it
 
     def free(x: float) -> bool:
-        return all(x < left - margin or x > left + _BOX_W + margin
-                   for layer in between for left in layer)
+        for lefts in between:
+            i = bisect.bisect_right(lefts, x + margin)
+            if i and x <= lefts[i - 1] + _BOX_W + margin:
+                return False
+        return True
 
     middle = (sx + tx) / 2
     candidates = [sx, tx, middle]
-    for layer in between:
-        for left in layer:
+    for lefts in between:
+        for left in lefts:
             candidates += [left - _GAP_X / 2, left + _BOX_W + _GAP_X / 2]
     lanes = [x for x in candidates if 2 <= x <= width - 2 and free(x)]
     return min(lanes, key=lambda x: (abs(x - middle), x)) if lanes else None
