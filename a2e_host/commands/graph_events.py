@@ -77,6 +77,10 @@ def graph_events_main(chain: Path, events: Path, format: str) -> int:
     except (ChainFileError, EventsFileError) as exc:
         print(f"a2e-host graph: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+    if trace.cut_line:
+        print(f"a2e-host graph: warning: line {trace.cut_line} of events file "
+              f"{printable(repr(str(events)))} is cut off (the recording stopped while "
+              "writing it); drawn without it", file=sys.stderr)
     missing = trace.undeclared(n.node_id for n in request.nodes)
     if missing:
         print(printable(
@@ -107,7 +111,10 @@ def read_events(path: Path, declared: frozenset[str] = frozenset()) -> RunTrace:
 
     Raises:
         EventsFileError: the file cannot be opened or read, a line is longer than
-            :data:`MAX_LINE_BYTES`, or a line is not a JSON object of a frame's shape.
+            :data:`MAX_LINE_BYTES`, or a line is not a JSON object of a frame's shape
+            (but the last after some frames, when it has no newline: a recording cut off
+            while writing it leaves that line half written; it is left out and its
+            number kept in :attr:`RunTrace.cut_line`).
     """
     what = f"events file {str(path)!r}"
     try:
@@ -140,6 +147,9 @@ def read_events(path: Path, declared: frozenset[str] = frozenset()) -> RunTrace:
             try:
                 trace.add_frame(line)
             except ValueError as exc:
+                if trace.frames and not line.endswith(b"\n"):  # cut off while written
+                    trace.cut_line = number
+                    return trace
                 raise EventsFileError(
                     f"line {number} of {what} is not a chain/event or chain/resp ({exc}); "
                     "pass the NDJSON file 'a2e-host run --record' wrote") from None

@@ -128,6 +128,8 @@ def _summary(trace: RunTrace, declared: int) -> str:
         facts.append(f"{format_ms((trace.last_ts - trace.first_ts) * 1000)} of events")
     if trace.seq_gaps:
         facts.append(f"<b>{trace.seq_gaps:,} gaps in seq: events are missing</b>")
+    if trace.cut_line:
+        facts.append(f"<b>line {trace.cut_line:,} was cut off while written: left out</b>")
     odd = [f"{trace.seq_disorder:,} events out of seq order" if trace.seq_disorder else "",
            f"{trace.repeated_ends:,} nodes ended twice" if trace.repeated_ends else "",
            f"{trace.responses:,} responses" if trace.responses > 1 else ""]

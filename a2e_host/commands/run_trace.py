@@ -166,6 +166,8 @@ class RunTrace:
         seq_disorder: how many frames came with a ``seq`` not above the previous one's.
         repeated_ends: terminal events of a declared node that had ended already.
         responses: ``chain/resp`` frames folded (a run has one; the last is kept).
+        cut_line: the number of an events file's last line, left out because it was
+            half written (:func:`~a2e_host.commands.graph_events.read_events`); 0: none.
     """
 
     max_failures: int = MAX_FAILURES
@@ -180,6 +182,7 @@ class RunTrace:
     seq_disorder: int = 0
     repeated_ends: int = 0
     responses: int = 0
+    cut_line: int = 0
     declared: frozenset[str] = frozenset()
     _fold: OutcomeFold = field(init=False)
     _seq: int = 0

@@ -154,3 +154,16 @@ def test_events_out_of_order_repeated_ends_and_two_responses_are_said_on_the_pag
         clean.add_frame(line)
     assert (clean.seq_gaps, clean.seq_disorder, clean.repeated_ends, clean.responses) == (
         0, 0, 0, 1)
+
+
+def test_a_single_line_that_is_not_a_frame_is_refused_even_without_a_newline(
+        tmp_path: Path) -> None:
+    chain = tmp_path / "chain.json"
+    chain.write_text(json.dumps(CHAIN), encoding="utf-8")
+    events = tmp_path / "photo.jpg"
+    events.write_bytes(b"\xff\xd8\xff\xe0 not json at all")
+    done = subprocess.run([*CLI, "graph", str(chain), "--events", str(events)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"a2e-host graph: line 1 of events file {str(events)!r} "
+                                  "is not a chain/event or chain/resp (")
