@@ -1,9 +1,7 @@
 """The adapter for the public SDK's host (conformance/adapters/a2e_sdk_stdio.py).
 
-Running the SDK's host needs an SDK checkout and the SDK's own dependencies (pydantic,
-fastapi, requests), neither of which a fresh machine has without the network: the
-verdicts of a run against it are recorded in conformance/README.md ("A worked example"),
-not re-run here. What is checked here is the adapter's own part, which needs only the
+Running the SDK's host needs an SDK checkout (test_conformance_sdk_host.py runs the spec
+level against one). What is checked here is the adapter's own part, which needs only the
 standard library: it keeps the host's lines whole, serves the §7 fixture tools as the
 kit expects them, and refuses a directory that is not an SDK checkout.
 """
