@@ -22,10 +22,14 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-__all__ = ["Frame", "Connection", "StdioConnection", "WebSocketConnection", "SUBPROTOCOL"]
+__all__ = ["Frame", "Connection", "StdioConnection", "WebSocketConnection", "SUBPROTOCOL",
+           "MAX_FRAME_BYTES"]
 
 SUBPROTOCOL = "a2e.v1"
-_MAX_LINE_BYTES = 256 * 2**20  # reader limit; larger than any host cap we test
+MAX_FRAME_BYTES = 64 * 2**20
+"""The largest frame the kit reads (4 x PROTOCOL.md §6's default ``max_message_bytes``);
+a longer one is reported as a fault frame and skipped, so a host answering huge frames
+costs the runner bounded memory, never a crash."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,18 @@ def _decode(raw: str) -> Frame:
     if not isinstance(message, dict):
         return Frame(raw, None, "not a JSON object")
     return Frame(raw, message)
+
+
+async def _discard_line(stream: asyncio.StreamReader) -> None:
+    """Read and drop the rest of an over-long line, up to and with its newline."""
+    while True:
+        try:
+            await stream.readuntil(b"\n")
+            return
+        except asyncio.LimitOverrunError as over:
+            await stream.readexactly(over.consumed)
+        except asyncio.IncompleteReadError:
+            return
 
 
 class Connection(abc.ABC):
@@ -131,27 +147,44 @@ class StdioConnection(Connection):
                   "drop": asyncio.subprocess.DEVNULL}[stderr]
         process = await asyncio.create_subprocess_exec(
             *shlex.split(command), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=target, limit=_MAX_LINE_BYTES,
+            stdout=asyncio.subprocess.PIPE, stderr=target, limit=MAX_FRAME_BYTES,
         )
         return cls(process, capture=stderr == "capture")
 
     async def _read_stdout(self) -> None:
-        assert self._process.stdout is not None
+        stdout = self._process.stdout
+        assert stdout is not None
         try:
-            while line := await self._process.stdout.readline():
+            while True:
                 try:
-                    text = line.decode("utf-8")
-                except UnicodeDecodeError:
-                    self._frames.put_nowait(Frame(repr(line[:200]), None, "stdout is not UTF-8"))
+                    line = await stdout.readuntil(b"\n")
+                except asyncio.IncompleteReadError as eof:
+                    if eof.partial:
+                        self._put_line(eof.partial)
+                    break
+                except asyncio.LimitOverrunError as over:
+                    self._frames.put_nowait(Frame(
+                        "", None, f"a line over {MAX_FRAME_BYTES} bytes (the kit's frame "
+                                  f"bound); skipped"))
+                    await stdout.readexactly(over.consumed)
+                    await _discard_line(stdout)
                     continue
-                if not text.endswith("\n"):
-                    self._frames.put_nowait(Frame(text, None, "line not ended by \\n"))
-                    continue
-                self._frames.put_nowait(_decode(text[:-1]))
-        except (ValueError, OSError) as exc:  # over-long line, broken pipe
+                self._put_line(line)
+        except (ValueError, OSError, asyncio.IncompleteReadError) as exc:  # broken pipe
             self._frames.put_nowait(Frame("", None, f"stdout unreadable: {exc}"))
         finally:
             self._frames.put_nowait(None)
+
+    def _put_line(self, line: bytes) -> None:
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            self._frames.put_nowait(Frame(repr(line[:200]), None, "stdout is not UTF-8"))
+            return
+        if not text.endswith("\n"):
+            self._frames.put_nowait(Frame(text, None, "line not ended by \\n"))
+            return
+        self._frames.put_nowait(_decode(text[:-1]))
 
     async def _read_stderr(self) -> None:
         assert self._process.stderr is not None
@@ -212,7 +245,7 @@ class WebSocketConnection(Connection):
 
     @classmethod
     async def open(cls, url: str) -> WebSocketConnection:
-        ws = await connect(url, subprotocols=[SUBPROTOCOL], max_size=None,  # type: ignore[list-item]
+        ws = await connect(url, subprotocols=[SUBPROTOCOL], max_size=MAX_FRAME_BYTES,  # type: ignore[list-item]
                            ping_interval=None, open_timeout=10, close_timeout=2)
         return cls(ws)
 
@@ -224,8 +257,10 @@ class WebSocketConnection(Connection):
                                                   "binary frame from the host"))
                 else:
                     self._frames.put_nowait(_decode(data))
-        except ConnectionClosed:
-            pass
+        except ConnectionClosed as closed:
+            if closed.sent is not None and closed.sent.code == 1009:  # ours: too big
+                self._frames.put_nowait(Frame("", None, f"a frame over {MAX_FRAME_BYTES} "
+                                                        f"bytes (the kit's frame bound)"))
         finally:
             self._frames.put_nowait(None)
 
