@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import sys
 from typing import Any
 
@@ -95,3 +96,32 @@ def test_a_host_advertising_extensions_it_lacks_fails_their_cases_not_the_runner
              if case_level(c, by_id) == "extension"]
     results = run_against("liar", cases)
     assert sum(r.status == "failed" for r in results) >= 30
+
+
+@pytest.mark.asyncio
+async def test_a_websocket_frame_over_the_frame_bound_is_a_framing_defect() -> None:
+    # a WebSocket host answering a chain/req with one frame over the bound: the runner
+    # closes the connection (1009) rather than buffer it, and says why
+    from websockets.asyncio.server import ServerConnection, serve
+
+    from tests.support.hostile_host import answer
+
+    async def handler(ws: ServerConnection) -> None:
+        async for text in ws:
+            message = json.loads(text)
+            if message.get("type") == "chain/req":
+                await ws.send("x" * (MAX_FRAME_BYTES + 1))
+            for frame in answer("double", message) or []:
+                if isinstance(frame, dict) and frame.get("type") != "chain/resp":
+                    await ws.send(json.dumps(frame))
+
+    case = next(c for c in load_cases() if c.id == "spec-tool-output")
+    async with serve(handler, "127.0.0.1", 0, subprotocols=["a2e.v1"],  # type: ignore[list-item]
+                     max_size=2**20) as server:
+        port = server.sockets[0].getsockname()[1]
+        results = await run_suite([case], Target("ws", f"ws://127.0.0.1:{port}"))
+    assert runner_errors(results) == []
+    assert results[0].status == "failed"
+    assert defects(results)["FRAME-WS"]["first"] == (
+        f"host sent a frame that is not protocol (a frame over {MAX_FRAME_BYTES} bytes "
+        f"(the kit's frame bound)): ''")
