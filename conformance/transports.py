@@ -258,7 +258,8 @@ class WebSocketConnection(Connection):
                 else:
                     self._frames.put_nowait(_decode(data))
         except ConnectionClosed as closed:
-            if closed.sent is not None and closed.sent.code == 1009:  # ours: too big
+            if (closed.sent is not None and closed.sent.code == 1009
+                    and closed.rcvd_then_sent is not True):  # we closed it: too big
                 self._frames.put_nowait(Frame("", None, f"a frame over {MAX_FRAME_BYTES} "
                                                         f"bytes (the kit's frame bound)"))
         finally:
