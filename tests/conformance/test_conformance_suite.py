@@ -4,7 +4,9 @@ it); and against a host that answers garbage (the runner never crashes).
 
 The kit runs in this process (``run_suite``): a subprocess per run only added a Python
 start-up. Time bounds: a full run over stdio starts a few dozen host processes, so it
-carries its own ``pytest.mark.timeout`` above pytest's global guard.
+runs as :data:`STDIO_SHARDS` tests xdist spreads over its workers (together the whole
+kit, which one test checks without starting a host), each with its own
+``pytest.mark.timeout`` above pytest's global guard.
 """
 
 from __future__ import annotations
