@@ -3,7 +3,7 @@ conformance/adapters/a2e_sdk_stdio.py (issue 21, "Prove it on two hosts").
 
 The SDK is not on the package registry and is never copied into the project: the test
 extracts the commit the README's worked example records from a bare clone of it
-(:data:`SDK_REPO`, or ``A2E_SDK_REPO``) into a temporary directory, and runs the SDK's
+(:data:`SDK_REPO`, or ``CONFORMANCE_SDK_REPO``) into a temporary directory, and runs the SDK's
 host under this Python (its dependencies, pydantic, fastapi, requests and pyyaml, are
 in the ``test`` extra). Without that clone on the machine there is nothing to run the
 adapter against, and the test is skipped saying so; everything else fails loudly.
@@ -28,7 +28,8 @@ from conformance.report import json_report, level_scores, runner_errors
 from conformance.suite import Target, requirements_by_id, run_suite
 from tests.support import REPO
 
-SDK_REPO = Path(os.environ.get("A2E_SDK_REPO", "/work/.mirror/a2eprotocol+python-sdk/repo"))
+SDK_REPO = Path(os.environ.get("CONFORMANCE_SDK_REPO",
+                               "/work/.mirror/a2eprotocol+python-sdk/repo"))
 README = REPO / "conformance" / "README.md"
 ADAPTER = REPO / "conformance" / "adapters" / "a2e_sdk_stdio.py"
 
@@ -51,14 +52,18 @@ def recorded_spec_failures() -> set[str]:
 @pytest.fixture(scope="module")
 def sdk_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not SDK_REPO.is_dir():
-        pytest.skip(f"no clone of the public A2E python SDK at {SDK_REPO} (set A2E_SDK_REPO)")
+        pytest.skip(f"no clone of the public A2E python SDK at {SDK_REPO} "
+                    f"(set CONFORMANCE_SDK_REPO)")
     # only the package: the repository's large media files may be absent from a mirror
     archive = subprocess.run(["git", "--git-dir", str(SDK_REPO), "archive", "--format=tar",
                               recorded_commit(), "a2e"],
                              capture_output=True, check=True, timeout=60)
     target = tmp_path_factory.mktemp("a2e-sdk")
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(target, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4+: refuse links out of target
+            tar.extractall(target, filter="data")
+        else:
+            tar.extractall(target)  # our own archive of a known commit
     return target
 
 
