@@ -81,6 +81,7 @@ from .recovery_policy import Report
 from .resume import Resumption, Starting, fold_plan
 from .run_state import Clock, KindRunner, RunConfig, SubchainPlanner, logs_debug
 from .step_cache import StepCache
+from .terminal import send_terminal_error
 from .validation import ChainPlan, PlanNode
 from .workers import WorkerPool
 
@@ -344,19 +345,7 @@ class ChainRunner:
         was sent already or the run is closed; a node with recovery fields' carries its
         report as ``data`` (PROTOCOL.md §5 Recovery), a resumed one ``resumed: true``
         (§5 Resume); ``failure`` is what a durable run keeps with it."""
-        running = self.running
-        if running.get(shown) is False and not self.closed:
-            running[shown] = True
-            report = self.reports.pop(shown, None) if self.reports else None
-            resume = self.config.resume
-            if resume is not None and shown in resume.resumed:
-                data = {**(report.data(False) if report is not None else {}), "resumed": True}
-                self.events.send_data(shown, "error", data, error=message, failure=failure)
-            elif report is None:
-                self.events.send(shown, "error", error=message, failure=failure)
-            else:
-                self.events.send_data(shown, "error", report.data(False), error=message,
-                                      failure=failure)
+        send_terminal_error(self, shown, message, failure)
 
     def cancel_message(self, *, item: bool = False) -> str:
         """The ``error`` text of a node or item stopped before it finished: why the
