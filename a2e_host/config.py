@@ -109,6 +109,12 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
             for ``a2e-host stdio`` (an agent that spawns the host may never read its
             stderr) and ``run``, ``info`` otherwise.
+        otel_exporter: where spans (and OTLP metrics) go (README "Observability"):
+            ``none`` (the default: no span is made), ``console`` (spans as JSON on
+            stderr) or ``otlp`` (OTLP/HTTP; endpoint, headers and service name from the
+            standard ``OTEL_*`` variables; needs ``a2e-host[otel]``).
+        http_endpoints: ``serve`` answers ``GET /healthz``, ``/readyz`` and ``/metrics``
+            on its WebSocket port (default true).
     """
 
     limits: Limits = Limits()
@@ -143,6 +149,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     store_commit_delay: float = 0.0
     log_format: str = "auto"
     log_level: str = "auto"
+    # observability (README "Observability")
+    otel_exporter: str = "none"
+    http_endpoints: bool = True
 
     @property
     def auth_required(self) -> bool:
@@ -355,6 +364,9 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "store_commit_delay": cv.seconds,
     "log_format": cv.choice(_LOG_FORMATS),
     "log_level": cv.choice(_LOG_LEVELS),
+    # observability
+    "otel_exporter": cv.choice(("none", "console", "otlp")),
+    "http_endpoints": cv.flag,
 }
 """HostConfig field → converter ``(key, raw, source) -> value`` (raises ValueError)."""
 

@@ -58,6 +58,7 @@ import structlog
 
 from ..errors import ChainFailure
 from ..limits import Limits, SessionLimits
+from ..telemetry import chain_spans, metrics
 from ..tools.model import Tool
 from .attempt import run_attempt, run_branch
 from .budget import RequestBudget, RunBudget
@@ -226,7 +227,8 @@ class ChainRunner:
         self.context: dict[str, Any] = {"input": initial_input}
         self.outputs: dict[str, Any] = {}
         self.running: dict[str, bool] = {}
-        self.reports: dict[str, Report] = {}
+        self.reports: dict[str, Report] = chain_spans.reports_for_run()
+        self._attempt = chain_spans.attempt_runner(run_attempt)  # run_attempt when unobserved
         self.deadline: float = parent.deadline if parent is not None else math.inf
         self.monotonic_deadline: float | None = (
             parent.monotonic_deadline if parent is not None else None
@@ -283,7 +285,11 @@ class ChainRunner:
             sent.append(self._send_response(result, started))
 
         timeout = self.plan.timeout if self._timeout_left is None else self._timeout_left
-        await self.run(max(0.0, timeout), respond)
+        metrics.chain_started()
+        running: Awaitable[Any] = self.run(max(0.0, timeout), respond)
+        if chain_spans.chain_span_needed():
+            running = chain_spans.traced_chain(self.plan.request, running, sent)
+        await running
         return sent[0]
 
     async def run(
@@ -399,7 +405,7 @@ class ChainRunner:
     async def _run_node(self, index: int) -> None:
         pnode = self.plan.nodes[index]
         node_id = pnode.node_id
-        outcome = await run_attempt(
+        outcome = await self._attempt(
             self, self.prefix + node_id, pnode, self._node_context(index)
         )
         kind = outcome.kind
@@ -485,5 +491,7 @@ class ChainRunner:
         response = response_of(self.plan.request, result,
                                int((time.monotonic() - started) * 1000))
         self.events.closed = True
+        error = response.error
+        metrics.chain_finished("ok" if error is None else error.code, self.events.seq)
         self.config.emit(response)
         return response
