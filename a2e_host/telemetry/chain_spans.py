@@ -33,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..chains.kinds import NODE_KINDS
 from . import metrics, tracing
 
 if TYPE_CHECKING:
@@ -56,7 +57,8 @@ AttemptFn = Callable[..., Awaitable["Outcome"]]
 """:func:`~a2e_host.chains.attempt.run_attempt`'s shape:
 ``(run, shown, pnode, context, *, item=False) -> Outcome``."""
 
-_EXECUTABLE = frozenset({"tool", "skill", "proc"})
+_EXECUTABLE = frozenset(s.name for s in NODE_KINDS.specs.values() if s.executed)
+"""Kinds that run an executor (a tool, skill or executable): their spans name it."""
 
 
 def observed() -> bool:
