@@ -202,3 +202,40 @@ async def test_a_proc_child_gets_no_traceparent_while_tracing_is_off(tmp_path: P
                                trace_context=TraceContext(traceparent=TRACEPARENT))
     assert response.success, response.error
     assert "TRACEPARENT" not in response.outputs["p"]["stdout"]
+
+
+@pytest.mark.asyncio
+async def test_a_thread_tool_and_a_loop_tool_run_inside_their_nodes_span() -> None:
+    from opentelemetry import trace
+
+    from a2e_chains import ChainPlugin
+    from a2e_host import tools
+    from a2e_host.chains.toolbox import Toolbox
+
+    def current_span_id() -> dict[str, str]:
+        return {"span": f"{trace.get_current_span().get_span_context().span_id:016x}"}
+
+    @tools.tool(blocking=True)
+    def in_thread() -> dict[str, str]:
+        """The span current in a worker thread."""
+        return current_span_id()
+
+    @tools.tool(blocking=False)
+    async def on_loop() -> dict[str, str]:
+        """The span current on the event loop."""
+        return current_span_id()
+
+    config = HostConfig(tools=("conformance",))
+    registry = tools.load_tools(config)
+    registry.register(in_thread)
+    registry.register(on_loop)
+    host = Host(config, plugins=[ChainPlugin(config, toolbox=Toolbox(registry))])
+    nodes = [{"node_id": "t", "kind": "tool", "name": "in_thread", "next_node": "l"},
+             {"node_id": "l", "kind": "tool", "name": "on_loop"}]
+    with recorded_spans() as exporter:
+        response = await run_nodes(host, nodes)
+        spans = {s.attributes["a2e.node_id"]: s for s in exporter.get_finished_spans()
+                 if s.name == "a2e.node"}
+    assert response.success, response.error
+    assert response.outputs == {
+        node: {"span": f"{spans[node].context.span_id:016x}"} for node in ("t", "l")}
