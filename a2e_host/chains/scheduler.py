@@ -278,11 +278,15 @@ class ChainRunner:
             is cancelled (as ``cancelled``), before the cancellation propagates.
         """
         sent: list[ChainResponse] = []
+        first_seq = self.events.seq  # a resumed run's earlier events were counted before
 
         def respond(result: RunResult) -> None:
             if before_response is not None:
                 before_response()
-            sent.append(self._send_response(result, started))
+            sent.append(response := self._send_response(result, started))
+            error = response.error
+            metrics.chain_finished("ok" if error is None else error.code,
+                                   self.events.seq - first_seq)
 
         timeout = self.plan.timeout if self._timeout_left is None else self._timeout_left
         metrics.chain_started()
@@ -491,7 +495,5 @@ class ChainRunner:
         response = response_of(self.plan.request, result,
                                int((time.monotonic() - started) * 1000))
         self.events.closed = True
-        error = response.error
-        metrics.chain_finished("ok" if error is None else error.code, self.events.seq)
         self.config.emit(response)
         return response
