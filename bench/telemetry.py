@@ -177,6 +177,8 @@ async def _session(call: Any, modes: Modes, w: Workload, runs: int, warmup: int
                 t, c = time.perf_counter(), time.thread_time()
                 resp = await call(req, events.append)
                 dt, dc = time.perf_counter() - t, time.thread_time() - c
+                for _ in range(3):  # untimed: the run ends (its chain span too) after its response
+                    await asyncio.sleep(0)
             finally:
                 modes.leave(mode)
             if mode == "on":

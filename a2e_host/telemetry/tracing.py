@@ -126,9 +126,8 @@ def set_run_attributes(span: Span, attributes: Mapping[str, Any], *,
         attributes: name → str, bool, int or float; None values are left out.
         error: the failure's message: the span's status becomes ERROR with it.
     """
-    for name, value in attributes.items():
-        if value is not None:
-            span.set_attribute(name, value)
+    span.set_attributes({name: value for name, value in attributes.items()
+                         if value is not None})  # one call: the SDK locks once per call
     if error is not None:
         from opentelemetry.trace import Status, StatusCode
 
