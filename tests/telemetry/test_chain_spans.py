@@ -206,9 +206,9 @@ async def test_a_proc_child_gets_no_traceparent_while_tracing_is_off(tmp_path: P
 
 @pytest.mark.asyncio
 async def test_a_thread_tool_and_a_loop_tool_run_inside_their_nodes_span() -> None:
+    from a2e_chains import ChainPlugin
     from opentelemetry import trace
 
-    from a2e_chains import ChainPlugin
     from a2e_host import tools
     from a2e_host.chains.toolbox import Toolbox
 
