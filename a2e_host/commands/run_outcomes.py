@@ -59,10 +59,14 @@ class NodeOutcome:
         outcome: one of :data:`OUTCOMES`.
         items: for a map's template, how many items ended in each outcome (``running``
             and ``interrupted`` included); empty for any other node.
+        duration_ms: float milliseconds from its first ``start`` to its last terminal
+            event (a template: its items'), when the events' times were folded
+            (:class:`~a2e_host.commands.run_trace.RunTrace`); None when not known.
     """
 
     outcome: str
     items: Counter[str] = field(default_factory=Counter)
+    duration_ms: float | None = None
 
 
 @dataclass(slots=True)
