@@ -111,6 +111,7 @@ def item_runner(run_attempt: AttemptFn) -> AttemptFn:
     if not tracing.ENABLED:
         return _timed(run_attempt)
     live = _traced(run_attempt, span_name="a2e.map.item")
+    timing = metrics.NODE_TIMING
     started = 0
 
     async def item_attempt(run: RunState, shown: str, pnode: PlanNode, context: ContextView,
@@ -123,8 +124,13 @@ def item_runner(run_attempt: AttemptFn) -> AttemptFn:
         start_ns = time.time_ns()
         t0 = time.perf_counter()
         outcome = await run_attempt(run, shown, pnode, context, item=item)
-        metrics.node_finished(pnode.kind, pnode.node.name, time.perf_counter() - t0)
-        if outcome.kind.value == "failed":
+        if timing:
+            metrics.node_finished(pnode.kind, pnode.node.name, time.perf_counter() - t0)
+        taken = getattr(run.reports, "taken", None)
+        if outcome.kind.value != "failed":
+            if taken:
+                taken.pop(shown, None)  # no span will read its report
+        else:
             span = tracing.tracer().start_span("a2e.map.item", start_time=start_ns)
             _end_node_span(span, run, shown, pnode, outcome, index)
         return outcome
@@ -155,6 +161,8 @@ def _traced(run_attempt: AttemptFn, span_name: str = "a2e.node") -> Callable[
     async def traced_attempt(run: RunState, shown: str, pnode: PlanNode,
                              context: ContextView, *, item: bool = False,
                              index: int | None = None) -> Outcome:
+        if run.end is not None:  # the run ended: nothing starts, no span
+            return await run_attempt(run, shown, pnode, context, item=item)
         span = tracer.start_span(span_name)
         token = otel_context.attach(set_span_in_context(span))
         t0 = time.perf_counter()

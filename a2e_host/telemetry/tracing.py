@@ -20,12 +20,19 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
 __all__ = [
-    "ENABLED", "SCOPE", "disable", "enable", "parent_context", "set_run_attributes",
-    "trace_env", "tracer",
+    "ENABLED", "MAX_TRACEPARENT_CHARS", "MAX_TRACESTATE_CHARS", "SCOPE", "disable", "enable",
+    "parent_context", "set_run_attributes", "trace_env", "tracer",
 ]
 
 SCOPE = "a2e_host"
 """The instrumentation scope name of every span the host makes."""
+
+MAX_TRACEPARENT_CHARS = 128
+"""A longer ``traceparent`` is ignored (version 00 has 55 characters; later versions may
+append fields)."""
+
+MAX_TRACESTATE_CHARS = 512
+"""A longer ``tracestate`` is dropped (W3C Trace Context: propagate at least 512)."""
 
 ENABLED = False
 """Whether spans are made. Read by the chain engine once per run and per map (module
@@ -89,14 +96,20 @@ def parent_context(trace_context: Mapping[str, str] | None) -> Context | None:
 
     Args:
         trace_context: ``{"traceparent": ..., "tracestate": ...}``; missing keys or empty
-            values mean absent.
+            values mean absent. A ``traceparent`` over :data:`MAX_TRACEPARENT_CHARS` is
+            invalid; a ``tracestate`` over :data:`MAX_TRACESTATE_CHARS` is dropped (W3C
+            Trace Context §3.3.1.5 lets a receiver discard it), so parsing stays bounded.
     """
-    if not trace_context or not trace_context.get("traceparent"):
+    traceparent = trace_context.get("traceparent", "") if trace_context else ""
+    if not traceparent or len(traceparent) > MAX_TRACEPARENT_CHARS:
         return None
     from opentelemetry.trace import get_current_span
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    carrier = {k: v for k, v in trace_context.items() if v}
+    carrier = {"traceparent": traceparent}
+    tracestate = trace_context.get("tracestate", "") if trace_context else ""
+    if tracestate and len(tracestate) <= MAX_TRACESTATE_CHARS:
+        carrier["tracestate"] = tracestate
     ctx = TraceContextTextMapPropagator().extract(carrier)
     if not get_current_span(ctx).get_span_context().is_valid:
         return None

@@ -239,3 +239,17 @@ async def test_a_thread_tool_and_a_loop_tool_run_inside_their_nodes_span() -> No
     assert response.success, response.error
     assert response.outputs == {
         node: {"span": f"{spans[node].context.span_id:016x}"} for node in ("t", "l")}
+
+
+def test_an_oversized_trace_context_is_ignored_or_its_tracestate_dropped() -> None:
+    from opentelemetry.trace import get_current_span
+
+    long_parent = TRACEPARENT + "-" + "0" * tracing.MAX_TRACEPARENT_CHARS
+    assert tracing.parent_context({"traceparent": long_parent}) is None
+    kept = tracing.parent_context({"traceparent": TRACEPARENT, "tracestate": "v=1"})
+    dropped = tracing.parent_context(
+        {"traceparent": TRACEPARENT, "tracestate": "v=" + "1" * tracing.MAX_TRACESTATE_CHARS})
+    assert kept is not None and dropped is not None
+    assert get_current_span(kept).get_span_context().trace_state.to_header() == "v=1"
+    assert get_current_span(dropped).get_span_context().trace_state.to_header() == ""
+    assert f"{get_current_span(dropped).get_span_context().trace_id:032x}" == TRACE_ID
