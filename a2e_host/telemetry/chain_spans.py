@@ -109,14 +109,15 @@ def item_runner(run_attempt: AttemptFn) -> AttemptFn:
     if not observed():
         return run_attempt
     if not tracing.ENABLED:
-        return _timed(run_attempt)
+        return _timed_items(run_attempt)
     live = _traced(run_attempt, span_name="a2e.map.item")
     timing = metrics.NODE_TIMING
     started = 0
+    hist: list[float] | None = None
 
     async def item_attempt(run: RunState, shown: str, pnode: PlanNode, context: ContextView,
                            *, item: bool = False) -> Outcome:
-        nonlocal started
+        nonlocal started, hist
         index = started
         started += 1
         if index < MAP_ITEM_SPANS:
@@ -125,7 +126,9 @@ def item_runner(run_attempt: AttemptFn) -> AttemptFn:
         t0 = time.perf_counter()
         outcome = await run_attempt(run, shown, pnode, context, item=item)
         if timing:
-            metrics.node_finished(pnode.kind, pnode.node.name, time.perf_counter() - t0)
+            if hist is None:
+                hist = metrics.histogram(pnode.kind, pnode.node.name)
+            metrics.observe(hist, time.perf_counter() - t0)
         taken = getattr(run.reports, "taken", None)
         if outcome.kind.value != "failed":
             if taken:
@@ -139,15 +142,33 @@ def item_runner(run_attempt: AttemptFn) -> AttemptFn:
 
 
 def _timed(run_attempt: AttemptFn) -> AttemptFn:
+    """``run_attempt`` timed for the metrics (an attempt cancelled midway is not counted)."""
     async def timed_attempt(run: RunState, shown: str, pnode: PlanNode, context: ContextView,
                             *, item: bool = False) -> Outcome:
         t0 = time.perf_counter()
-        try:
-            return await run_attempt(run, shown, pnode, context, item=item)
-        finally:
-            metrics.node_finished(pnode.kind, pnode.node.name, time.perf_counter() - t0)
+        outcome = await run_attempt(run, shown, pnode, context, item=item)
+        metrics.node_finished(pnode.kind, pnode.node.name, time.perf_counter() - t0)
+        return outcome
 
     return timed_attempt
+
+
+def _timed_items(run_attempt: AttemptFn) -> AttemptFn:
+    """One map's items timed: they share a template, so their histogram is looked up
+    once."""
+    hist: list[float] | None = None
+
+    async def timed_item(run: RunState, shown: str, pnode: PlanNode, context: ContextView,
+                         *, item: bool = False) -> Outcome:
+        nonlocal hist
+        t0 = time.perf_counter()
+        outcome = await run_attempt(run, shown, pnode, context, item=item)
+        if hist is None:
+            hist = metrics.histogram(pnode.kind, pnode.node.name)
+        metrics.observe(hist, time.perf_counter() - t0)
+        return outcome
+
+    return timed_item
 
 
 def _traced(run_attempt: AttemptFn, span_name: str = "a2e.node") -> Callable[

@@ -22,7 +22,8 @@ from typing import Any
 
 __all__ = [
     "DURATION_BUCKETS", "NODE_TIMING", "Gauges", "backpressure_wait", "chain_finished",
-    "chain_started", "node_finished", "refused", "render_prometheus", "reset",
+    "chain_started", "histogram", "node_finished", "observe", "refused", "render_prometheus",
+    "reset",
 ]
 
 NODE_TIMING = False
@@ -88,16 +89,27 @@ def backpressure_wait() -> None:
     backpressure_waits += 1
 
 
-def node_finished(kind: str, tool: str, seconds: float) -> None:
-    """A node or map item of ``kind`` (``tool``: its ``name``, ``""`` for control kinds)
-    ran for ``seconds``."""
+def histogram(kind: str, tool: str) -> list[float]:
+    """The duration histogram of nodes of ``kind`` and ``tool`` (made on first use), for
+    :func:`observe`: a map looks its items' up once."""
     key = (kind, tool)
     hist = node_durations.get(key)
     if hist is None:
         hist = node_durations[key] = [0.0] * (len(DURATION_BUCKETS) + 3)
+    return hist
+
+
+def observe(hist: list[float], seconds: float) -> None:
+    """Count one run of ``seconds`` in ``hist`` (from :func:`histogram`)."""
     hist[0] += 1
     hist[1] += seconds
     hist[2 + bisect.bisect_left(DURATION_BUCKETS, seconds)] += 1
+
+
+def node_finished(kind: str, tool: str, seconds: float) -> None:
+    """A node or map item of ``kind`` (``tool``: its ``name``, ``""`` for control kinds)
+    ran for ``seconds``."""
+    observe(histogram(kind, tool), seconds)
 
 
 class Gauges:
