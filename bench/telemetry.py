@@ -151,6 +151,11 @@ def measure(keys: list[str], runs: int, warmup: int, quick: bool) -> dict[str, A
             "cpu_min_s": (low := {mode: min(ts) for mode, ts in cpu.items()}),
             "min_overhead_pct": {mode: 100 * (low[mode] / low["absent"] - 1)
                                  for mode in MODES if mode != "absent"},
+            # each round's own ratio (the same few seconds of machine), then their median
+            "paired_overhead_pct": {
+                mode: 100 * (statistics.median(
+                    m / a for m, a in zip(cpu[mode], cpu["absent"], strict=True)) - 1)
+                for mode in MODES if mode != "absent"},
             "wall_overhead_pct": {mode: 100 * (med[mode] / med["absent"] - 1)
                                   for mode in MODES if mode != "absent"},
         }
@@ -164,14 +169,17 @@ def measure(keys: list[str], runs: int, warmup: int, quick: bool) -> dict[str, A
 
 async def _session(call: Any, modes: Modes, w: Workload, runs: int, warmup: int
                    ) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
-    """Each round runs ``w`` once per mode, the order rotating; wall and loop-thread CPU
+    """Each round runs ``w`` once per mode, the order rotating (reversed every other
+    cycle); wall and loop-thread CPU
     seconds per mode (after ``warmup`` rounds), and the spans of the last ``on`` run."""
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
     cpu: dict[str, list[float]] = {mode: [] for mode in MODES}
     spans = 0
     for r in range(warmup + runs):
-        for j in range(len(MODES)):
-            mode = MODES[(r + j) % len(MODES)]
+        order = [MODES[(r + j) % len(MODES)] for j in range(len(MODES))]
+        if (r // len(MODES)) % 2:  # every mode follows each other one as often
+            order.reverse()
+        for mode in order:
             events: list[bytes] = []
             req = w.request()
             modes.enter(mode)
@@ -205,20 +213,22 @@ def report_lines(r: dict[str, Any] | None) -> list[str]:
            f"{r['loadavg_at_end'][0]:.2f} at end · median of {r['runs']} runs per mode · "
            "`absent`: hooks stubbed out; `off`: the default (no exporter); `on`: every "
            "span to an in-memory exporter, synchronously; `timing`: node durations for "
-           "`/metrics`. Overhead = CPU time of the event loop's thread ÷ `absent`'s − 1, "
-           "of the medians and of the minima (on a loaded machine the minimum is the "
-           "steadier estimate: contention only adds). The off path's hooks "
+           "`/metrics`. Overhead = CPU time of the event loop's thread ÷ `absent`'s − 1: "
+           "of the medians, of the minima (contention only adds), and paired (the median "
+           "of each round's own ratio: the same seconds of machine). The off path's hooks "
            f"measured alone: {r['off_hooks_ns_per_chain']:.0f} ns per chain request "
            "(nothing per node).", "",
-           "| workload | absent: loop CPU ms, median (wall) | off: median / min | "
-           "on: median / min (spans per run) | timing: median / min |",
+           "| workload | absent: loop CPU ms, median (wall) | off: median / min / paired | "
+           "on: median / min / paired (spans per run) | timing: median / min / paired |",
            "|---|---|---|---|---|"]
     for x in r["workloads"].values():
         med, pct = x["cpu_median_s"], x["overhead_pct"]
         low = x.get("min_overhead_pct", pct)
+        pair = x.get("paired_overhead_pct", pct)
 
-        def both(mode: str, pct: dict[str, float] = pct, low: dict[str, float] = low) -> str:
-            return f"{pct[mode]:+.1f} % / {low[mode]:+.1f} %"
+        def both(mode: str, pct: dict[str, float] = pct, low: dict[str, float] = low,
+                 pair: dict[str, float] = pair) -> str:
+            return f"{pct[mode]:+.1f} / {low[mode]:+.1f} / {pair[mode]:+.1f} %"
 
         out.append(
             f"| {x['name']} | {med['absent'] * 1e3:.1f} ({x['median_s']['absent'] * 1e3:.1f})"
