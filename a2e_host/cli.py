@@ -185,6 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store(p)
     _add_logging(p)
 
+    p = _command(sub, "mcp", "Offer chains to MCP clients (MCP server on stdio, or HTTP).",
+                 "Tools: run_chain, validate_chain and one per active skill. Without --port: "
+                 "MCP on stdin/stdout;\nwith --port: streamable HTTP at http://HOST:PORT/mcp. "
+                 "Needs the 'mcp' extra.", _mcp)
+    p.add_argument("--port", type=_port, metavar="PORT",
+                   help="serve streamable HTTP on this port (0 picks a free one)")
+    p.add_argument("--host", metavar="ADDR", default="127.0.0.1",
+                   help="HTTP bind address (default 127.0.0.1)")
+    _add_config(p)
+    _add_logging(p)
+
     p = _command(sub, "run", "Run a chain file in-process, with live progress.",
                  "Exit codes: 0 the chain succeeded, 1 it failed, 2 invalid chain or usage, "
                  "130 interrupted,\n141 stdout closed (the chain is cancelled).\n"
@@ -335,6 +346,13 @@ def _stdio(args: argparse.Namespace) -> int:
     stdio_main(args.config, _overrides(args, **_CONFIG_FIELDS, **_STORE_FIELDS,
                                        **_LOG_FIELDS))
     return 0
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    from .commands.mcp import mcp_main
+
+    return mcp_main(args.config, _overrides(args, **_CONFIG_FIELDS, **_LOG_FIELDS),
+                    port=args.port, bind=args.host)
 
 
 def _run(args: argparse.Namespace) -> int:

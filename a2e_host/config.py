@@ -109,6 +109,15 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
             for ``a2e-host stdio`` (an agent that spawns the host may never read its
             stderr) and ``run``, ``info`` otherwise.
+        remote_tools: glob patterns of tools that run as Ray tasks, matched against a
+            tool's name or ``<pack>.<name>`` (``["heavy.*", "ocr"]``); default none
+            (extra ``a2e-host[ray]``; README "Remote tools on Ray").
+        ray_address: the Ray cluster remote tools run on: ``""`` (default) a local
+            instance started on the first remote call, ``"auto"`` the cluster running on
+            this machine, ``"ray://head:10001"`` a remote one through Ray Client.
+        mcp: the ``[mcp]`` table as written (MCP servers whose tools the host serves,
+            ``[mcp.servers.NAME]``; who may register more); the ``mcp`` plugin reads it
+            (README "MCP servers as tool sources").
         otel_exporter: where spans (and OTLP metrics) go (README "Observability"):
             ``none`` (the default: no span is made), ``console`` (spans as JSON on
             stderr) or ``otlp`` (OTLP/HTTP; endpoint, headers and service name from the
@@ -149,6 +158,11 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     store_commit_delay: float = 0.0
     log_format: str = "auto"
     log_level: str = "auto"
+    # remote tools on Ray (a2e_host.tools.remote)
+    remote_tools: tuple[str, ...] = ()
+    ray_address: str = ""
+    # MCP (issue 20): the [mcp] table, parsed by the a2e_mcp plugin (a2e_mcp.settings)
+    mcp: dict[str, Any] = {}
     # observability (README "Observability")
     otel_exporter: str = "none"
     http_endpoints: bool = True
@@ -364,6 +378,11 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "store_commit_delay": cv.seconds,
     "log_format": cv.choice(_LOG_FORMATS),
     "log_level": cv.choice(_LOG_LEVELS),
+    # remote tools on Ray (a2e_host.tools.remote)
+    "remote_tools": cv.string_list,
+    "ray_address": cv.string,
+    # MCP (issue 20)
+    "mcp": cv.table,
     # observability
     "otel_exporter": cv.choice(("none", "console", "otlp")),
     "http_endpoints": cv.flag,

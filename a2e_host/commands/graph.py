@@ -239,8 +239,12 @@ def to_mermaid(
 
 
 def _mermaid_ids(node_ids: list[str]) -> dict[str, str]:
+    """node id → a Mermaid id: itself where Mermaid takes it, else ``n_…`` made unique
+    with ``_2``, ``_3`` … (linear in the ids, however many share one ``n_…`` form)."""
     out: dict[str, str] = {}
+    taken: set[str] = set(node_ids)  # a real id is never given to another node
     used: set[str] = set()
+    next_suffix: dict[str, int] = {}
     for node_id in node_ids:
         if node_id in out:
             continue
@@ -248,10 +252,12 @@ def _mermaid_ids(node_ids: list[str]) -> dict[str, str]:
             candidate = node_id
         else:
             candidate = "n_" + re.sub(r"[^A-Za-z0-9_]", "_", node_id)
-        base, n = candidate, 2
-        while candidate in used or candidate in node_ids and candidate != node_id:
+        base = candidate
+        n = next_suffix.get(base, 2)
+        while candidate in used or candidate in taken and candidate != node_id:
             candidate = f"{base}_{n}"
             n += 1
+        next_suffix[base] = n
         used.add(candidate)
         out[node_id] = candidate
     return out

@@ -14,6 +14,9 @@ duration; ``html`` is one self-contained page (:func:`~a2e_host.commands.run_pag
 render_page`): the diagram, a timeline and the failures. A recording without its
 ``chain/resp`` (the run was cut off) shows its unended nodes ``interrupted``.
 
+Events naming nodes the chain file does not declare (a recording of another chain) are
+drawn all the same, with a warning on stderr (and on the page) naming the first.
+
 Exit codes: 0 drawn; 2 an unreadable or malformed chain or events file (one line on
 stderr names the file, the line and what is wrong), or an unknown format.
 """
@@ -43,6 +46,10 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 ``max_message_bytes``: a frame the host sent fits)."""
 
 EXIT_USAGE = 2
+_BIDI = {c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029,
+                                     *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+"""Line separators and bidirectional formatting characters, shown as ``\\uNNNN``: an
+agent's id must not reorder or break the drawing's text."""
 
 
 class EventsFileError(ValueError):
@@ -66,10 +73,21 @@ def graph_events_main(chain: Path, events: Path, format: str) -> int:
         return EXIT_USAGE
     try:
         request = read_chain_request(chain)
-        trace = read_events(events)
+        trace = read_events(events, frozenset(n.node_id for n in request.nodes))
     except (ChainFileError, EventsFileError) as exc:
         print(f"a2e-host graph: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+    if trace.cut_line:
+        print(f"a2e-host graph: warning: line {trace.cut_line} of events file "
+              f"{printable(repr(str(events)))} is cut off (the recording stopped while "
+              "writing it); drawn without it", file=sys.stderr)
+    missing = trace.undeclared(n.node_id for n in request.nodes)
+    if missing:
+        print(printable(
+            f"a2e-host graph: warning: events file {str(events)!r} names {len(missing):,} "
+            f"node{'s' if len(missing) > 1 else ''} that {str(chain)!r} does not declare "
+            f"(first: {missing[0]!r}); draw it on the chain file it was recorded from"),
+            file=sys.stderr)
     sys.stdout.write(draw_run(request.nodes, trace, format, title=events.name,
                               run_running=False) + "\n")
     return 0
@@ -78,20 +96,25 @@ def graph_events_main(chain: Path, events: Path, format: str) -> int:
 def draw_run(nodes: Sequence[ChainNode], trace: RunTrace, format: str, *, title: str,
              run_running: bool | None) -> str:
     """The run drawn in ``format`` (one of :data:`RUN_FORMATS`): Mermaid or DOT text with
-    control characters shown as ``\\xNN`` (the ids came from an agent), or the HTML page."""
+    control characters shown as ``\\xNN`` and bidirectional formatting characters as
+    ``\\uNNNN`` (the ids came from an agent), or the HTML page."""
     if format == "html":
         return render_page(nodes, trace, title=title, run_running=run_running)
     outcomes = trace.outcomes(run_running=run_running)
     draw = to_mermaid if format == "mermaid" else to_dot
-    return printable(draw(nodes, outcomes))
+    return printable(draw(nodes, outcomes)).translate(_BIDI)
 
 
-def read_events(path: Path) -> RunTrace:
-    """Fold the events file ``path``, a line at a time.
+def read_events(path: Path, declared: frozenset[str] = frozenset()) -> RunTrace:
+    """Fold the events file ``path``, a line at a time; ``declared``: the chain's node ids
+    (:attr:`RunTrace.declared`).
 
     Raises:
         EventsFileError: the file cannot be opened or read, a line is longer than
-            :data:`MAX_LINE_BYTES`, or a line is not a JSON object of a frame's shape.
+            :data:`MAX_LINE_BYTES`, or a line is not a JSON object of a frame's shape
+            (but the last after some frames, when it has no newline: a recording cut off
+            while writing it leaves that line half written; it is left out and its
+            number kept in :attr:`RunTrace.cut_line`).
     """
     what = f"events file {str(path)!r}"
     try:
@@ -101,7 +124,7 @@ def read_events(path: Path) -> RunTrace:
                               "'a2e-host run CHAIN.json --record FILE'") from None
     except OSError as exc:
         raise EventsFileError(f"{what} cannot be opened: {exc.strerror or exc}") from None
-    trace = RunTrace()
+    trace = RunTrace(declared=declared)
     with os.fdopen(fd, "rb") as file:
         number = 0
         while True:
@@ -124,6 +147,9 @@ def read_events(path: Path) -> RunTrace:
             try:
                 trace.add_frame(line)
             except ValueError as exc:
+                if trace.frames and not line.endswith(b"\n"):  # cut off while written
+                    trace.cut_line = number
+                    return trace
                 raise EventsFileError(
                     f"line {number} of {what} is not a chain/event or chain/resp ({exc}); "
                     "pass the NDJSON file 'a2e-host run --record' wrote") from None

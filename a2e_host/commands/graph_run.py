@@ -86,7 +86,7 @@ async def read_run(path: Path, run_id: str) -> tuple[ChainRequest, RunTrace, boo
         if not isinstance(request, ChainRequest):
             raise StoreAccessError(f"run {run_id!r} holds a {request.TYPE!r} request, not "
                                    "a chain/req: there is no chain to draw", EXIT_USAGE)
-        trace = RunTrace()
+        trace = RunTrace(declared=frozenset(n.node_id for n in request.nodes))
         async for frame in iter_frames(store, run_id):
             try:
                 trace.add_frame(frame.frame, frame.output if frame.phase == "error" else None)

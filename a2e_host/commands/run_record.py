@@ -59,20 +59,26 @@ class RunRecord:
                  | getattr(os, "O_NOFOLLOW", 0) | (os.O_TRUNC if force else os.O_EXCL))
         try:
             fd = os.open(path, flags, 0o644)
-        except FileExistsError:
-            raise RecordFileError(f"{what} exists; pass --force to overwrite it, or name "
-                                  "another file") from None
-        except IsADirectoryError:
-            raise RecordFileError(f"{what} is a directory; name a file") from None
         except OSError as exc:
-            if os.path.islink(path):
+            # what is there, read after the refusal, only to word the message
+            mode = _lstat_mode(path)
+            if mode is not None and stat.S_ISLNK(mode):
                 raise RecordFileError(f"{what} is a symbolic link; name the file itself"
                                       ) from None
+            if mode is not None and stat.S_ISDIR(mode):
+                raise RecordFileError(f"{what} is a directory; name a file") from None
+            if mode is not None and not stat.S_ISREG(mode):
+                raise RecordFileError(f"{what} is not a regular file (a pipe, socket or "
+                                      "device); name a file") from None
+            if isinstance(exc, FileExistsError):
+                raise RecordFileError(f"{what} exists; pass --force to overwrite it, or "
+                                      "name another file") from None
             raise RecordFileError(f"{what} cannot be created: {exc.strerror or exc}"
                                   ) from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise RecordFileError(f"{what} is not a regular file; name a file")
+            raise RecordFileError(f"{what} is not a regular file (a pipe, socket or "
+                                  "device); name a file")
         os.set_blocking(fd, True)
         return cls(path, os.fdopen(fd, "wb"))
 
@@ -98,3 +104,11 @@ class RunRecord:
                 file.close()
             except OSError as exc:
                 self.error = self.error or exc.strerror or str(exc)
+
+
+def _lstat_mode(path: Path) -> int | None:
+    """``path``'s mode, not following a link; None when there is nothing to stat."""
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return None

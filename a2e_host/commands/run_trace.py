@@ -16,37 +16,80 @@ and are not folded.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from .run_outcomes import NodeOutcome, OutcomeFold, error_code
+from .run_outcomes import NodeOutcome, OutcomeFold, error_code, event_node
 
-__all__ = ["MAX_FAILURES", "Failure", "RunEnd", "RunTrace", "Span", "format_ms"]
+__all__ = ["MAX_DATA_BYTES", "MAX_FAILURES", "MAX_KEPT_MESSAGE_CHARS", "Failure", "RunEnd",
+           "RunTrace", "Span", "format_ms"]
 
 MAX_FAILURES = 200
 """Failures kept by default (:attr:`RunTrace.failures`); later ones are only counted."""
 
 
+MAX_DATA_BYTES = 1024 * 1024
+"""The largest ``data`` of an ``error`` event read for its attempts and code (a host's
+is a few hundred bytes; a larger one, from a file made by hand, is not read)."""
+MAX_KEPT_MESSAGE_CHARS = 4096
+"""Characters of a failure's message kept (the page shows fewer)."""
+
+
 class _Frame(msgspec.Struct):
-    """The fields of a ``chain/event`` or ``chain/resp`` this fold reads (``output`` is
-    skipped by the decoder, however large)."""
+    """The fields of a ``chain/event`` or ``chain/resp`` this fold reads. ``output`` is
+    skipped by the decoder and ``data`` / ``error`` are kept as raw JSON, decoded only
+    for a failure: a line's size, not its shape, bounds what it costs."""
 
     type: str = ""
     seq: int = 0
-    ts: float = 0.0
+    ts: float | None = None
     node_id: str = ""
     phase: str = ""
     kind: str = ""
-    error: Any = None
-    data: Any = None
+    error: msgspec.Raw = msgspec.Raw(b"")
+    data: msgspec.Raw = msgspec.Raw(b"")
     success: bool = False
     duration_ms: int = 0
     chain_id: str = ""
 
 
+class _Attempt(msgspec.Struct, frozen=True):
+    code: str = ""
+
+
+class _EventData(msgspec.Struct, frozen=True):
+    """An ``error`` event's ``data`` (PROTOCOL.md §5 Recovery): attempts and their codes."""
+
+    attempts: int = 1
+    errors: list[_Attempt] = []
+
+
+class _ResponseError(msgspec.Struct, frozen=True):
+    code: str = ""
+    message: str = ""
+    node_id: str = ""
+
+
 _decoder = msgspec.json.Decoder(_Frame)
+_data_decoder = msgspec.json.Decoder(_EventData)
+_response_error_decoder = msgspec.json.Decoder(_ResponseError)
+_message_decoder = msgspec.json.Decoder(str)
+
+
+def _decode_or(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw, default: Any,
+               limit: int | None = None) -> Any:
+    """``raw`` decoded, or ``default`` when it is absent, larger than ``limit`` bytes or
+    not of the decoder's type."""
+    if not raw or (limit is not None and len(raw) > limit):
+        return default
+    try:
+        return decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return default
 
 
 @dataclass(slots=True)
@@ -73,7 +116,7 @@ class Failure:
         node_id: the event's node id (a map item as ``t[3]``); ``""`` for the chain.
         code: the error code (kept failure, ``data.code``, the last attempt's code, or the
             response's when it names this node); ``""`` when nothing says.
-        message: the event's ``error`` text.
+        message: the event's ``error`` text (its first :data:`MAX_KEPT_MESSAGE_CHARS`).
         attempts: how many times the node was tried (``data.attempts``, else 1).
         ts: the event's ``ts``.
     """
@@ -110,13 +153,21 @@ class RunTrace:
         trace.outcomes()            # {"a": NodeOutcome("done", duration_ms=12.0), …}
 
     Attributes:
+        declared: the chain's node ids, when known (an event's id declared as written is
+            that node's, not a map item or a skill's inner node:
+            :func:`~a2e_host.commands.run_outcomes.event_node`).
         spans: declared node id (or template id) → its :class:`Span`.
         failures: the first ``max_failures`` failures, in ``seq`` order.
         failures_left_out: how many more there were.
         end: the response, once folded (None: the run had not ended, or its response
             was not recorded).
         frames: frames folded; first_ts / last_ts: the earliest and latest ``ts`` seen.
-        seq_gaps: how many times a frame's ``seq`` was not the previous one's + 1.
+        seq_gaps: how many times a frame's ``seq`` skipped past the previous one's + 1.
+        seq_disorder: how many frames came with a ``seq`` not above the previous one's.
+        repeated_ends: terminal events of a declared node that had ended already.
+        responses: ``chain/resp`` frames folded (a run has one; the last is kept).
+        cut_line: the number of an events file's last line, left out because it was
+            half written (:func:`~a2e_host.commands.graph_events.read_events`); 0: none.
     """
 
     max_failures: int = MAX_FAILURES
@@ -128,9 +179,18 @@ class RunTrace:
     first_ts: float | None = None
     last_ts: float | None = None
     seq_gaps: int = 0
-    _fold: OutcomeFold = field(default_factory=OutcomeFold)
+    seq_disorder: int = 0
+    repeated_ends: int = 0
+    responses: int = 0
+    cut_line: int = 0
+    declared: frozenset[str] = frozenset()
+    _fold: OutcomeFold = field(init=False)
     _seq: int = 0
     _failed_nodes: set[str] = field(default_factory=set)
+    _ended: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._fold = OutcomeFold(self.declared)
 
     def add_frame(self, frame: bytes, failure: bytes | None = None) -> None:
         """Take one encoded frame (a ``chain/event`` or the ``chain/resp``; any other type
@@ -149,60 +209,74 @@ class RunTrace:
             view = _decoder.decode(frame)
         except msgspec.DecodeError as exc:
             raise ValueError(str(exc)) from None
+        except RecursionError:
+            raise ValueError("its JSON is nested too deeply") from None
         if view.type == "chain/resp":
             self._take_response(view)
             return
         if view.type != "chain/event":
             return
         self.frames += 1
-        if view.seq != self._seq + 1:
+        if view.seq <= self._seq:
+            self.seq_disorder += 1
+        elif view.seq != self._seq + 1:
             self.seq_gaps += 1
         self._seq = view.seq
         ts = view.ts
-        self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
-        self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
+        if ts is not None:
+            self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
+            self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
         node_id, phase = view.node_id, view.phase
         self._fold.add(node_id, phase, frame, failure)
-        if not node_id or "/" in node_id or phase not in ("start", "done", "skip", "error"):
+        key = event_node(node_id, self.declared)
+        if key is None or phase not in ("start", "done", "skip", "error"):
             return
-        bracket = node_id.find("[")
-        declared = node_id[:bracket] if bracket > 0 else node_id
+        declared, item = key
         span = self.spans.get(declared)
         if span is None:
             span = self.spans[declared] = Span()
         if phase == "start":
-            if span.start is None or ts < span.start:
+            if ts is not None and (span.start is None or ts < span.start):
                 span.start = ts
-            if bracket > 0 and view.kind != "progress":
+            if item and view.kind != "progress":
                 span.items += 1
-        elif phase != "skip" or span.start is not None:
-            span.end = ts if span.end is None else max(span.end, ts)
+        else:
+            if not item:
+                if declared in self._ended:
+                    self.repeated_ends += 1
+                self._ended.add(declared)
+            if ts is not None and (phase != "skip" or span.start is not None):
+                span.end = ts if span.end is None else max(span.end, ts)
         if phase == "error":
-            self._take_failure(view, frame, failure)
+            self._take_failure(view, frame, failure, declared)
 
-    def _take_failure(self, view: _Frame, frame: bytes, failure: bytes | None) -> None:
-        bracket = view.node_id.find("[")
-        self._failed_nodes.add(view.node_id[:bracket] if bracket > 0 else view.node_id)
+    def _take_failure(self, view: _Frame, frame: bytes, failure: bytes | None,
+                      declared: str) -> None:
+        self._failed_nodes.add(declared)
         if len(self.failures) >= self.max_failures:
             self.failures_left_out += 1
             return
-        data = view.data if isinstance(view.data, dict) else {}
-        code = error_code(frame, failure) or _last_attempt_code(data)
-        attempts = data.get("attempts")
+        data: _EventData = _decode_or(_data_decoder, view.data, _EventData(),
+                                      MAX_DATA_BYTES)
+        code = error_code(frame, failure) or (data.errors[-1].code if data.errors else "")
+        message: str = _decode_or(_message_decoder, view.error, "")
         self.failures.append(Failure(
-            node_id=view.node_id, code=code,
-            message=view.error if isinstance(view.error, str) else "",
-            attempts=attempts if isinstance(attempts, int) and attempts > 0 else 1,
-            ts=view.ts))
+            node_id=view.node_id, code=code, message=message[:MAX_KEPT_MESSAGE_CHARS],
+            attempts=data.attempts if data.attempts > 0 else 1,
+            ts=view.ts if view.ts is not None else 0.0))
 
     def _take_response(self, view: _Frame) -> None:
-        error = view.error if isinstance(view.error, dict) else {}
-        code, message, node_id = (str(error.get(k) or "") for k in ("code", "message",
-                                                                     "node_id"))
+        self.responses += 1
+        error: _ResponseError = _decode_or(_response_error_decoder, view.error,
+                                           _ResponseError())
+        code, node_id = error.code, error.node_id
+        message = error.message[:MAX_KEPT_MESSAGE_CHARS]
         self.end = RunEnd(success=view.success, code=code, message=message,
-                          node_id=node_id, duration_ms=view.duration_ms, ts=view.ts)
-        self.last_ts = view.ts if self.last_ts is None else max(self.last_ts, view.ts)
-        self.first_ts = self.first_ts if self.first_ts is not None else view.ts
+                          node_id=node_id, duration_ms=view.duration_ms,
+                          ts=view.ts if view.ts is not None else 0.0)
+        if view.ts is not None:
+            self.last_ts = view.ts if self.last_ts is None else max(self.last_ts, view.ts)
+            self.first_ts = self.first_ts if self.first_ts is not None else view.ts
         # the code of the node that failed the chain, where its event had none
         for i, kept in enumerate(self.failures):
             if not kept.code and code and kept.node_id == node_id:
@@ -212,9 +286,17 @@ class RunTrace:
                 not node_id or node_id not in self._failed_nodes):
             # a failure no node event carries (a timeout, a cancel, a refusal)
             if len(self.failures) < self.max_failures:
-                self.failures.append(Failure(node_id, code, message, 1, view.ts))
+                self.failures.append(Failure(node_id, code, message, 1,
+                                             self.end.ts))
             else:
                 self.failures_left_out += 1
+
+    def undeclared(self, declared: Iterable[str]) -> list[str]:
+        """The node ids the events name (a map item by its template) that ``declared``
+        does not hold, in the order first seen: events recorded from another chain than
+        the one they are drawn on."""
+        known = set(declared)
+        return [node_id for node_id in self.spans if node_id not in known]
 
     def outcomes(self, *, run_running: bool | None = None) -> dict[str, NodeOutcome]:
         """Each node with an event, by declared node id, with its duration.
@@ -237,23 +319,24 @@ class RunTrace:
         return out
 
 
-def _last_attempt_code(data: dict[str, Any]) -> str:
-    """A recovered node's last attempt's code (``data.errors[-1].code``), else ``""``."""
-    errors = data.get("errors")
-    if isinstance(errors, list) and errors and isinstance(errors[-1], dict):
-        code = errors[-1].get("code")
-        if isinstance(code, str):
-            return code
-    return ""
-
-
 def format_ms(ms: float) -> str:
-    """A duration for a person: ``0.4 ms``, ``12 ms``, ``1.25 s``, ``3 min 4 s``."""
+    """A duration for a person: ``0.4 ms``, ``12 ms``, ``1.25 s``, ``3 min 4 s``,
+    ``2 h 5 min``, ``3.2 d``; ``?`` when it is not a number (the events' times were
+    not). Never longer than a few characters, whatever ``ms``."""
+    if not math.isfinite(ms):
+        return "?"
+    if ms < 0:
+        return "-" + format_ms(-ms)
     if ms < 10:
         return f"{ms:.1f} ms"
     if ms < 1000:
         return f"{ms:.0f} ms"
     if ms < 60_000:
         return f"{ms / 1000:.2f} s"
-    minutes, seconds = divmod(int(ms // 1000), 60)
-    return f"{minutes} min {seconds} s"
+    if ms < 3_600_000:
+        minutes, seconds = divmod(int(ms // 1000), 60)
+        return f"{minutes} min {seconds} s"
+    if ms < 86_400_000:
+        hours, minutes = divmod(int(ms // 60_000), 60)
+        return f"{hours} h {minutes} min"
+    return f"{ms / 86_400_000:,.1f} d" if ms < 1e14 else f"{ms / 86_400_000:.3g} d"

@@ -288,6 +288,6 @@ def test_a_stored_run_draws_as_a_page_with_its_kept_failure_code(tmp_path: Path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("<!DOCTYPE html>")
     assert ("<tr><td class=\"nid\">b</td><td><code>tool_error</code></td>"
-            "<td class=\"msg\">&lt;disk&gt; full</td><td>1</td></tr>") in done.stdout
+            "<td class=\"msg\">&lt;disk&gt; full</td><td>1</td><td></td></tr>") in done.stdout
     outcomes = dict(re.findall(r'<g class="node (\w+)" data-node-id="(\w+)"', done.stdout))
     assert outcomes == {"done": "a", "error": "b", "never_started": "c"}

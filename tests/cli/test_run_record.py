@@ -127,3 +127,30 @@ def test_record_is_written_as_frames_arrive_and_ends_with_the_cancelled_response
         ("chain/event", "start"), ("chain/event", "error"), ("chain/resp", None)]
     assert [f["seq"] for f in lines[:-1]] == [1, 2]
     assert lines[-1]["error"]["code"] == "cancelled"
+
+
+def test_a_record_that_cannot_be_written_to_the_end_is_said_and_still_draws(
+        tmp_path: Path) -> None:
+    import resource
+
+    def small_files() -> None:  # a full disk, as far as the record goes: EFBIG at 600 B
+        resource.setrlimit(resource.RLIMIT_FSIZE, (600, 600))
+
+    chain = chain_file(tmp_path)
+    record = tmp_path / "run.ndjson"
+    done = subprocess.run([*CLI, "run", str(chain), "--final", "--record", str(record)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          preexec_fn=small_files)
+    assert done.returncode == 1  # the chain succeeded; its record did not
+    assert json.loads(done.stdout) == {"words": 2, "lines": 1, "chars": 3}
+    assert done.stderr == (f"a2e-host run: --record file {str(record)!r} is incomplete: "
+                           "writing it failed after 2 lines (File too large)\n")
+    written = record.read_bytes()
+    assert len(written) == 600 and written.count(b"\n") == 2  # a third line, half written
+    drawn = cli("graph", str(chain), "--events", str(record), cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    assert drawn.stderr == (f"a2e-host graph: warning: line 3 of events file {str(record)!r} "
+                            "is cut off (the recording stopped while writing it); drawn "
+                            "without it\n")
+    assert [line.strip() for line in drawn.stdout.splitlines()
+            if line.strip().startswith("class ")] == ["class a done", "class b never_started"]
