@@ -118,6 +118,12 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         mcp: the ``[mcp]`` table as written (MCP servers whose tools the host serves,
             ``[mcp.servers.NAME]``; who may register more); the ``mcp`` plugin reads it
             (README "MCP servers as tool sources").
+        otel_exporter: where spans (and OTLP metrics) go (README "Observability"):
+            ``none`` (the default: no span is made), ``console`` (spans as JSON on
+            stderr) or ``otlp`` (OTLP/HTTP; endpoint, headers and service name from the
+            standard ``OTEL_*`` variables; needs ``a2e-host[otel]``).
+        http_endpoints: ``serve`` answers ``GET /healthz``, ``/readyz`` and ``/metrics``
+            on its WebSocket port (default true).
     """
 
     limits: Limits = Limits()
@@ -157,6 +163,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     ray_address: str = ""
     # MCP (issue 20): the [mcp] table, parsed by the a2e_mcp plugin (a2e_mcp.settings)
     mcp: dict[str, Any] = {}
+    # observability (README "Observability")
+    otel_exporter: str = "none"
+    http_endpoints: bool = True
 
     @property
     def auth_required(self) -> bool:
@@ -374,6 +383,9 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "ray_address": cv.string,
     # MCP (issue 20)
     "mcp": cv.table,
+    # observability
+    "otel_exporter": cv.choice(("none", "console", "otlp")),
+    "http_endpoints": cv.flag,
 }
 """HostConfig field → converter ``(key, raw, source) -> value`` (raises ValueError)."""
 

@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import durable
+from bench import durable, telemetry
 from bench.measure import DEFAULT_IMPLS, IMPLS
 from bench.peers import PEERS
 from bench.workloads import HOST_MAX_CONCURRENCY, NAMES, QUICK_SIZES
@@ -179,6 +179,9 @@ def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bo
                         break  # the same for every workload
     if micro:
         results["micro"] = _run_json(["-m", "bench.micro"])
+    if not quick and {"a", "b", "c", "d"} & set(keys):  # tracing off / on (bench.telemetry)
+        results["telemetry"] = _run_json(
+            ["-m", "bench.telemetry", "--workloads", ",".join(k for k in keys if k != "e")])
     return results
 
 
@@ -355,6 +358,7 @@ def report(r: dict[str, Any]) -> str:
                 *[f"- **{b}**" for b in bad]]
 
     out += durable.report_lines(inp, keys)
+    out += telemetry.report_lines(r.get("telemetry"))
     if r.get("durable_map"):
         out += durable.map_lines(r["durable_map"])
     if r["e2e"]:

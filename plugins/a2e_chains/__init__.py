@@ -118,6 +118,7 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         "chain/node.fallback",
         "chain/cache",
         "chain/event.report",
+        "chain/req.trace_context",
     )
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
