@@ -21,7 +21,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from itertools import chain
 from typing import Any
 
 __all__ = ["Writer", "APPEND", "CREATE", "FINISH", "CANCEL", "JOB", "MAX_BATCH"]
@@ -51,6 +50,7 @@ INSERT_PLAIN_EVENT = (
 """The common row (an inline frame, no output kept beside it): binding the three NULL
 columns of :data:`INSERT_EVENT` costs the writer about a quarter of its time per event."""
 PLAIN_ROWS = 64
+PLAIN_COLUMNS = 5
 """Plain event rows inserted by one statement (:data:`INSERT_PLAIN_EVENTS`)."""
 INSERT_PLAIN_EVENTS = (
     "INSERT INTO events(run, seq, node_id, phase, payload) VALUES "
@@ -217,7 +217,7 @@ class Writer:
         conn = self._conn
         results: list[tuple[Any, bool, Any]] = []
         rows: list[tuple[Any, ...]] = []  # every column of INSERT_EVENT
-        plain: list[tuple[Any, ...]] = []  # those of INSERT_PLAIN_EVENT
+        plain: list[Any] = []  # the columns of INSERT_PLAIN_EVENT, row after row, flat
         blobs: list[tuple[bytes, bytes]] = []
         keys = self._keys
         threshold = self._threshold
@@ -234,7 +234,8 @@ class Writer:
                 frame = op[7]
                 output = op[8]
                 if output is None and len(frame) <= threshold:
-                    plain.append((run, op[4], op[5], op[6], frame))
+                    plain.append(run)
+                    plain += op[4:8]  # seq, node_id, phase, frame: no tuple per row
                     continue
                 frame_hash = None
                 if len(frame) > threshold:
@@ -285,27 +286,30 @@ class Writer:
         self._keys[run_id] = row[0]
         return int(row[0])
 
-    def _insert_events(self, rows: list[tuple[Any, ...]], plain: list[tuple[Any, ...]],
+    def _insert_events(self, rows: list[tuple[Any, ...]], plain: list[Any],
                        blobs: list[tuple[bytes, bytes]]) -> None:
         """Insert the events of ``rows`` (every column) and ``plain`` (inline frame, no
-        output); the order of rows within one transaction does not matter (readers order
-        by ``seq``)."""
+        output: :data:`PLAIN_COLUMNS` values a row, flat); the order of rows within one
+        transaction does not matter (readers order by ``seq``)."""
         conn = self._conn
         if blobs:
             conn.executemany(INSERT_BLOB, blobs)
         written = 0
+        wanted = len(rows) + len(plain) // PLAIN_COLUMNS
         if plain:
-            whole = len(plain) - len(plain) % PLAIN_ROWS
-            for start in range(0, whole, PLAIN_ROWS):
-                written += conn.execute(INSERT_PLAIN_EVENTS, list(
-                    chain.from_iterable(plain[start:start + PLAIN_ROWS]))).rowcount
+            step = PLAIN_ROWS * PLAIN_COLUMNS
+            whole = len(plain) - len(plain) % step
+            for start in range(0, whole, step):
+                written += conn.execute(INSERT_PLAIN_EVENTS, plain[start:start + step]).rowcount
             if whole < len(plain):
-                written += conn.executemany(INSERT_PLAIN_EVENT, plain[whole:]).rowcount
+                rest = iter(plain[whole:])
+                written += conn.executemany(INSERT_PLAIN_EVENT, zip(
+                    rest, rest, rest, rest, rest, strict=True)).rowcount
         if rows:
             written += conn.executemany(INSERT_EVENT, rows).rowcount
-        if written != len(rows) + len(plain):
+        if written != wanted:
             self._log.error("frames were not stored twice: their (run, seq) is stored "
-                            "already", duplicates=len(rows) + len(plain) - written)
+                            "already", duplicates=wanted - written)
 
     def _job(self, fn: Callable[[sqlite3.Connection], Any], token: Any
              ) -> tuple[Any, bool, Any]:
