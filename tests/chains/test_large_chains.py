@@ -1,5 +1,5 @@
 """Large chains on the real stdio host (PROTOCOL.md §5): a 5,000-way fan-out and a
-20,000-item map run every node, stream their events with a gapless ``seq``, and keep the
+5,000-item map run every node, stream their events with a gapless ``seq``, and keep the
 host's memory bounded."""
 
 from __future__ import annotations
