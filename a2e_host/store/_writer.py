@@ -50,24 +50,24 @@ INSERT_PLAIN_EVENT = (
 """The common row (an inline frame, no output kept beside it): binding the three NULL
 columns of :data:`INSERT_EVENT` costs the writer about a quarter of its time per event."""
 PLAIN_ROWS = 64
-PLAIN_COLUMNS = 5
 """Plain event rows inserted by one statement (:data:`INSERT_PLAIN_EVENTS`)."""
-INSERT_PLAIN_EVENTS = (
-    "INSERT INTO events(run, seq, node_id, phase, payload) VALUES "
-    + ", ".join(["(?, ?, ?, ?, ?)"] * PLAIN_ROWS) + " ON CONFLICT(run, seq) DO NOTHING"
-)
-""":data:`PLAIN_ROWS` rows of :data:`INSERT_PLAIN_EVENT` in one statement: one step of
-the SQLite VM, so the thread releases and takes back the interpreter lock once per
-:data:`PLAIN_ROWS` rows, not per row (executemany steps once per row, and each step hands
-the lock to a busy event loop, to wait for it again): ~30 % less CPU per row, and a
-batch's commit no longer crawls while the loop is busy."""
-RUN_KEY = "SELECT id FROM runs WHERE run_id = ?"
+PLAIN_COLUMNS = 5
+"""Values of one plain row (run, seq, node_id, phase, payload)."""
 
 
 def plain_events_sql(rows: int) -> str:
     """:data:`INSERT_PLAIN_EVENT` for ``rows`` rows in one statement."""
     return ("INSERT INTO events(run, seq, node_id, phase, payload) VALUES "
             + ", ".join(["(?, ?, ?, ?, ?)"] * rows) + " ON CONFLICT(run, seq) DO NOTHING")
+
+
+INSERT_PLAIN_EVENTS = plain_events_sql(PLAIN_ROWS)
+""":data:`PLAIN_ROWS` rows of :data:`INSERT_PLAIN_EVENT` in one statement: one step of
+the SQLite VM, so the thread releases and takes back the interpreter lock once per
+:data:`PLAIN_ROWS` rows, not per row (executemany steps once per row, and each step hands
+the lock to a busy event loop, to wait for it again): ~30 % less CPU per row, and a
+batch's commit no longer crawls while the loop is busy."""
+RUN_KEY = "SELECT id FROM runs WHERE run_id = ?"
 
 MAX_KEYS = 100_000
 """``run_id`` → ``runs.id`` the writer remembers at most (then forgets them all)."""
