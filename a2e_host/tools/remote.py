@@ -36,6 +36,7 @@ import fnmatch
 import importlib.util
 import inspect
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -330,7 +331,9 @@ async def _connected(tool_name: str) -> tuple[Any, Any]:
     if connected.done() and connected.exception() is None:
         return connected.result()
     try:  # shielded: a cancelled wait must not cancel the connection the thread makes
-        return await asyncio.shield(asyncio.wrap_future(connected))
+        result = await asyncio.shield(asyncio.wrap_future(connected))
+        _restore_sigterm()
+        return result
     except Exception as exc:  # noqa: BLE001 - any failure to reach Ray is this one error
         raise NodeError(
             f"remote tool {tool_name!r} could not reach Ray at "
@@ -338,6 +341,19 @@ async def _connected(tool_name: str) -> tuple[Any, Any]:
             "check ray_address and that the cluster is up",
             code=REMOTE_UNAVAILABLE, retryable=True,
         ) from None
+
+
+def _restore_sigterm() -> None:
+    """Give SIGTERM back to the host's own handler (on the main thread, where Python
+    handles signals). Ray's core worker installs a crash handler for SIGTERM when it
+    connects; it dumps a stack and kills the process on the spot, skipping the host's
+    graceful stop and ``ray.shutdown`` at exit, which left Ray's agent processes of a
+    local instance running after the host was gone."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    handler = signal.getsignal(signal.SIGTERM)
+    if handler is not None:
+        signal.signal(signal.SIGTERM, handler)
 
 
 def _ray_thread() -> _RayThread:

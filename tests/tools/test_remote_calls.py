@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -111,3 +114,35 @@ async def test_calls_cancelled_while_ray_is_starting_hold_no_thread(
             tg.cancel_scope.cancel()
     assert not stand_in.connected.cancelled()  # the connection goes on for the next call
     assert stand_in.cancelled == []  # nothing had been sent to Ray
+
+
+def test_sigterm_reaches_the_host_s_own_handler_after_ray_connects() -> None:
+    # Ray's core worker installs a C-level SIGTERM handler when it connects (here: libc's
+    # signal() sets SIG_DFL behind Python's back, as it would): the host's graceful stop,
+    # and ray.shutdown at exit, must still be what a SIGTERM runs
+    script = textwrap.dedent("""
+        import asyncio, concurrent.futures, ctypes, os, signal
+        from types import SimpleNamespace
+        from a2e_host.tools import remote
+
+        async def main():
+            got = asyncio.Event()
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, got.set)
+            thread = SimpleNamespace(connected=concurrent.futures.Future(),
+                                     usable=lambda: True)
+            remote._thread = thread
+            waiting = asyncio.ensure_future(remote._connected("square"))
+            await asyncio.sleep(0)
+            ctypes.CDLL(None).signal(signal.SIGTERM, 0)  # SIG_DFL, as a C library would
+            thread.connected.set_result(("ray", "task"))
+            assert await waiting == ("ray", "task")
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.wait_for(got.wait(), 10)
+            print("stopped gracefully")
+
+        asyncio.run(main())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.stdout.strip() == "stopped gracefully"
