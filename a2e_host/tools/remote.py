@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
+import dataclasses
 import fnmatch
 import importlib.util
 import inspect
@@ -269,14 +270,29 @@ def _oversize_error(name: str, out: _Oversize, ctx: NodeContext | None) -> Excep
 
 
 def _context_data(ctx: NodeContext | None) -> dict[str, Any] | None:
+    """The tool context as the task's data. The run key is not sent, only the node's
+    idempotency key derived from it: a session's run key holds its unguessable
+    ``session_id``, which a Ray cluster (its object store, its task records) has no
+    need to see."""
     if ctx is None:
         return None
     left = None if ctx.deadline is None else ctx.deadline - time.monotonic()
     return {
         "node_id": ctx.node_id, "chain_id": ctx.chain_id, "req_id": ctx.req_id,
-        "depth": ctx.depth, "max_output_bytes": ctx.max_output_bytes, "run_key": ctx.run_key,
-        "seconds_left": left,
+        "depth": ctx.depth, "max_output_bytes": ctx.max_output_bytes,
+        "key": ctx.idempotency_key, "seconds_left": left,
     }
+
+
+@dataclasses.dataclass(slots=True)
+class _WorkerContext(NodeContext):
+    """The tool context in a Ray worker: its idempotency key given, its run key empty."""
+
+    key: str = ""
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.key
 
 
 def _call_in_worker(fn: Any, arg: Any, kwargs: bool, data: dict[str, Any] | None) -> Any:
@@ -287,7 +303,8 @@ def _call_in_worker(fn: Any, arg: Any, kwargs: bool, data: dict[str, Any] | None
     cap = None
     if data is not None:
         left = data.pop("seconds_left")
-        ctx = NodeContext(**data, deadline=None if left is None else time.monotonic() + left)
+        ctx = _WorkerContext(
+            **data, deadline=None if left is None else time.monotonic() + left)
         cap = ctx.max_output_bytes
         token = current_node.set(ctx)
     try:

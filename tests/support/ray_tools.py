@@ -7,8 +7,9 @@ host is built with them (the real chain plugin over ``load_tools`` with ``remote
   writes ``interrupted`` instead. With one step as long as the nap it never sees it in
   time and only ``ray.cancel(force=True)``, killing its worker, stops it.
 - ``crash_once``: the first call (no file ``marker`` yet) creates ``marker`` and kills its
-  own worker process (``os._exit``); later ones return ``{"value", "key", "left"}``: the
-  tool context's ``idempotency_key`` and seconds left before the node's deadline.
+  own worker process (``os._exit``); later ones return ``{"value", "key", "left", "run_key"}``:
+  the tool context's ``idempotency_key``, seconds left before the node's deadline, and
+  run key.
 - ``noop``: returns its input; remote or in-process as ``remote_tools`` says.
 - ``locked`` (``Tool(remote=True)``): a closure over a lock, which cannot be pickled.
 - ``flood`` (``Tool(remote=True)``): ``{"items": [a 1,000-character string] * count}``,
@@ -62,7 +63,8 @@ def crash_once(marker: str, value: int) -> dict[str, Any]:
         os._exit(1)
     ctx = context()
     assert ctx is not None and ctx.deadline is not None
-    return {"value": value, "key": ctx.idempotency_key, "left": ctx.deadline - time.monotonic()}
+    return {"value": value, "key": ctx.idempotency_key, "left": ctx.deadline - time.monotonic(),
+            "run_key": ctx.run_key}
 
 
 def flood(count: int) -> dict[str, list[str]]:

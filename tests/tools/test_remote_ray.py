@@ -148,6 +148,7 @@ async def test_remote_tools_run_on_ray_stop_on_timeout_or_cancel_and_survive_a_l
         assert out["value"] == 3
         assert out["key"] == idempotency_key(f"{client.session_id}/{run.req_id}", "c")
         assert 0 < out["left"] <= 120
+        assert out["run_key"] == ""  # the session id never reaches the worker
 
         # a function Ray cannot pickle fails its node with a sentence saying so
         locked = [{"node_id": "l", "kind": "tool", "name": "locked", "input": {"x": 1}}]
