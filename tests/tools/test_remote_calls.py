@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import re
 import subprocess
 import sys
 import textwrap
 import threading
+import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,6 +23,8 @@ import pytest
 
 from a2e_host.tools import remote
 from tests.support.ray_tools import square
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class StandInThread:
@@ -146,3 +151,14 @@ def test_sigterm_reaches_the_host_s_own_handler_after_ray_connects() -> None:
                           timeout=60, check=False)
     assert done.returncode == 0, (done.returncode, done.stderr)
     assert done.stdout.strip() == "stopped gracefully"
+
+
+def test_ray_is_an_optional_extra_and_a_test_dependency_never_a_runtime_one() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+    def names(requirements: list[str]) -> set[str]:
+        return {re.split(r"[\[<>=!~; ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+    assert "ray" not in names(project["dependencies"])
+    assert "ray" in names(project["optional-dependencies"]["ray"])
+    assert "ray" in names(project["optional-dependencies"]["test"])
