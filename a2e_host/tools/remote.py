@@ -347,10 +347,12 @@ async def _connected(tool_name: str) -> tuple[Any, Any]:
     connected = thread.connected
     if connected.done() and connected.exception() is None:
         return connected.result()
+    if not thread.restores_sigterm:  # once connected, even if no call waits by then
+        thread.restores_sigterm = True
+        loop = asyncio.get_running_loop()
+        connected.add_done_callback(lambda _: _on_loop(loop, _restore_sigterm))
     try:  # shielded: a cancelled wait must not cancel the connection the thread makes
-        result = await asyncio.shield(asyncio.wrap_future(connected))
-        _restore_sigterm()
-        return result
+        return await asyncio.shield(asyncio.wrap_future(connected))
     except Exception as exc:  # noqa: BLE001 - any failure to reach Ray is this one error
         raise NodeError(
             f"remote tool {tool_name!r} could not reach Ray at "
@@ -358,6 +360,13 @@ async def _connected(tool_name: str) -> tuple[Any, Any]:
             "check ray_address and that the cluster is up",
             code=REMOTE_UNAVAILABLE, retryable=True,
         ) from None
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+    try:
+        loop.call_soon_threadsafe(fn)
+    except RuntimeError:  # the loop is closed: nothing left to stop gracefully
+        pass
 
 
 def _restore_sigterm() -> None:
@@ -402,6 +411,7 @@ class _RayThread:
     def __init__(self, address: str) -> None:
         self.connected: concurrent.futures.Future[tuple[Any, Any]] = concurrent.futures.Future()
         self.cancels: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.restores_sigterm = False
         self._address = address
         threading.Thread(target=self._main, name="a2e-host ray", daemon=True).start()
 
