@@ -95,8 +95,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         step_cache_max_bytes: JSON-encoded bytes of the outputs it keeps at most (int
             bytes, default 16 MiB); an output over an eighth of it is never kept. 0 turns
             the cache off.
-        store: the run store's file (SQLite) for durable runs; "" (the default): no
-            store, and durable runs are refused. TOML ``[store] path``.
+        store: the run store's file (SQLite) for durable runs, or a ``postgresql://``
+            URL (a store replicas share); "" (the default): no store, and durable runs
+            are refused. TOML ``[store] path``.
         durability: ``normal`` (a commit survives a crash of the host process) or
             ``full`` (also an OS crash or power loss: an fsync per commit, slower).
         store_retention: float seconds a finished run is kept after its end before its
@@ -109,6 +110,12 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
             for ``a2e-host stdio`` (an agent that spawns the host may never read its
             stderr) and ``run``, ``info`` otherwise.
+        replica_id: this replica's name in a shared (``postgresql://``) run store: the
+            owner of the runs it accepts; "" (default): ``hostname-pid``. Give each
+            replica its own.
+        store_lease: float seconds a replica of a shared store may be silent (no
+            heartbeat) before another takes its runs over (default 10; heartbeats every
+            fifth of it). TOML ``[store] lease``.
     """
 
     limits: Limits = Limits()
@@ -143,6 +150,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     store_commit_delay: float = 0.0
     log_format: str = "auto"
     log_level: str = "auto"
+    # shared run store (PostgreSQL replicas, issue 18)
+    replica_id: str = ""
+    store_lease: float = 10.0
 
     @property
     def auth_required(self) -> bool:
@@ -171,6 +181,7 @@ _PATH_FIELDS = ("root", "skills_dirs", "store")
 _STORE_TABLE = {
     "path": "store", "durability": "durability", "retention": "store_retention",
     "prune_interval": "store_prune_interval", "commit_delay": "store_commit_delay",
+    "lease": "store_lease",
 }
 """``[store]`` key → HostConfig field."""
 
@@ -291,7 +302,7 @@ def _store_table(path: Path, table: dict[str, Any], source: str) -> list[_Item]:
 
 
 def _relative_to(base: Path, key: str, value: Any) -> Any:
-    if isinstance(value, str) and value == "":
+    if isinstance(value, str) and (value == "" or "://" in value):  # "" or a URL
         return value
     if isinstance(value, str):
         return str(base / value)
@@ -355,6 +366,9 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "store_commit_delay": cv.seconds,
     "log_format": cv.choice(_LOG_FORMATS),
     "log_level": cv.choice(_LOG_LEVELS),
+    # shared run store (PostgreSQL replicas, issue 18)
+    "replica_id": cv.string,
+    "store_lease": cv.positive_seconds,
 }
 """HostConfig field → converter ``(key, raw, source) -> value`` (raises ValueError)."""
 

@@ -314,6 +314,13 @@ class DurableSink(RunSink):
             self._drained = None
             drained.set()
 
+    def lost(self, error: BaseException) -> None:
+        """The run is no longer this host's to write (a replica sharing the store took
+        it over): as when the store fails, for this run only — nothing more is stored
+        or sent (frames not yet committed never reach the wire), the attached
+        connection gets one ``runtime_error``, ``on_store_error`` is called."""
+        self._store_failed(error)
+
     def _store_failed(self, error: BaseException) -> None:
         if self._failed:
             return
