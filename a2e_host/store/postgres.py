@@ -143,6 +143,11 @@ async def open_postgres_store(
                              blob_threshold=blob_threshold)
     if writer_conn is not None:
         store._start(writer_conn)
+        try:  # a watch made after open is woken by the next commit
+            await asyncio.wait_for(store._listener.listening.wait(), 30)
+        except BaseException:
+            await store.aclose()
+            raise
     return store
 
 
