@@ -44,7 +44,8 @@ class Ownership:
     _cancellers: dict[int, Callable[[str], None]]
     _cancels_told: set[str]
     _listener: Listener
-    _pool: Any
+    _url: str
+    _opened: float
 
     def _register(self, table: dict[int, Any], callback: Any) -> Callable[[], None]:
         raise NotImplementedError
@@ -94,42 +95,53 @@ class Ownership:
                     self.log.error("a cancel callback failed", exc_info=exc)
 
     async def _heartbeat_loop(self) -> None:
-        interval = self.lease / 5
-        first = True
-        while self._running():
-            try:
-                await self._beat(first)
-                first = False
-            except Exception as exc:  # noqa: BLE001 — the database may come back
-                self.log.warning("the replica heartbeat failed", error=str(exc))
-            await asyncio.sleep(interval)
+        """Beat every ``lease / 5`` seconds on a connection of its own (never queued
+        behind reads for a pooled one), opened again after a failure."""
+        import psycopg
 
-    async def _beat(self, first: bool) -> None:
-        async with self._pool.connection() as conn:
-            await q.heartbeat(conn, self.owner)
-            owned = dict(self._owned)
-            if owned:
-                by_key = {key: (run_id, epoch) for run_id, (key, epoch) in owned.items()}
-                for key, epoch, status, cancel in await q.ownership(conn, list(by_key)):
-                    run_id, mine = by_key[key]
-                    if epoch != mine and self._owned.get(run_id) == (key, mine):
-                        self._lost([run_id])
-                    elif cancel and status == "running":
-                        self._cancel_asked(run_id)
-            if self._claimers and self._running():
-                mine_keys = [key for key, _ in self._owned.values()]
-                claimed = await q.claim_orphans(conn, self.owner, self.lease, mine_keys,
-                                                time.time())
-                for key, epoch, run_id in claimed:
-                    self._owned[run_id] = (key, epoch)
-                for _key, _epoch, run_id in claimed:
-                    record = await q.get(conn, run_id)
-                    if record is None:
-                        continue
-                    self.log.info("took over a run whose replica went silent",
-                                  run_id=run_id, previous_owner="", epoch=record.epoch)
-                    for callback in list(self._claimers.values()):
-                        try:
-                            callback(record)
-                        except Exception as exc:  # noqa: BLE001
-                            self.log.error("a claimed-run callback failed", exc_info=exc)
+        interval = self.lease / 5
+        conn: Any = None
+        try:
+            while self._running():
+                try:
+                    if conn is None:
+                        conn = await psycopg.AsyncConnection.connect(self._url,
+                                                                     autocommit=True)
+                    await self._beat(conn)
+                except Exception as exc:  # noqa: BLE001 — the database may come back
+                    self.log.warning("the replica heartbeat failed", error=str(exc))
+                    if conn is not None:
+                        await conn.close()
+                        conn = None
+                await asyncio.sleep(interval)
+        finally:
+            if conn is not None:
+                await conn.close()
+
+    async def _beat(self, conn: Any) -> None:
+        await q.heartbeat(conn, self.owner)
+        owned = dict(self._owned)
+        if owned:
+            by_key = {key: (run_id, epoch) for run_id, (key, epoch) in owned.items()}
+            for key, epoch, status, cancel in await q.ownership(conn, list(by_key)):
+                run_id, mine = by_key[key]
+                if epoch != mine and self._owned.get(run_id) == (key, mine):
+                    self._lost([run_id])
+                elif cancel and status == "running":
+                    self._cancel_asked(run_id)
+        if self._claimers and self._running():
+            claimed = await q.claim_orphans(conn, self.owner, self.lease,
+                                            self._opened, time.time())
+            for key, epoch, run_id in claimed:
+                self._owned[run_id] = (key, epoch)
+            for _key, _epoch, run_id in claimed:
+                record = await q.get(conn, run_id)
+                if record is None:
+                    continue
+                self.log.info("took over a run whose replica went silent",
+                              run_id=run_id, epoch=record.epoch)
+                for callback in list(self._claimers.values()):
+                    try:
+                        callback(record)
+                    except Exception as exc:  # noqa: BLE001
+                        self.log.error("a claimed-run callback failed", exc_info=exc)

@@ -26,7 +26,6 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ._pg_queries import INSERT_RUN
 from ._pg_schema import CONTROL_CHANNEL, EVENTS_CHANNEL
 from ._writer import APPEND, CANCEL, CREATE, FINISH, JOB
 
@@ -54,12 +53,23 @@ MOVE_LAST_SEQ = (
     "UPDATE runs r SET last_seq = greatest(r.last_seq, f.last) "
     "FROM unnest(%s::bigint[], %s::bigint[]) AS f(id, last) WHERE r.id = f.id"
 )
-FINISH_RUN = (
-    "UPDATE runs SET status = %(status)s, response = %(response)s, "
-    "last_seq = greatest(last_seq, %(last)s), updated = %(now)s, "
-    "retention_until = %(now)s + (retention_until - created) "
-    "WHERE id = %(id)s AND status = 'running'"
+FINISH_RUNS = (
+    "UPDATE runs r SET status = f.status, response = f.response, "
+    "last_seq = greatest(r.last_seq, f.last), updated = f.now, "
+    "retention_until = f.now + (r.retention_until - r.created) "
+    "FROM unnest(%s::bigint[], %s::text[], %s::bytea[], %s::bigint[], %s::float8[]) "
+    "AS f(id, status, response, last, now) WHERE r.id = f.id AND r.status = 'running'"
 )
+"""Every ending of a batch in one statement (a run ends once: ids are distinct)."""
+INSERT_RUNS = (
+    "INSERT INTO runs(run_id, principal, req_id, chain_id, status, request, plan_hash, "
+    "last_seq, owner, epoch, cancel_requested, deadline, created, updated, response, "
+    "idempotency_key, retention_until) SELECT * FROM unnest(%s::text[], %s::text[], "
+    "%s::text[], %s::text[], %s::text[], %s::bytea[], %s::text[], %s::bigint[], %s::text[], "
+    "%s::bigint[], %s::bool[], %s::float8[], %s::float8[], %s::float8[], %s::bytea[], "
+    "%s::text[], %s::float8[]) ON CONFLICT DO NOTHING RETURNING run_id, id, epoch"
+)
+"""Every run a batch creates in one statement (columns of :func:`~._pg_queries.record_row`)."""
 CANCEL_RUN = ("UPDATE runs SET cancel_requested = true, updated = %s "
               "WHERE run_id = %s AND status = 'running' RETURNING id")
 INSERT_BLOB = "INSERT INTO blobs(sha256, bytes) VALUES (%s, %s) ON CONFLICT DO NOTHING"
@@ -84,6 +94,11 @@ class Segment:
         self.unknown: list[str] = []
 
 
+def _columns(rows: list[tuple[Any, ...]]) -> list[list[Any]]:
+    """``rows`` as one list per column (the arrays an ``unnest`` statement takes)."""
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
 def _blob(data: bytes, blobs: list[tuple[bytes, bytes]]) -> tuple[None, bytes]:
     digest = hashlib.sha256(data).digest()
     blobs.append((digest, data))
@@ -100,14 +115,12 @@ async def apply_segment(conn: Any, ops: list[tuple[Any, ...]], owned: Owned, own
     """
     done = Segment()
     async with conn.transaction():
-        for op in ops:
-            if op[0] == CREATE:
-                cur = await conn.execute(INSERT_RUN, op[3])
-                row = await cur.fetchone()
-                if row is None:
-                    done.unknown.append(op[3][0])
-                else:
-                    owned[op[3][0]] = (int(row[0]), int(row[1]))
+        created = [op[3] for op in ops if op[0] == CREATE]
+        if created:  # one statement for every run the batch creates
+            cur = await conn.execute(INSERT_RUNS, _columns(created))
+            for run_id, key, epoch in await cur.fetchall():
+                owned[run_id] = (int(key), int(epoch))
+            done.unknown += [row[0] for row in created if row[0] not in owned]
         written = {op[3] for op in ops if op[0] in (APPEND, FINISH)}
         unseen = [run_id for run_id in written if run_id not in owned]
         if unseen:  # runs this replica owns but did not create here (e.g. a restart)
@@ -126,7 +139,7 @@ async def apply_segment(conn: Any, ops: list[tuple[Any, ...]], owned: Owned, own
         rows: list[tuple[Any, ...]] = []
         blobs: list[tuple[bytes, bytes]] = []
         last: dict[int, int] = {}
-        finishes: list[dict[str, Any]] = []
+        finishes: list[tuple[Any, ...]] = []
         ended: list[str] = []
         touched: set[str] = set()
         for op in ops:
@@ -155,8 +168,7 @@ async def apply_segment(conn: Any, ops: list[tuple[Any, ...]], owned: Owned, own
                     last[held[0]] = seq
             elif kind == FINISH:
                 _, _, _, _, status, response, last_seq, now = op
-                finishes.append({"status": status, "response": response, "last": last_seq,
-                                 "now": now, "id": held[0]})
+                finishes.append((held[0], status, response, last_seq, now))
                 ended.append(run_id)
         if blobs:
             async with conn.cursor() as cur:
@@ -169,8 +181,8 @@ async def apply_segment(conn: Any, ops: list[tuple[Any, ...]], owned: Owned, own
                 await cur.execute(INSERT_EVENTS)
                 done.duplicates = len(rows) - cur.rowcount
             await conn.execute(MOVE_LAST_SEQ, (list(last), list(last.values())))
-        for finish in finishes:
-            await conn.execute(FINISH_RUN, finish)
+        if finishes:
+            await conn.execute(FINISH_RUNS, _columns(finishes))
         if touched:
             payload = ",".join(sorted(touched))
             await conn.execute("SELECT pg_notify(%s, %s)",

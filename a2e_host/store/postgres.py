@@ -180,6 +180,7 @@ class PostgresRunStore(Ownership, Reads):
         self.log = get_logger().bind(store=where, replica=owner)
         self._url = url
         self._pool = pool
+        self._opened = time.time()
         self._delay = commit_delay
         self._threshold = blob_threshold
         self._state = _OPEN

@@ -41,16 +41,16 @@ class Replica:
 
 
 @asynccontextmanager
-async def replicas(store_url: str, *names: str, lease: float = LEASE
+async def replicas(store_url: str, *names: str, lease: float = LEASE, **env: str
                    ) -> AsyncIterator[dict[str, Replica]]:
-    """Start one replica per name (``--replica-id NAME``) on ``store_url``; yield them by
-    name once all listen."""
+    """Start one replica per name (``--replica-id NAME``) on ``store_url`` (with ``env``
+    variables); yield them by name once all listen."""
     async with anyio.create_task_group() as tg:
         started: dict[str, HostProcess] = {}
         try:
             for name in names:
                 host = await open_host([*HOST, "--store", store_url, "--replica-id", name],
-                                       A2E_STORE_LEASE=str(lease), A2E_LOG_LEVEL="warning")
+                                       A2E_STORE_LEASE=str(lease), A2E_LOG_LEVEL="warning", **env)
                 started[name] = host
                 tg.start_soon(host.collect_stderr)
             found: dict[str, Replica] = {}
