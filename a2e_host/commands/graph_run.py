@@ -66,7 +66,7 @@ def graph_run_main(run_id: str, format: str, *, store: str | None,
     return 0
 
 
-async def read_run(path: Path, run_id: str) -> tuple[ChainRequest, dict[str, NodeOutcome]]:
+async def read_run(path: Path | str, run_id: str) -> tuple[ChainRequest, dict[str, NodeOutcome]]:
     """The run's request and each node's outcome.
 
     Raises:
