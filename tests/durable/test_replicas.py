@@ -2,7 +2,8 @@
 ``a2e-host serve`` processes on loopback, one throwaway cluster per test process, a
 database per test.
 
-- a run accepted by replica A is attached and followed to its response from B;
+- a run accepted by replica A is attached and followed to its response from B (detached
+  there and attached again on the way);
 - a cancel sent to B stops the run where it runs (A); B lists and gets it;
 - A is ``kill -9``ed mid-run: B or C takes the run over within the lease and finishes
   it, ``done`` nodes ran once, a client re-attached to another replica sees a gapless
@@ -81,6 +82,10 @@ async def test_a_run_accepted_by_one_replica_is_followed_to_its_response_from_an
                 assert await recorded(fifos.started) == "b"
                 followed = on_b.attach(run.run_id, since_seq=0)
                 seen_b = await _until_started(followed, "b")
+                detached = await on_b.detach(run.run_id)  # B streams it from the store
+                assert detached.last_seq == seen_b[-1].seq
+                await followed.aclose()
+                followed = on_b.attach(run.run_id, since_seq=detached.last_seq)
                 await open_gate(fifos.gate)
                 seen_a += [m async for m in run]
                 seen_b += [m async for m in followed]
