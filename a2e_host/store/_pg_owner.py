@@ -121,6 +121,7 @@ class Ownership:
     async def _beat(self, conn: Any) -> None:
         await q.heartbeat(conn, self.owner)
         owned = dict(self._owned)
+        self._cancels_told &= set(owned)  # forget runs that ended or left
         if owned:
             by_key = {key: (run_id, epoch) for run_id, (key, epoch) in owned.items()}
             for key, epoch, status, cancel in await q.ownership(conn, list(by_key)):

@@ -73,7 +73,7 @@ async def test_a_run_accepted_by_one_replica_is_followed_to_its_response_from_an
     tmp_path: Path, store_url: str,
 ) -> None:
     rec, fifos = tmp_path / "calls.txt", Fifos(tmp_path, "b")
-    async with replicas(store_url, "A", "B") as hosts:
+    async with replicas(store_url, "A", "B", lease=10.0) as hosts:
         with anyio.fail_after(WAIT * 2):
             async with connect_ws(hosts["A"].url, agent_caps=CAPS) as on_a, \
                     connect_ws(hosts["B"].url, agent_caps=CAPS) as on_b:
@@ -104,7 +104,7 @@ async def test_a_cancel_sent_to_another_replica_stops_the_run_where_it_runs(
     tmp_path: Path, store_url: str,
 ) -> None:
     nodes = [{"node_id": "s", "kind": "tool", "name": "sleep", "input": {"seconds": 60}}]
-    async with replicas(store_url, "A", "B") as hosts:
+    async with replicas(store_url, "A", "B", lease=10.0) as hosts:
         with anyio.fail_after(WAIT * 2):
             async with connect_ws(hosts["A"].url, agent_caps=CAPS) as on_a, \
                     connect_ws(hosts["B"].url, agent_caps=CAPS) as on_b:

@@ -25,8 +25,10 @@ from tests.support.ws import LISTENING
 __all__ = ["LEASE", "Fifos", "Replica", "open_gate", "recorded", "replicas", "calls"]
 
 HOST = [sys.executable, "-m", "tests.support.recording_host", "serve", "--port", "0"]
-LEASE = 1.5
-"""Seconds a replica may be silent before another takes its runs over (tests only)."""
+LEASE = 3.0
+"""Seconds a replica may be silent before another takes its runs over, in the takeover
+tests: short, to keep them quick, yet long enough that a replica starved of CPU on a
+loaded machine keeps its runs (tests where no replica dies use the default, 10 s)."""
 
 
 @dataclass
