@@ -5,8 +5,9 @@ the first time a test asks for it, and stops it when the process exits. It runs 
 machine's PostgreSQL binaries (``initdb``, ``pg_ctl``: PostgreSQL 15 on our image)
 as an unprivileged user — ``initdb`` refuses root, and CI runs as root — in a temporary
 folder that user owns, listening on 127.0.0.1 on a free port, with ``trust``
-authentication for its one role. Each test takes a database of its own
-(:meth:`Cluster.database`), so tests never see each other's runs.
+authentication for its one role. Each test takes a store of its own
+(:meth:`Cluster.database`, a schema of its own), so tests never see each other's
+runs.
 
 :func:`find_binaries` says whether the binaries exist; tests use :func:`require_cluster`,
 which skips only when they do not (a machine without PostgreSQL), never otherwise.
@@ -111,14 +112,16 @@ class Cluster:
         raise RuntimeError(f"the test PostgreSQL did not start: {last}")
 
     def database(self, prefix: str = "t") -> str:
-        """A new, empty database; returns its URL."""
+        """A new, empty place for a store: a schema of its own in the cluster's database
+        (``CREATE SCHEMA`` takes milliseconds, ``CREATE DATABASE`` most of a second on a
+        loaded machine); returns a URL whose connections use only that schema."""
         import psycopg
 
         self._names += 1
         name = f"{prefix}_{os.getpid()}_{self._names}_{secrets.token_hex(3)}"
         with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-        return f"postgresql://{ROLE}@127.0.0.1:{self.port}/{name}"
+            conn.execute(f'CREATE SCHEMA "{name}"')
+        return f"{self.url}?options=-csearch_path%3D{name}"
 
     def stop(self) -> None:
         """Stop the cluster at once and delete its folder (idempotent)."""
