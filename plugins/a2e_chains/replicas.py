@@ -53,8 +53,10 @@ def follow_replicas(durable: DurableRuns, store: SharedRunStore,
     def lost(run_id: str) -> None:
         live = durable.live.get(run_id)
         if live is not None:
-            live.sink.lost(StoreError(f"durable run {run_id!r} was taken over by another "
-                                      "replica; attach to it again"))
+            live.sink.lost(StoreError(
+                f"durable run {run_id!r} was taken over by another replica (this one was "
+                "silent past the lease); attach to it again, on any replica, with the last "
+                "seq you have"))
 
     def cancelled(run_id: str) -> None:
         live = durable.live.get(run_id)

@@ -201,7 +201,8 @@ async def test_a_paused_replicas_late_writes_never_land_after_its_run_is_taken_o
     assert record is not None and record.status is RunStatus.INTERRUPTED
     assert record.owner == "B" and record.response == response_bytes(rest)
     assert not late, "A sent no frame it could not store"
-    assert lost.value.code == "runtime_error"
+    assert lost.value.code == "runtime_error" and lost.value.retryable
+    assert "taken over by another replica" in str(lost.value)
     assert calls(rec) == ["a", "b"], "d never ran: A stopped the run it lost"
 
 
