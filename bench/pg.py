@@ -57,16 +57,19 @@ def ensure_server(url: str | None = None) -> str | None:
 
 
 def database(url: str) -> str:
-    """A new database on ``url``'s server; returns its URL."""
+    """A new database on ``url``'s server; returns its ``postgresql://`` URL (the form
+    ``--store`` takes: the scheme is what selects the PostgreSQL store)."""
+    from urllib.parse import urlsplit, urlunsplit
+
     import psycopg
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     name = f"bench_{os.getpid()}_{secrets.token_hex(4)}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    info = conninfo_to_dict(url)
-    info["dbname"] = name
-    return make_conninfo(**info)
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"--pg must be a postgresql:// URL, got {url[:40]!r}")
+    return urlunsplit(parts._replace(path=f"/{name}"))
 
 
 def _host(store: str) -> Any:
@@ -98,7 +101,11 @@ def load() -> Call:
         raise Unavailable("no PostgreSQL server (--pg URL) nor initdb/pg_ctl to start one")
     from bench import durable
 
-    return durable.durable_call(_host(database(url)))
+    store = database(url)
+    host = _host(store)
+    if host.config.store != store or not store.startswith("postgresql"):
+        raise AssertionError(f"the host must use the PostgreSQL store, not {store!r}")
+    return durable.durable_call(host)
 
 
 async def _timed_runs(host: Any, count: int) -> tuple[float, int]:
