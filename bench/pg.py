@@ -176,7 +176,7 @@ def report_lines(inprocess: dict[str, dict[str, Any]], rates: dict[str, Any] | N
     if not keys and not rates:
         return []
     out = ["", "## Durable runs on PostgreSQL (`ours_durable_pg`: the store a set of "
-           "replicas shares; pipelined batches, one NOTIFY per batch, fenced by epoch)"]
+           "replicas shares; COPY batches, one NOTIFY per batch, fenced by epoch)"]
     if keys:
         out += ["", "| workload | in-memory µs/node | SQLite µs/node | PostgreSQL µs/node | "
                 "PostgreSQL ÷ in-memory |", "|---|---|---|---|---|"]

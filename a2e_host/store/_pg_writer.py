@@ -14,14 +14,10 @@ A segment's transaction (DURABILITY.md §3.4 "Fencing"):
    with the one this replica owns it at: a run whose epoch moved on was taken over by
    another replica — its frames and ending in this batch are dropped, and it is
    reported *lost* (the store stops it);
-3. inserts the frames in one statement (``unnest`` of one array per column)
-   ``ON CONFLICT (run, seq) DO NOTHING`` (``UNIQUE(run, seq)`` is the backstop), moves
-   ``last_seq``, writes the endings;
+3. COPYs the frames into a temporary table and inserts them ``ON CONFLICT (run, seq) DO
+   NOTHING`` (``UNIQUE(run, seq)`` is the backstop), moves ``last_seq``, writes the
+   endings;
 4. sends ONE ``pg_notify`` naming the runs it touched, and commits.
-
-The transaction runs in pipeline mode: statements go out without waiting for their
-answers, and only the reads it needs (the new runs' keys, the epochs) and the commit wait
-— two round trips for a batch of frames.
 """
 
 from __future__ import annotations
@@ -39,12 +35,18 @@ NOTIFY_MAX = 7000
 """Payload bytes of one notification at most (PostgreSQL's limit is 8000): a batch that
 touched more runs than fit notifies ``*`` (every listener re-reads)."""
 
+TEMP_TABLE = (
+    "CREATE TEMP TABLE IF NOT EXISTS a2e_events_in(run BIGINT, seq BIGINT, node_id TEXT, "
+    "phase TEXT, payload BYTEA, payload_hash BYTEA, output BYTEA, output_hash BYTEA) "
+    "ON COMMIT DELETE ROWS"
+)
+COPY_IN = ("COPY a2e_events_in(run, seq, node_id, phase, payload, payload_hash, output, "
+           "output_hash) FROM STDIN")
 INSERT_EVENTS = (
     "INSERT INTO events(run, seq, node_id, phase, payload, payload_hash, output, "
-    "output_hash) SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], "
-    "%s::bytea[], %s::bytea[], %s::bytea[], %s::bytea[]) ON CONFLICT (run, seq) DO NOTHING"
+    "output_hash) SELECT run, seq, node_id, phase, payload, payload_hash, output, "
+    "output_hash FROM a2e_events_in ON CONFLICT (run, seq) DO NOTHING"
 )
-"""A batch's frames in one statement: one array per column."""
 LOCK_RUNS = "SELECT id, epoch FROM runs WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
 RUN_KEYS = "SELECT run_id, id, epoch FROM runs WHERE run_id = ANY(%s) AND owner = %s"
 MOVE_LAST_SEQ = (
@@ -77,7 +79,8 @@ Owned = dict[str, tuple[int, int]]
 
 
 async def prepare(conn: Any) -> None:
-    """Set the writer's connection up (nothing to do today; kept as the one place)."""
+    """Set the writer's connection up (its temporary table)."""
+    await conn.execute(TEMP_TABLE)
 
 
 class Segment:
@@ -111,11 +114,7 @@ async def apply_segment(conn: Any, ops: list[tuple[Any, ...]], owned: Owned, own
         finished runs out).
     """
     done = Segment()
-    events = None
-    # pipelined: statements go out without waiting for each answer; only the reads the
-    # batch needs (new runs' keys, the epochs) wait, and the commit — 2 round trips for a
-    # batch of frames instead of one per statement
-    async with conn.pipeline(), conn.transaction():
+    async with conn.transaction():
         created = [op[3] for op in ops if op[0] == CREATE]
         if created:  # one statement for every run the batch creates
             cur = await conn.execute(INSERT_RUNS, _columns(created))
@@ -175,8 +174,12 @@ async def apply_segment(conn: Any, ops: list[tuple[Any, ...]], owned: Owned, own
             async with conn.cursor() as cur:
                 await cur.executemany(INSERT_BLOB, blobs)
         if rows:
-            events = conn.cursor()
-            await events.execute(INSERT_EVENTS, _columns(rows))
+            async with conn.cursor() as cur:
+                async with cur.copy(COPY_IN) as copy:
+                    for row in rows:
+                        await copy.write_row(row)
+                await cur.execute(INSERT_EVENTS)
+                done.duplicates = len(rows) - cur.rowcount
             await conn.execute(MOVE_LAST_SEQ, (list(last), list(last.values())))
         if finishes:
             await conn.execute(FINISH_RUNS, _columns(finishes))
@@ -185,9 +188,6 @@ async def apply_segment(conn: Any, ops: list[tuple[Any, ...]], owned: Owned, own
             await conn.execute("SELECT pg_notify(%s, %s)",
                                (EVENTS_CHANNEL, payload if len(payload) <= NOTIFY_MAX
                                 else "*"))
-    if events is not None:
-        done.duplicates = len(rows) - max(0, events.rowcount)
-        await events.close()
     for run_id in lost:
         owned.pop(run_id, None)
     for run_id in ended:

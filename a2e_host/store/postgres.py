@@ -7,7 +7,7 @@ commit callbacks on the loop, backpressure, failure: read the package docstring)
 ``open_store("postgresql://…")``; the ``postgres`` extra installs psycopg.
 
 - **Writes** are the SQLite store's op tuples on a deque; ONE writer task with its own
-  connection commits what is queued (:mod:`._pg_writer`): the frames in one statement, a fenced
+  connection commits what is queued (:mod:`._pg_writer`): COPY of the frames, a fenced
   lock of the runs written, ONE ``pg_notify`` per batch naming the runs it touched.
 - **Reads** use a small pool (:mod:`psycopg_pool`), committed data only.
 - **Ownership**: this store's :attr:`owner` is its replica id. A heartbeat task updates
