@@ -21,6 +21,7 @@ import glob
 import os
 import pwd
 import secrets
+import shlex
 import shutil
 import socket
 import subprocess
@@ -77,6 +78,7 @@ class Cluster:
         self.port = 0
         self.url = ""
         self._names = 0
+        self._watchdog: subprocess.Popen[bytes] | None = None
 
     def _run(self, *argv: str, timeout: float = START_TIMEOUT) -> None:
         command = list(argv)
@@ -108,8 +110,23 @@ class Cluster:
                 continue
             self.port = port
             self.url = f"postgresql://{ROLE}@127.0.0.1:{port}/postgres"
+            self._watch_owner()
             return
         raise RuntimeError(f"the test PostgreSQL did not start: {last}")
+
+    def _watch_owner(self) -> None:
+        """Stop the cluster and delete its folder when this process dies without
+        stopping it (killed: no ``atexit``): a detached shell polls this process's pid."""
+        pg_ctl = [str(self._bin / "pg_ctl"), "-D", str(self._data), "-m", "immediate",
+                  "-w", "stop"]
+        if self._user is not None:
+            pg_ctl = ["runuser", "-u", self._user, "--", *pg_ctl]
+        script = (f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; "
+                  f"{shlex.join(pg_ctl)} >/dev/null 2>&1; rm -rf {shlex.quote(str(self._root))}")
+        # kept referenced: a Popen collected while its process runs warns
+        self._watchdog = subprocess.Popen(
+            ["sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def database(self, prefix: str = "t") -> str:
         """A new, empty place for a store: a schema of its own in the cluster's database
