@@ -24,6 +24,7 @@ from typing import Any, cast
 import anyio
 
 from a2e_host.chains.messages import ChainAccepted, ChainDetached
+from a2e_host.exceptions import StoreUnavailable
 from a2e_host.plugin import PluginContext
 from a2e_host.runtime.runs import FrameOutbox
 from a2e_host.store import RunRecord, RunStatus, StoreError
@@ -53,7 +54,7 @@ def follow_replicas(durable: DurableRuns, store: SharedRunStore,
     def lost(run_id: str) -> None:
         live = durable.live.get(run_id)
         if live is not None:
-            live.sink.lost(StoreError(
+            live.sink.lost(StoreUnavailable(
                 f"durable run {run_id!r} was taken over by another replica (this one was "
                 "silent past the lease); attach to it again, on any replica, with the last "
                 "seq you have"))
