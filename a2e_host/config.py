@@ -95,8 +95,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         step_cache_max_bytes: JSON-encoded bytes of the outputs it keeps at most (int
             bytes, default 16 MiB); an output over an eighth of it is never kept. 0 turns
             the cache off.
-        store: the run store's file (SQLite) for durable runs; "" (the default): no
-            store, and durable runs are refused. TOML ``[store] path``.
+        store: the run store's file (SQLite) for durable runs, or a ``postgresql://``
+            URL (a store replicas share); "" (the default): no store, and durable runs
+            are refused. TOML ``[store] path``.
         durability: ``normal`` (a commit survives a crash of the host process) or
             ``full`` (also an OS crash or power loss: an fsync per commit, slower).
         store_retention: float seconds a finished run is kept after its end before its
@@ -124,6 +125,12 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
             standard ``OTEL_*`` variables; needs ``a2e-host[otel]``).
         http_endpoints: ``serve`` answers ``GET /healthz``, ``/readyz`` and ``/metrics``
             on its WebSocket port (default true).
+        replica_id: this replica's name in a shared (``postgresql://``) run store: the
+            owner of the runs it accepts; "" (default): ``hostname-pid``. Give each
+            replica its own.
+        store_lease: float seconds a replica of a shared store may be silent (no
+            heartbeat) before another takes its runs over (default 10; heartbeats every
+            fifth of it). TOML ``[store] lease``.
     """
 
     limits: Limits = Limits()
@@ -166,6 +173,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     # observability (README "Observability")
     otel_exporter: str = "none"
     http_endpoints: bool = True
+    # shared run store (PostgreSQL replicas, issue 18)
+    replica_id: str = ""
+    store_lease: float = 10.0
 
     @property
     def auth_required(self) -> bool:
@@ -194,6 +204,7 @@ _PATH_FIELDS = ("root", "skills_dirs", "store")
 _STORE_TABLE = {
     "path": "store", "durability": "durability", "retention": "store_retention",
     "prune_interval": "store_prune_interval", "commit_delay": "store_commit_delay",
+    "lease": "store_lease",
 }
 """``[store]`` key → HostConfig field."""
 
@@ -314,7 +325,7 @@ def _store_table(path: Path, table: dict[str, Any], source: str) -> list[_Item]:
 
 
 def _relative_to(base: Path, key: str, value: Any) -> Any:
-    if isinstance(value, str) and value == "":
+    if isinstance(value, str) and (value == "" or "://" in value):  # "" or a URL
         return value
     if isinstance(value, str):
         return str(base / value)
@@ -386,6 +397,9 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     # observability
     "otel_exporter": cv.choice(("none", "console", "otlp")),
     "http_endpoints": cv.flag,
+    # shared run store (PostgreSQL replicas, issue 18)
+    "replica_id": cv.string,
+    "store_lease": cv.positive_seconds,
 }
 """HostConfig field → converter ``(key, raw, source) -> value`` (raises ValueError)."""
 

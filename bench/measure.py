@@ -16,7 +16,8 @@ a pool of 64 threads instead),
 ``minimal`` (asyncio, readiness counters),
 ``minimal_fast`` (+ dotted-path fast path), ``ours`` (a host, over its in-memory
 connection), ``ours_durable`` (the same host with a SQLite run store, every request
-``durable``; plus the replay figure: ``bench.durable``); optional peers ``chainweaver``
+``durable``; plus the replay figure: ``bench.durable``), ``ours_durable_pg`` (the same
+with the store in PostgreSQL: ``bench.pg``); optional peers ``chainweaver``
 and ``langgraph`` (``bench.peers``: "unavailable" when not installed, "unsupported" for a
 chain they cannot express).
 """
@@ -41,9 +42,9 @@ from bench.peers import PEERS, Unsupported, installed
 from bench.workloads import NAMES, QUICK_SIZES, Workload, check_response
 
 IMPLS = ["spec", "spec_tick", "spec_pooled_map", "minimal", "minimal_fast", "ours",
-         "ours_durable", *PEERS]
+         "ours_durable", "ours_durable_pg", *PEERS]
 #: The peers join the default run only when their library is installed.
-DEFAULT_IMPLS = ["spec", "minimal", "minimal_fast", "ours", "ours_durable",
+DEFAULT_IMPLS = ["spec", "minimal", "minimal_fast", "ours", "ours_durable", "ours_durable_pg",
                  *[p for p in PEERS if installed(p)]]
 
 Runner = Callable[[bytes, Callable[[bytes], None]], Any]
@@ -70,6 +71,10 @@ def load(impl: str) -> tuple[bool, Runner]:
         from bench import durable
 
         return True, durable.load()
+    if impl == "ours_durable_pg":
+        from bench import pg
+
+        return True, pg.load()
     if impl in PEERS:
         from bench import peers
 

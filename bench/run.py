@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import durable, telemetry
+from bench import durable, pg, telemetry
 from bench.measure import DEFAULT_IMPLS, IMPLS
 from bench.peers import PEERS
 from bench.workloads import HOST_MAX_CONCURRENCY, NAMES, QUICK_SIZES
@@ -45,6 +45,7 @@ LABELS = {
     "minimal_fast": "minimal + fast path for dotted paths",
     "ours": "**a2e-host, in-process** (in-memory connection)",
     "ours_durable": "a2e-host, durable runs (SQLite store, synchronous=NORMAL)",
+    "ours_durable_pg": "a2e-host, durable runs (PostgreSQL store, synchronous_commit=on)",
     "chainweaver": "chainweaver 0.14.1 (DAGFlow, async lane; events from the node callable)",
     "langgraph": "langgraph 1.2.24 (StateGraph, Send map; events from the node callable)",
 }
@@ -381,6 +382,7 @@ def report(r: dict[str, Any]) -> str:
 
     out += durable.report_lines(inp, keys)
     out += telemetry.report_lines(r.get("telemetry"))
+    out += pg.report_lines(inp, r.get("postgres"))
     if r.get("durable_map"):
         out += durable.map_lines(r["durable_map"])
     if r["e2e"]:
@@ -426,7 +428,8 @@ def failed(r: dict[str, Any]) -> list[str]:
             st = x.get("status")
             if impl in PEERS and st in ("unavailable", "unsupported"):
                 continue  # optional peers: not installed, or a chain they cannot express
-            if st == "error" or (st != "ok" and impl not in ("ours", "ours_durable")):
+            if st == "error" or (st != "ok" and impl not in ("ours", "ours_durable",
+                                                             "ours_durable_pg")):
                 out.append(f"{impl} on {NAMES[k]}: {st}: {x.get('error')}")
             elif st not in ("ok", "unavailable"):
                 out.append(f"{impl} on {NAMES[k]}: {st}: {x.get('error')}")
@@ -454,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma list of {', '.join(IMPLS)}")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     ap.add_argument("--no-e2e", action="store_true", help="skip the stdio/WebSocket runs")
+    ap.add_argument("--pg", metavar="URL", help="PostgreSQL server for ours_durable_pg "
+                    "(default: a throwaway cluster, where initdb/pg_ctl exist)")
     ap.add_argument("--e2e-runs", type=int, default=None, help="default: 5 (quick 1)")
     ap.add_argument("--no-micro", action="store_true")
     ap.add_argument("--jobs", type=int, default=None,
@@ -470,6 +475,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown workload {part!r}")
         keys.append(k)
     impls = [i.strip() for i in a.impls.split(",") if i.strip()]
+    if a.quick and a.impls == ",".join(DEFAULT_IMPLS):  # quick: no database to start
+        impls.remove("ours_durable_pg")
+    if "ours_durable_pg" in impls:  # one server for every measurement process (bench.pg)
+        pg.ensure_server(a.pg)
     for i in impls:
         if i not in IMPLS:
             ap.error(f"unknown implementation {i!r}")
@@ -483,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         _progress(f"note: --jobs {jobs}: concurrent measurements disturb each other's times")
     r = collect(keys, impls, runs, warmup, a.quick, not a.no_e2e,
                 not (a.quick or a.no_micro), e2e_runs, a.rounds, jobs)
+    if "ours_durable_pg" in impls:  # events/s: one durable run, then 10 at once
+        r["postgres"] = _run_json(["-m", "bench.pg", "--json"])
     if "ours_durable" in impls and "c" in keys:  # the 100,000-item map, memory and store
         sizes = durable.QUICK_MAP_SIZES if a.quick else durable.MAP_SIZES
         r["durable_map"] = _run_json_lines(durable.map_argv(sizes), 2 * len(sizes))

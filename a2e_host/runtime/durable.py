@@ -56,7 +56,7 @@ from typing import Any
 import anyio
 
 from ..codec import encode_message
-from ..errors import internal_error_message
+from ..errors import error_message_of, internal_error_message
 from ..logs import get_logger
 from ..messages import Message
 from ..store import RunStatus, RunStore, StoredFrame, StoreError
@@ -321,6 +321,20 @@ class DurableSink(RunSink):
         for waiter in waiters:
             if not waiter.done():  # a cancelled waiter's task is gone already
                 waiter.set_result(None)
+
+    def lost(self, error: BaseException) -> None:
+        """The run is no longer this host's to write (a replica sharing the store took
+        it over): as when the store fails, for this run only — nothing more is stored
+        or sent (frames not yet committed never reach the wire), ``on_store_error`` is
+        called — but the attached connection's one error is ``error``'s own (a
+        :class:`~a2e_host.exceptions.RemoteProtocolError` says what happened and how to
+        go on)."""
+        outbox, self._outbox = self._outbox, None
+        self._store_failed(error)
+        self._outbox = outbox
+        if outbox is not None:
+            outbox.send_frame_nowait(encode_message(error_message_of(
+                error, req_id=self.req_id, log=self._log, capability_name=self.capability)))
 
     def _store_failed(self, error: BaseException) -> None:
         if self._failed:
