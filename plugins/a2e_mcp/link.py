@@ -250,10 +250,21 @@ class ServerLink:
 
     def _sync_tools(self, tools: list[Any]) -> None:
         """Register the listed tools (those ``tool_allow_list`` allows) as ``NAME.tool``;
-        unregister the ones the server no longer lists."""
+        unregister the ones the server no longer lists. A tool whose name MCP does not
+        allow (empty, over 128 characters, anything but ``A-Z a-z 0-9 _ - .``: a space, a
+        slash, a newline, non-ASCII) is left out with a warning: its ``NAME.tool`` would
+        not be a name a chain, a listing or a log line could carry safely."""
+        from mcp.shared.tool_name_validation import validate_tool_name
+
         allow = set(self.server.tool_allow_list)
-        wanted = {f"{self.server.name}.{t.name}": t for t in tools
-                  if not allow or t.name in allow}
+        listed = [t for t in tools if not allow or t.name in allow]
+        bad = [t.name for t in listed if not validate_tool_name(t.name).is_valid]
+        if bad:
+            self.log.warning("an MCP server lists tools whose names MCP does not allow (1 to "
+                             "128 of A-Z a-z 0-9 _ - .); they are left out",
+                             tools=[name[:140] for name in bad[:20]], count=len(bad))
+        wanted = {f"{self.server.name}.{t.name}": t for t in listed
+                  if validate_tool_name(t.name).is_valid}
         if len(wanted) > MAX_TOOLS:
             self.log.warning("an MCP server lists more tools than the host takes from one "
                              "server; the rest are left out (name them in tool_allow_list)",
