@@ -12,7 +12,8 @@ registered but fail at once with that reason, and it is restarted with exponenti
 backoff (tenacity: ``restart_initial_delay`` doubling up to ``restart_max_delay``; a
 connection that stayed up that long starts the backoff over). Leaving the link's
 ``supervise`` (the host stopping) closes the session and stops the server: the SDK closes
-its stdin, then terminates its process group.
+its stdin, then terminates its process group; whatever is left of the group once the
+server exited (children it left behind) is killed (:mod:`a2e_mcp.groups`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from a2e_host.exceptions import NodeError, NodeTimeout
 from a2e_host.tools import NodeContext, ToolRegistry
 
+from .groups import kill_groups, recording
 from .settings import McpSettings, ServerSettings
 from .tools import build_tool, output_of
 
@@ -182,8 +184,15 @@ class ServerLink:
 
         params = StdioServerParameters(command=server.command[0], args=list(server.command[1:]),
                                        env=dict(server.env), cwd=server.cwd or None)
-        async with stdio_client(params, errlog=_errlog()) as streams:
-            yield streams[0], streams[1]
+        groups: list[int] = []
+        try:
+            async with AsyncExitStack() as stack:
+                with recording(groups):
+                    streams = await stack.enter_async_context(
+                        stdio_client(params, errlog=_errlog()))
+                yield streams[0], streams[1]
+        finally:
+            kill_groups(groups)  # the children it left behind
 
     async def _serve_once(self) -> None:
         """Connect, initialize, list and register the tools, then watch the server until

@@ -209,3 +209,32 @@ async def test_an_agent_registers_an_allowed_server_uses_its_tools_then_unregist
                                                      input={"value": "hi"})]))
         assert unknown["error"]["code"] == "chain_invalid"
         assert [s["name"] for s in (await list_servers(ws))["servers"]] == ["flaky", "test"]
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.asyncio
+async def test_an_unregistered_servers_leftover_children_are_killed(url: str) -> None:
+    async with await _session(url) as ws:
+        config = {"name": "parent", "transport": "stdio", "cmd": TEST_SERVER,
+                  "tool_allow_list": ["spawn"], "timeout": 10}
+        await send(ws, {"type": "mcp/server/register/req", "id": "r", "config": config})
+        with anyio.fail_after(WAIT):
+            registered = await receive(ws)
+        assert registered["ok"] is True, registered
+        _, spawned = await _run(ws, chain("s", [tool("s", "parent.spawn", input={})]))
+        child = spawned["final_output"]["pid"]
+        assert _alive(child)
+        await send(ws, {"type": "mcp/server/unregister/req", "id": "u", "server_id": "parent"})
+        assert (await receive(ws))["ok"] is True
+    # the server exits at once on its closed stdin; its child is killed with its group
+    with anyio.fail_after(WAIT):
+        while _alive(child):  # noqa: ASYNC110 - another process's end has no event
+            await anyio.sleep(0.05)

@@ -13,11 +13,15 @@ Tools:
     fail(message) -> an ``isError`` result with ``message``.
     crash() -> the process exits at once with status 3.
     hang() -> blocks the server's event loop for 60 s (it answers nothing, pings included).
+    spawn() -> {"pid": the pid of a child it started in its process group, which sleeps
+        for 10 minutes and outlives the server unless something kills it}.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import anyio
@@ -90,9 +94,16 @@ async def hang() -> str:
     return "woke"
 
 
-if __name__ == "__main__":
-    import sys
+@server.tool()
+def spawn() -> dict[str, int]:
+    """Start a child that outlives the server (it ignores the closed stdin)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    return {"pid": child.pid}
 
+
+if __name__ == "__main__":
     if sys.argv[1:2] == ["--http"]:  # streamable HTTP on 127.0.0.1:PORT/mcp
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
