@@ -31,7 +31,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from a2e_host.exceptions import NodeError, NodeTimeout
 from a2e_host.tools import NodeContext, ToolRegistry
 
-from .groups import kill_groups, recording
+from .groups import Spawns, kill_groups, recording
 from .settings import McpSettings, ServerSettings
 from .tools import build_tool, output_of
 
@@ -93,6 +93,9 @@ class ServerLink:
         mcp: the ``[mcp]`` settings (timeouts, backoff).
         registry: the host's tool registry, where ``NAME.tool`` tools are registered.
         log: a structlog logger.
+        max_line_bytes: the longest line a stdio server may write (the host's
+            ``max_message_bytes``); a longer one ends its connection
+            (:mod:`a2e_mcp.groups`).
 
     Attributes:
         status: ``connecting``, ``ready``, ``error`` or ``disconnected``.
@@ -102,8 +105,10 @@ class ServerLink:
     """
 
     def __init__(self, server: ServerSettings, mcp: McpSettings, registry: ToolRegistry,
-                 log: Any) -> None:
+                 log: Any, max_line_bytes: int = 16 * 1024 * 1024) -> None:
         self.server = server
+        self.max_line_bytes = max_line_bytes
+        self._spawns: Spawns | None = None
         self.mcp = mcp
         self.registry = registry
         self.log = log.bind(mcp_server=server.name)
@@ -184,15 +189,15 @@ class ServerLink:
 
         params = StdioServerParameters(command=server.command[0], args=list(server.command[1:]),
                                        env=dict(server.env), cwd=server.cwd or None)
-        groups: list[int] = []
+        self._spawns = spawns = Spawns(self.max_line_bytes)
         try:
             async with AsyncExitStack() as stack:
-                with recording(groups):
+                with recording(spawns):
                     streams = await stack.enter_async_context(
                         stdio_client(params, errlog=_errlog()))
                 yield streams[0], streams[1]
         finally:
-            kill_groups(groups)  # the children it left behind
+            kill_groups(spawns)  # the children it left behind
 
     async def _serve_once(self) -> None:
         """Connect, initialize, list and register the tools, then watch the server until
@@ -315,6 +320,8 @@ class ServerLink:
                 raise self._mark_down(f"it did not answer a ping within "
                                       f"{self.mcp.ping_timeout:g} s (hung)") from None
             except MCPError as exc:
+                if self._spawns is not None and self._spawns.overflow:
+                    raise self._mark_down(f"it {self._spawns.overflow}") from None
                 raise self._mark_down(f"the connection closed ({exc.error.message})") from None
             self.last_ping_ms = (anyio.current_time() - started) * 1000
 
@@ -372,7 +379,9 @@ class ServerLink:
                                   details=self._details("timeout")) from None
             if exc.code == CONNECTION_CLOSED:
                 self._check_now.set()
-                raise NodeError(f"MCP server {self.server.name!r} closed the connection during "
+                why = (self._spawns.overflow if self._spawns is not None
+                       and self._spawns.overflow else "closed the connection")
+                raise NodeError(f"MCP server {self.server.name!r} {why} during "
                                 f"the call of {name!r}; it is restarted",
                                 code=UNAVAILABLE, retryable=True,
                             details=self._details(UNAVAILABLE)) from None

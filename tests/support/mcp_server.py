@@ -13,6 +13,7 @@ Tools:
     fail(message) -> an ``isError`` result with ``message``.
     crash() -> the process exits at once with status 3.
     hang() -> blocks the server's event loop for 60 s (it answers nothing, pings included).
+    big(size) -> a text result of ``size`` characters ``x`` (one long line on the wire).
     spawn() -> {"pid": the pid of a child it started in its process group, which sleeps
         for 10 minutes and outlives the server unless something kills it}.
 """
@@ -92,6 +93,12 @@ async def hang() -> str:
     """Block the event loop (nothing is answered) for a minute."""
     time.sleep(60)  # noqa: ASYNC251 - blocking the loop is the point: a hung server
     return "woke"
+
+
+@server.tool()
+def big(size: int) -> str:
+    """``size`` characters."""
+    return "x" * size
 
 
 @server.tool()
