@@ -176,6 +176,11 @@ class ChainTools:
             raise
         except (ClientError, TimeoutError) as exc:  # e.g. busy: max_parallel chains run
             await run.aclose()
+            if getattr(exc, "code", "") == "busy":
+                limit = self.host.config.limits.max_parallel
+                return _failed(f"the host runs at most {limit} chains at once for its MCP "
+                               f"clients ([limits] max_parallel) and all {limit} are running; "
+                               "call again once one has answered")
             return _failed(f"the host refused or lost the chain: {exc}")
         if response is None:  # pragma: no cover - the client raises instead
             return _failed("the host closed the connection before answering")

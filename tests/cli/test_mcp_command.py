@@ -243,3 +243,40 @@ async def test_an_http_client_that_disconnects_mid_run_has_its_chain_cancelled(
             await process.wait()
     (finished,) = [json.loads(line) for line in log.splitlines() if b'"chain finished"' in line]
     assert (finished["code"], finished["nodes_run"]) == ("cancelled", 1), finished
+
+
+@pytest.mark.asyncio
+async def test_a_call_past_max_parallel_running_chains_is_refused_in_mcp_terms(
+        tmp_path: Path) -> None:
+    async with mcp_session(tmp_path / "stderr.log") as session:
+        started: list[str] = []
+        all_started = anyio.Event()
+
+        async def note(value: float, total: float | None, message: str | None) -> None:
+            if message == "s: start":
+                started.append("s")
+                if len(started) == 4:  # max_parallel's default
+                    all_started.set()
+
+        chain = {"nodes": [{"node_id": "s", "kind": "tool", "name": "sleep",
+                            "input": {"seconds": 60}}], "entry_node": "s", "timeout": 120}
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(lambda: session.call_tool("run_chain", chain,
+                                                        progress_callback=note))
+            with anyio.fail_after(WAIT):
+                await all_started.wait()
+                refused = await session.call_tool("run_chain", _echo_chain("one more"))
+            tg.cancel_scope.cancel()
+        assert refused.is_error is True
+        assert refused.content[0].text == (  # type: ignore[union-attr]
+            "the host runs at most 4 chains at once for its MCP clients ([limits] max_parallel) "
+            "and all 4 are running; call again once one has answered")
+        with anyio.fail_after(WAIT):  # the cancelled ones freed their places
+            while True:
+                after = await session.call_tool("run_chain", _echo_chain("now"))
+                if not after.is_error:
+                    break
+                await anyio.sleep(0.1)
+        assert after.structured_content is not None
+        assert after.structured_content["final_output"] == {"text": "NOW"}
