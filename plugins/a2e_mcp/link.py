@@ -148,12 +148,21 @@ class ServerLink:
                 self._went_down(self._last_down, self.mcp.restart_initial_delay)
                 await anyio.sleep(self.mcp.restart_initial_delay)
                 self.restarts += 1
-        self.status, self.error = "disconnected", "stopped"
-        self._session = None
+        self._stopped()
 
     def stop(self) -> None:
-        """Stop the server (its tools stay registered until :meth:`forget_tools`)."""
+        """Stop the server (its tools stay registered until :meth:`forget_tools`); from
+        now on it is ``disconnected``, and whoever waits for :attr:`started` (a
+        registration) is answered at once."""
         self._scope.cancel()
+        self._stopped()
+
+    def _stopped(self) -> None:
+        self._session = None
+        self.status = "disconnected"
+        self.error = (f"MCP server {self.server.name!r} was stopped (unregistered, or the "
+                      "host is stopping)")
+        self.started.set()
 
     def forget_tools(self) -> None:
         """Remove every tool it registered (the server was unregistered)."""

@@ -5,6 +5,7 @@ objects (in a running event loop), no process is started."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 import structlog
 from a2e_mcp.link import MAX_TOOLS, ServerLink
@@ -53,3 +54,15 @@ async def test_a_giant_tool_description_is_cut() -> None:
     _link(registry)._sync_tools([_tool("big", "d" * 1_000_000)])
     got = registry.get("srv.big")
     assert got is not None and got.description == "d" * MAX_DESCRIPTION_CHARS
+
+
+@pytest.mark.asyncio
+async def test_a_link_stopped_before_it_connected_answers_its_waiters_with_why() -> None:
+    # an unregister racing its own registration: the registration is answered at once
+    link = _link(ToolRegistry())
+    link.stop()
+    assert link.started.is_set()
+    with anyio.fail_after(5):
+        await link.supervise()  # cancelled before it began: returns, spawns nothing
+    assert (link.status, link.error) == (
+        "disconnected", "MCP server 'srv' was stopped (unregistered, or the host is stopping)")
