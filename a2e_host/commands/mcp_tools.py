@@ -176,7 +176,7 @@ class ChainTools:
             raise
         except (ClientError, TimeoutError) as exc:  # e.g. busy: max_parallel chains run
             await run.aclose()
-            if getattr(exc, "code", "") == "busy":
+            if isinstance(exc, ClientError) and exc.code == "busy":
                 limit = self.host.config.limits.max_parallel
                 return _failed(f"the host runs at most {limit} chains at once for its MCP "
                                f"clients ([limits] max_parallel) and all {limit} are running; "
