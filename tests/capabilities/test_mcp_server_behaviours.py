@@ -9,6 +9,7 @@ events, responses and ``mcp/server/list``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,7 +36,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     text = toml_of([], {"start_timeout": 20, "ping_interval": 1, "ping_timeout": 3,
                         "restart_initial_delay": 1, "restart_max_delay": 1,
                         "register_commands": [TEST_SERVER]}, {
-        "test": {"command": TEST_SERVER, "timeout": 3},
+        "test": {"command": TEST_SERVER, "timeout": 3, "env": {"A2E_MCP_TEST": "given"}},
         "flaky": {"command": TEST_SERVER, "timeout": 20,
                   "tool_allow_list": ["big", "crash", "hang", "stats"]},
     }) + "\n[limits]\nmax_message_bytes = 1048576\n"
@@ -259,3 +260,16 @@ async def test_a_server_line_over_max_message_bytes_fails_the_call_and_restarts_
         _, again = await _run(ws, chain("e", [tool("e", "flaky.stats", input={})]))
     assert small["final_output"] == {"result": "x" * 1000}, str(small)[:300]
     assert again["final_output"]["pid"] != first["final_output"]["pid"]
+
+
+@pytest.mark.asyncio
+async def test_a_stdio_server_gets_its_env_and_none_of_the_hosts_own_environment(
+        url: str) -> None:
+    # the host inherited this test process's environment, PYTEST_CURRENT_TEST included
+    values = {}
+    async with await _session(url) as ws:
+        for name in ("A2E_MCP_TEST", "PYTEST_CURRENT_TEST", "HOME"):
+            _, resp = await _run(ws, chain("g", [tool("g", "test.getenv", input={"name": name})]))
+            values[name] = resp["final_output"]["value"]
+    assert values == {"A2E_MCP_TEST": "given", "PYTEST_CURRENT_TEST": None,
+                      "HOME": os.environ["HOME"]}

@@ -13,6 +13,7 @@ Tools:
     fail(message) -> an ``isError`` result with ``message``.
     crash() -> the process exits at once with status 3.
     hang() -> blocks the server's event loop for 60 s (it answers nothing, pings included).
+    getenv(name) -> {"value": the variable's value in the server's environment, or null}.
     big(size) -> a text result of ``size`` characters ``x`` (one long line on the wire).
     spawn() -> {"pid": the pid of a child it started in its process group, which sleeps
         for 10 minutes and outlives the server unless something kills it}.
@@ -93,6 +94,12 @@ async def hang() -> str:
     """Block the event loop (nothing is answered) for a minute."""
     time.sleep(60)  # noqa: ASYNC251 - blocking the loop is the point: a hung server
     return "woke"
+
+
+@server.tool()
+def getenv(name: str) -> dict[str, str | None]:
+    """The environment variable ``name`` (null when unset)."""
+    return {"value": os.environ.get(name)}
 
 
 @server.tool()
