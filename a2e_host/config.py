@@ -17,6 +17,7 @@ import msgspec
 from . import config_values as cv
 from .grants import ToolGrant, check_grant_principals, parse_named_tokens, parse_tool_grants
 from .limits import CEILINGS, Limits, limits_from_mapping
+from .secrets import RequestSecretPolicy, Secret, parse_request_policy, parse_secrets
 
 __all__ = [
     "ANONYMOUS_PRINCIPAL",
@@ -109,6 +110,14 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
             for ``a2e-host stdio`` (an agent that spawns the host may never read its
             stderr) and ``run``, ``info`` otherwise.
+        secrets: secret name → :class:`~a2e_host.secrets.Secret` (TOML ``[secrets]``:
+            ``NAME = {env = "VAR"}`` or ``{file = "path"}``, with ``tools`` globs and
+            ``executables`` that may receive it; none by default), read when the
+            configuration is loaded; chains use them as ``{"$secret": "NAME"}``
+            (PROTOCOL.md §5 Secrets).
+        request_secrets: what a ``chain/req``'s own ``secrets`` may reach (TOML
+            ``[request_secrets]``: ``tools``, ``executables``, ``shadow``); by default no
+            tool, no executable, and never a configured secret's name.
     """
 
     limits: Limits = Limits()
@@ -143,6 +152,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     store_commit_delay: float = 0.0
     log_format: str = "auto"
     log_level: str = "auto"
+    # secrets by reference (README "Secrets")
+    secrets: dict[str, Secret] = {}
+    request_secrets: RequestSecretPolicy = RequestSecretPolicy()
 
     @property
     def auth_required(self) -> bool:
@@ -355,6 +367,9 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "store_commit_delay": cv.seconds,
     "log_format": cv.choice(_LOG_FORMATS),
     "log_level": cv.choice(_LOG_LEVELS),
+    # secrets by reference
+    "secrets": parse_secrets,
+    "request_secrets": parse_request_policy,
 }
 """HostConfig field → converter ``(key, raw, source) -> value`` (raises ValueError)."""
 

@@ -171,6 +171,12 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
         retention: *extension*, durable runs: int seconds the run's record and events
             are kept after it ends (> 0, within ``max_retention``); 0 (the default) keeps
             them :data:`DEFAULT_RETENTION` seconds or ``max_retention``, the smaller.
+        secrets: *extension* (PROTOCOL.md §5 Secrets): secret name → value, filled by
+            the agent's code (never the model): nodes use them as ``{"$secret": "NAME"}``
+            in their static ``input``, for the tools and executables the host's
+            ``[request_secrets]`` allows. The values never reach an event, the response,
+            a log line or the run store (each is replaced by ``«secret:NAME»``).
+            ``{}``: none.
     """
 
     TYPE: ClassVar[str] = "chain/req"
@@ -188,6 +194,7 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
     durable: bool = False
     idempotency_key: str = ""
     retention: int = 0
+    secrets: dict[str, str] = {}
 
     def __post_init__(self) -> None:
         """An empty ``chain_id`` means absent (PROTOCOL.md §4): give it a fresh one."""
