@@ -268,6 +268,10 @@ def _read_file(path: Path) -> list[_Item]:
             continue
         if key in _PATH_FIELDS:
             value = _relative_to(path.parent, key, value)
+        if key == "secrets" and isinstance(value, dict):  # a secret's file, like a path
+            value = {name: {**entry, "file": str(path.parent / entry["file"])}
+                     if isinstance(entry, dict) and isinstance(entry.get("file"), str)
+                     and entry["file"] else entry for name, entry in value.items()}
         items.append((key, value, source))
     return items
 

@@ -39,25 +39,26 @@ def placeholder(name: str) -> str:
 
 def _text_forms(value: str) -> set[str]:
     """Every form ``value`` may take once written: as is, JSON-escaped (msgspec's and
-    ``json.dumps``' ASCII escapes), inside a Python ``repr``, and JSON-escaped twice."""
-    escaped = _encode(value).decode("utf-8")[1:-1]
-    forms = {
-        value,
-        escaped,
-        json.dumps(value)[1:-1],
-        repr(value)[1:-1],
-        json.dumps(escaped)[1:-1],
-        json.dumps(escaped, ensure_ascii=False)[1:-1],
-    }
+    ``json.dumps``' ASCII escapes), inside a Python ``repr``, and each of those
+    JSON-escaped once more (a line logged as a JSON string)."""
+    once = {value, _encode(value).decode("utf-8")[1:-1], json.dumps(value)[1:-1],
+            repr(value)[1:-1]}
+    forms = set(once)
+    for form in once - {value}:
+        forms.add(json.dumps(form)[1:-1])
+        forms.add(json.dumps(form, ensure_ascii=False)[1:-1])
     return {form for form in forms if form}
 
 
 def _frame_forms(value: str) -> set[bytes]:
-    """The forms of ``value`` inside an encoded frame (codec.encode_message's bytes)."""
-    once = _encode(value)[1:-1]
-    sep = once.replace(_LS, b"\\u2028").replace(_PS, b"\\u2029")
-    twice = _encode(once.decode("utf-8"))[1:-1]
-    return {form for form in (once, sep, twice) if form}
+    """The forms of ``value`` inside an encoded frame (codec.encode_message's bytes): each
+    text form, as msgspec writes it inside a JSON string."""
+    forms: set[bytes] = set()
+    for text in _text_forms(value):
+        once = _encode(text)[1:-1]
+        forms.add(once)
+        forms.add(once.replace(_LS, b"\\u2028").replace(_PS, b"\\u2029"))
+    return {form for form in forms if form}
 
 
 class Redactor:

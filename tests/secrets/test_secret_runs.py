@@ -1,0 +1,103 @@
+"""Secrets in an in-process host's runs (PROTOCOL.md §5 Secrets): resolved only from a node's
+static input, when its tool is called; an object an expression builds is never resolved;
+a node with a reference is never answered from the step cache; a tool's output that
+echoes a value is redacted before anything reads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from a2e_chains import ChainPlugin
+
+from a2e_host import secrets
+from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
+from a2e_host.client import connect_memory
+from a2e_host.config import load_config
+from a2e_host.runtime.host import Host
+from tests.support.secrets import HOST_VALUE, REQUEST_VALUE, digest, probe_records
+
+CONFIG = """\
+tools = ["secretprobe", "conformance"]
+
+[secrets]
+HOSTKEY = {file = "hostkey.txt", tools = ["secret_*", "echo"]}
+
+[request_secrets]
+tools = ["echo", "secret_echo"]
+"""
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Host:
+    (tmp_path / "hostkey.txt").write_text(HOST_VALUE + "\n", encoding="utf-8")
+    path = tmp_path / "host.toml"
+    path.write_text(CONFIG, encoding="utf-8")
+    config = load_config(path, overrides={"root": str(tmp_path)}, environ={})
+    return Host(config, plugins=[ChainPlugin(config)])
+
+
+async def _run(host: Host, nodes: list[dict[str, Any]], **fields: Any) -> tuple[
+        list[ChainEvent], ChainResponse]:
+    request = ChainRequest(nodes=[ChainNode(**n) for n in nodes],
+                           entry_node=nodes[0]["node_id"], **fields)
+    with anyio.fail_after(10):
+        async with connect_memory(host, agent_caps=["chains"]) as client:
+            messages = [m async for m in client.send_request(request)]
+    events = [m for m in messages if isinstance(m, ChainEvent)]
+    response = messages[-1]
+    assert isinstance(response, ChainResponse)
+    return events, response
+
+
+@pytest.mark.asyncio
+async def test_a_configured_file_secret_and_a_request_secret_reach_the_tool_redacted_after(
+    host: Host, tmp_path: Path,
+) -> None:
+    events, response = await _run(host, [{
+        "node_id": "e", "kind": "tool", "name": "secret_echo",
+        "input": {"a": {"$secret": "HOSTKEY"}, "b": {"$secret": "REQKEY"}}}],
+        secrets={"REQKEY": REQUEST_VALUE})
+    assert response.success, response.error
+    assert response.final_output == {"text": "a=«secret:HOSTKEY» b=«secret:REQKEY»",
+                                      "a": "«secret:HOSTKEY»",
+                                      "pair": ["«secret:HOSTKEY»", "«secret:REQKEY»"]}
+    assert [(r["a"], r["b"]) for r in probe_records(tmp_path)] == [
+        (digest(HOST_VALUE), digest(REQUEST_VALUE))]  # the file's newline is not part of it
+    assert secrets.redactor() is not None  # the host's own secret stays known while it lives
+
+
+@pytest.mark.asyncio
+async def test_a_reference_an_expression_builds_is_passed_as_data_never_resolved(
+    host: Host,
+) -> None:
+    _, response = await _run(host, [{
+        "node_id": "e", "kind": "tool", "name": "echo",
+        "input_map": {"got": "input.smuggled"}}],
+        initial_input={"smuggled": {"$secret": "HOSTKEY"}})
+    assert response.success, response.error
+    assert response.final_output == {"got": {"$secret": "HOSTKEY"}}
+
+
+@pytest.mark.asyncio
+async def test_a_node_with_a_reference_is_never_answered_from_the_step_cache(
+    host: Host,
+) -> None:
+    node = {"node_id": "e", "kind": "tool", "name": "echo", "cache": True,
+            "input": {"token": {"$secret": "REQKEY"}}}
+    first_events, first = await _run(host, [node], secrets={"REQKEY": "first-value-1"})
+    second_events, second = await _run(host, [node], secrets={"REQKEY": "second-value-2"})
+    assert first.final_output == second.final_output == {"token": "«secret:REQKEY»"}
+    done = [e.data for e in (*first_events, *second_events) if e.phase == "done"]
+    assert [d["cache"] for d in done] == ["off", "off"]
+
+
+@pytest.mark.asyncio
+async def test_a_request_secrets_are_forgotten_when_their_run_ends(host: Host) -> None:
+    value = "forgotten-after-the-run"
+    await _run(host, [{"node_id": "e", "kind": "tool", "name": "echo",
+                       "input": {"t": {"$secret": "GONE"}}}], secrets={"GONE": value})
+    assert secrets.redact(value) == value
+    assert secrets.redact(HOST_VALUE) == "«secret:HOSTKEY»"
