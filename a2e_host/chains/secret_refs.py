@@ -42,6 +42,7 @@ from ..secrets import (
     is_secret_name,
 )
 from .hints import Suggester
+from .kinds import NODE_KINDS
 from .messages import ChainNode, ChainRequest
 from .nodes import Executor, NodeContext
 from .problems import limit_problem, problem
@@ -56,7 +57,6 @@ __all__ = [
 ]
 
 _MARK = SECRET_KEY.encode()
-_RESOLVED_KINDS = ("tool", "proc")
 _encode = msgspec.json.Encoder().encode
 
 
@@ -92,6 +92,18 @@ class HostSecrets:
             if name not in scope or self.policy.shadow:
                 scope[name] = self.policy.secret(name, value)
         return scope
+
+
+def receiver(kind: str) -> str | None:
+    """What a node of ``kind`` hands its resolved input to, from the kind table:
+    ``"tool"`` (a kind whose name is a tool), ``"proc"`` (a kind held to the proc
+    policy), or None (no secret may be resolved for it)."""
+    spec = NODE_KINDS.get(kind)
+    if spec is None:
+        return None
+    if spec.registry == "tool":
+        return "tool"
+    return "proc" if spec.proc_policy else None
 
 
 def ref_name(value: Any) -> str | None:
@@ -222,7 +234,8 @@ def _ref_problem(node: ChainNode, key: str, field: str, ref: dict[str, Any],
                        'write a reference as {"$secret": "NAME"}, with nothing beside it')
     if key in node.input_map:
         return None  # the expression's value replaces this one: never resolved
-    if node.kind not in _RESOLVED_KINDS:
+    target = receiver(node.kind)
+    if target is None:
         return problem(
             "secret_kind", nid, field,
             f"node {nid!r} is a {node.kind!r} node; only tool and proc nodes receive secrets",
@@ -237,7 +250,7 @@ def _ref_problem(node: ChainNode, key: str, field: str, ref: dict[str, Any],
         return problem("secret_unknown", nid, field,
                        f"node {nid!r} field {field!r} names secret {name!r}, which is not "
                        "defined", hint, secret=name)
-    if node.kind == "tool":
+    if target == "tool":
         for tool in (node.name, node.fallback):
             if tool and not secret.allows_tool(tool):
                 return problem(
@@ -310,7 +323,7 @@ class SecretResolver:
 
     def _wrapped(self, executor: Executor) -> Executor:
         async def call(node: ChainNode, args: dict[str, Any], ctx: NodeContext) -> Any:
-            if node.kind in _RESOLVED_KINDS:
+            if receiver(node.kind) is not None:
                 args = self.resolve(node, args)
             try:
                 output = await executor(node, args, ctx)
@@ -353,7 +366,7 @@ class SecretResolver:
         if secret is None:
             raise NodeError(f"node {node.node_id!r} names secret {name!r}, which this run "
                             "does not have; define it or send it in the request's 'secrets'")
-        if node.kind == "tool":
+        if receiver(node.kind) == "tool":
             allowed = secret.allows_tool(node.name)
             target = f"tool {node.name!r}"
         else:

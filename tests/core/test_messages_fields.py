@@ -67,6 +67,7 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("durable", bool, False),  # extension (PROTOCOL.md §5 Durable runs)
         ("idempotency_key", str, ""),  # extension
         ("retention", int, 0),  # extension
+        ("secrets", dict[str, str], {}),  # extension (PROTOCOL.md §5 Secrets)
     ],
     ChainEvent: ENVELOPE + [
         ("kind", str, "status"),
