@@ -24,6 +24,7 @@ from typing import Any, Union
 
 import msgspec
 
+from . import secrets as _secrets
 from .exceptions import (
     InvalidMessage,
     ParseError,
@@ -33,7 +34,6 @@ from .exceptions import (
     VersionMismatch,
 )
 from .messages import CORE_MESSAGE_TYPES, PROTOCOL_VERSION, Message
-from .secrets import redact_frame
 from .sizes import SHOWN_CHARS, clip
 
 __all__ = [
@@ -351,7 +351,7 @@ def encode_message(msg: Message, *, redact: bool = True) -> bytes:
     outputs are checked with :func:`has_non_finite` before they get here).
 
     Every secret value the process knows is replaced by ``«secret:NAME»``
-    (:func:`a2e_host.secrets.redact_frame`; PROTOCOL.md §5 Secrets), so no frame the host
+    (:data:`a2e_host.secrets.active_redactor`; PROTOCOL.md §5 Secrets), so no frame the host
     writes or stores holds one; a client encoding its own request passes
     ``redact=False`` (its ``secrets`` are meant for the host).
 
@@ -361,7 +361,8 @@ def encode_message(msg: Message, *, redact: bool = True) -> bytes:
             decoder refuses those too, so decoded values always re-encode).
     """
     data = _escape_separators(_encoder.encode(msg))
-    return redact_frame(data) if redact else data
+    current = _secrets.active_redactor  # None, the common case: one attribute read
+    return current.redact_frame(data) if redact and current is not None else data
 
 
 def _escape_separators(data: bytes) -> bytes:

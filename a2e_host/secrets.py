@@ -44,6 +44,7 @@ __all__ = [
     "RequestSecretPolicy",
     "SECRET_KEY",
     "Secret",
+    "active_redactor",
     "is_secret_name",
     "parse_request_policy",
     "parse_secrets",
@@ -291,7 +292,9 @@ def parse_request_policy(key: str, raw: Any, source: str) -> RequestSecretPolicy
 _lock = threading.Lock()
 _entries: dict[int, Mapping[str, str]] = {}
 _tokens = count(1)
-_current: Redactor | None = None
+active_redactor: Redactor | None = None
+"""The redactor of every registered secret, None when none is registered: what the hot
+paths read (one module attribute) before redacting anything. Read it, never set it."""
 
 
 def register(secrets: Mapping[str, str]) -> int:
@@ -304,21 +307,21 @@ def register(secrets: Mapping[str, str]) -> int:
     Returns:
         A token for :func:`unregister`.
     """
-    global _current
+    global active_redactor
     with _lock:
         token = next(_tokens)
         if secrets:
             _entries[token] = dict(secrets)
-            _current = _build()
+            active_redactor = _build()
         return token
 
 
 def unregister(token: int) -> None:
     """Forget the secrets registered under ``token`` (unknown tokens are ignored)."""
-    global _current
+    global active_redactor
     with _lock:
         if _entries.pop(token, None) is not None:
-            _current = _build()
+            active_redactor = _build()
 
 
 def _build() -> Redactor | None:
@@ -328,7 +331,7 @@ def _build() -> Redactor | None:
 
 def redactor() -> Redactor | None:
     """The redactor of every registered secret, None when there is none."""
-    return _current
+    return active_redactor
 
 
 def redact(text: str) -> str:
@@ -344,12 +347,12 @@ def redact(text: str) -> str:
     Returns:
         ``text`` itself when it holds no registered value, else the redacted copy.
     """
-    current = _current
+    current = active_redactor
     return text if current is None else current.redact(text)
 
 
 def redact_frame(data: bytes) -> bytes:
     """An encoded frame (compact JSON) with every registered value replaced inside its
     strings; the result is valid JSON (see :meth:`Redactor.redact_frame`)."""
-    current = _current
+    current = active_redactor
     return data if current is None else current.redact_frame(data)

@@ -14,16 +14,21 @@ from a2e_chains import ChainPlugin
 
 from a2e_host import secrets
 from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
+from a2e_host.chains.secret_refs import SecretResolver
 from a2e_host.client import connect_memory
 from a2e_host.config import load_config
+from a2e_host.exceptions import NodeError
 from a2e_host.runtime.host import Host
+from a2e_host.secrets import RequestSecretPolicy
 from tests.support.secrets import HOST_VALUE, REQUEST_VALUE, digest, probe_records
 
 CONFIG = """\
 tools = ["secretprobe", "conformance"]
+allow_proc = ["printenv"]
+proc_env_keys = ["TOKEN"]
 
 [secrets]
-HOSTKEY = {file = "hostkey.txt", tools = ["secret_*", "echo"]}
+HOSTKEY = {file = "hostkey.txt", tools = ["secret_*", "echo"], executables = ["printenv"]}
 
 [request_secrets]
 tools = ["echo", "secret_echo"]
@@ -44,7 +49,7 @@ async def _run(host: Host, nodes: list[dict[str, Any]], **fields: Any) -> tuple[
     request = ChainRequest(nodes=[ChainNode(**n) for n in nodes],
                            entry_node=nodes[0]["node_id"], **fields)
     with anyio.fail_after(10):
-        async with connect_memory(host, agent_caps=["chains"]) as client:
+        async with connect_memory(host, agent_caps=["chains", "proc"]) as client:
             messages = [m async for m in client.send_request(request)]
     events = [m for m in messages if isinstance(m, ChainEvent)]
     response = messages[-1]
@@ -101,3 +106,28 @@ async def test_a_request_secrets_are_forgotten_when_their_run_ends(host: Host) -
                        "input": {"t": {"$secret": "GONE"}}}], secrets={"GONE": value})
     assert secrets.redact(value) == value
     assert secrets.redact(HOST_VALUE) == "«secret:HOSTKEY»"
+
+
+@pytest.mark.asyncio
+async def test_a_proc_node_gets_a_secret_in_its_environment_and_its_echo_is_redacted(
+    host: Host,
+) -> None:
+    _, response = await _run(host, [{
+        "node_id": "p", "kind": "proc",
+        "input": {"argv": ["printenv", "TOKEN"], "env": {"TOKEN": {"$secret": "HOSTKEY"}}}}])
+    assert response.success, response.error
+    assert response.final_output["stdout"] == "«secret:HOSTKEY»\n"  # the child printed it
+
+
+def test_a_request_secret_is_not_resolved_in_a_run_resumed_without_it() -> None:
+    policy = RequestSecretPolicy(tools=("echo",))
+    resumed = SecretResolver({"REQKEY": policy.secret("REQKEY", "«secret:REQKEY»")})
+    node = ChainNode(node_id="e", kind="tool", name="echo",
+                     input={"t": {"$secret": "REQKEY"}})
+    with pytest.raises(NodeError, match="not kept across a host restart"):
+        resumed.resolve(node, dict(node.input))
+    live = SecretResolver({"REQKEY": policy.secret("REQKEY", REQUEST_VALUE)})
+    assert live.resolve(node, dict(node.input)) == {"t": REQUEST_VALUE}
+    other = ChainNode(node_id="o", kind="tool", name="upper", input=node.input)
+    with pytest.raises(NodeError, match="may not be passed to tool 'upper'"):
+        live.resolve(other, dict(other.input))
