@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from a2e_chains import ChainPlugin
+from a2e_tools import ToolsPlugin
 
 from a2e_host import secrets
 from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
@@ -41,7 +42,7 @@ def host(tmp_path: Path) -> Host:
     path = tmp_path / "host.toml"
     path.write_text(CONFIG, encoding="utf-8")
     config = load_config(path, overrides={"root": str(tmp_path)}, environ={})
-    return Host(config, plugins=[ChainPlugin(config)])
+    return Host(config, plugins=[ChainPlugin(config), ToolsPlugin(config)])
 
 
 async def _run(host: Host, nodes: list[dict[str, Any]], **fields: Any) -> tuple[
@@ -131,3 +132,16 @@ def test_a_request_secret_is_not_resolved_in_a_run_resumed_without_it() -> None:
     other = ChainNode(node_id="o", kind="tool", name="upper", input=node.input)
     with pytest.raises(NodeError, match="may not be passed to tool 'upper'"):
         live.resolve(other, dict(other.input))
+
+
+@pytest.mark.asyncio
+async def test_a_direct_tool_call_resolves_a_configured_secret_and_redacts_its_echo(
+    host: Host, tmp_path: Path,
+) -> None:
+    with anyio.fail_after(10):
+        async with connect_memory(host, agent_caps=["tools"]) as client:
+            result = await client.call_tool("secret_echo", {
+                "a": {"$secret": "HOSTKEY"}, "b": "plain-value"}).result()
+    assert result.success, result.error
+    assert result.data["text"] == "a=«secret:HOSTKEY» b=plain-value"
+    assert probe_records(tmp_path)[0]["a"] == digest(HOST_VALUE)
