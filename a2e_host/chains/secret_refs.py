@@ -53,6 +53,7 @@ __all__ = [
     "has_secret_refs",
     "mentions_secrets",
     "ref_name",
+    "request_secret_problems",
     "secret_problems",
 ]
 
@@ -164,20 +165,27 @@ def secret_problems(
     if not mentions_secrets(request):
         return []
     host = host if host is not None else HostSecrets()
-    found = _request_problems(request, host, limits)
+    found = request_secret_problems(request, host, limits)
     scope = host.for_request(request)
     for node in request.nodes:
         found.extend(_node_problems(node, scope))
     return found
 
 
-def _request_problems(request: ChainRequest, host: HostSecrets,
-                      limits: SessionLimits) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
+def request_secret_problems(request: ChainRequest, host: HostSecrets,
+                            limits: SessionLimits) -> list[dict[str, Any]]:
+    """The problems of ``request``'s own ``secrets`` alone (count, names, lengths,
+    shadowing), in time bounded by ``max_request_secrets``: what the chains plugin checks
+    before it registers their values for redaction or stores the request.
+
+    Returns:
+        Problems as :func:`secret_problems` gives them; ``[]`` when all is well.
+    """
     refused = limits.refusal("max_request_secrets", len(request.secrets))
-    if refused is not None:
-        found.append(limit_problem(refused, "", "secrets",
-                                   "send fewer secrets, only those the chain references"))
+    if refused is not None:  # the rest is not looked at: there may be very many
+        return [limit_problem(refused, "", "secrets",
+                              "send fewer secrets, only those the chain references")]
+    found: list[dict[str, Any]] = []
     most = limits.effective.max_secret_bytes
     for name, value in request.secrets.items():
         field = f"secrets.{name}"

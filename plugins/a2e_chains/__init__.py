@@ -45,7 +45,9 @@ from a2e_host.chains.messages import (
     ChainRequest,
     ChainResponse,
 )
+from a2e_host.chains.problems import chain_invalid
 from a2e_host.chains.scheduler import ChainRunner
+from a2e_host.chains.secret_refs import request_secret_problems
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.chains.validation import ChainPlan, expression_chars, validate_chain
 from a2e_host.config import HostConfig
@@ -160,6 +162,8 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 no run of this principal, an expired one, or a ``since_seq`` outside it.
         """
         if isinstance(message, ChainRequest):
+            if message.secrets and self._refuse_secrets(message, ctx):
+                return  # refused before a value is registered, stored or run
             token = register(message.secrets)  # redacted from here on (the stored request)
             try:
                 if message.durable:
@@ -178,6 +182,14 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
             raise InvalidMessage(
                 f"{message.TYPE!r} is sent by hosts, not agents; send chain/req or chain/cancel"
             )
+
+    def _refuse_secrets(self, request: ChainRequest, ctx: PluginContext) -> bool:
+        """Answer a request whose own ``secrets`` are malformed (too many, too short, too
+        long, shadowing) with its refusal, before anything else; whether it did."""
+        found = request_secret_problems(request, self.toolbox.secrets, ctx.session.limits)
+        if found:
+            ctx.outbox.send_nowait(_refusal(request, chain_invalid(found), time.monotonic()))
+        return bool(found)
 
     def _start(self, request: ChainRequest, ctx: PluginContext) -> None:
         self._check_admission(request, ctx)

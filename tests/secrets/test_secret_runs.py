@@ -145,3 +145,29 @@ async def test_a_direct_tool_call_resolves_a_configured_secret_and_redacts_its_e
     assert result.success, result.error
     assert result.data["text"] == "a=«secret:HOSTKEY» b=plain-value"
     assert probe_records(tmp_path)[0]["a"] == digest(HOST_VALUE)
+
+
+@pytest.mark.asyncio
+async def test_malformed_request_secrets_are_refused_before_any_value_is_registered(
+    host: Host, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registered: list[dict[str, str]] = []
+    real = secrets.register
+
+    def spy(values: dict[str, str]) -> int:
+        registered.append(dict(values))
+        return real(values)
+
+    monkeypatch.setattr("a2e_chains.register", spy)
+    events, response = await _run(host, [{"node_id": "e", "kind": "tool", "name": "echo",
+                                           "input": {"t": "the letter e"}}],
+                                  secrets={"SHORT": "e", "OK": "long-enough-value"})
+    assert events == [] and response.error is not None
+    assert response.error.code == "chain_invalid"
+    assert [(p["code"], p["field"]) for p in response.error.details["errors"]] == [
+        ("secret_invalid", "secrets.SHORT")]
+    assert registered == []
+    _, many = await _run(host, [{"node_id": "e", "kind": "tool", "name": "echo"}],
+                         secrets={f"K{i}": f"value-{i:05d}" for i in range(5000)})
+    assert many.error is not None and many.error.details["requested"] == 5000
+    assert registered == []
