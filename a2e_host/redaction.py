@@ -123,7 +123,8 @@ class Redactor:
         try:
             _decode(out)
         except msgspec.DecodeError:
-            return _encode(self._scrub_decoded(_decode(data)))
+            again = _encode(self._scrub_decoded(_decode(data)))
+            return again.replace(_LS, b"\\u2028").replace(_PS, b"\\u2029")
         return out
 
     def scrub(self, value: Any) -> Any:

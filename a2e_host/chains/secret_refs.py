@@ -223,8 +223,8 @@ def _node_problems(node: ChainNode, scope: Mapping[str, Secret]) -> list[dict[st
         if SECRET_KEY in text:
             found.append(problem(
                 "secret_in_expression", nid, field,
-                f"node {nid!r} field {field!r} writes $secret inside an expression, whose "
-                "value is data and never resolved",
+                "$secret inside an expression is never resolved: an expression's value is "
+                "data",
                 "put {\"$secret\": \"NAME\"} in the node's static 'input' instead"))
     for key, value in node.input.items():
         for field, ref in _refs(value, f"input.{key}"):
@@ -240,7 +240,7 @@ def _ref_problem(node: ChainNode, key: str, field: str, ref: dict[str, Any],
     name = ref_name(ref)
     if name is None:
         return problem("secret_invalid", nid, field,
-                       f"node {nid!r} field {field!r} is not a secret reference",
+                       "this is not a secret reference",
                        'write a reference as {"$secret": "NAME"}, with nothing beside it')
     if key in node.input_map:
         return None  # the expression's value replaces this one: never resolved
@@ -248,7 +248,7 @@ def _ref_problem(node: ChainNode, key: str, field: str, ref: dict[str, Any],
     if target is None:
         return problem(
             "secret_kind", nid, field,
-            f"node {nid!r} is a {node.kind!r} node; only tool and proc nodes receive secrets",
+            f"a {node.kind!r} node receives no secret; only tool and proc nodes do",
             "pass the secret to the tool or proc node that needs it", secret=name)
     secret = scope.get(name)
     if secret is None:
@@ -258,14 +258,13 @@ def _ref_problem(node: ChainNode, key: str, field: str, ref: dict[str, Any],
             f"known secrets: {known}; configure it under [secrets] or send it in the "
             "request's 'secrets'")
         return problem("secret_unknown", nid, field,
-                       f"node {nid!r} field {field!r} names secret {name!r}, which is not "
-                       "defined", hint, secret=name)
+                       f"secret {name!r} is not defined", hint, secret=name)
     if target == "tool":
         for tool in (node.name, node.fallback):
             if tool and not secret.allows_tool(tool):
                 return problem(
                     "secret_denied", nid, field,
-                    f"secret {name!r} may not be passed to tool {tool!r} (node {nid!r})",
+                    f"secret {name!r} may not be passed to tool {tool!r}",
                     f"use a tool its 'tools' allow ({_listed(secret.tools)}), or have the "
                     "operator allow this one", secret=name)
         return None
@@ -277,20 +276,20 @@ def _proc_problem(node: ChainNode, key: str, field: str, name: str,
     nid = node.node_id
     if key in ("argv", "cmd"):
         return problem("secret_kind", nid, field,
-                       f"node {nid!r} puts secret {name!r} on a command line, which every "
-                       "local user can read", "pass it in 'env' or 'stdin' instead",
+                       f"secret {name!r} would be on a command line, which every local user "
+                       "can read", "pass it in 'env' or 'stdin' instead",
                        secret=name)
     argv = node.input.get("argv", node.input.get("cmd"))
     if "argv" in node.input_map or "cmd" in node.input_map or not (
             isinstance(argv, list) and argv and isinstance(argv[0], str)):
         return problem("secret_kind", nid, field,
-                       f"node {nid!r} passes secret {name!r} to a process whose 'argv' is "
-                       "not static", "write 'argv' in the node's 'input', not its input_map",
+                       f"secret {name!r} goes to a process whose 'argv' is not static",
+                       "write 'argv' in the node's 'input', not its input_map",
                        secret=name)
     if not secret.allows_executable(argv[0]):
         return problem(
             "secret_denied", nid, field,
-            f"secret {name!r} may not be passed to executable {argv[0]!r} (node {nid!r})",
+            f"secret {name!r} may not be passed to executable {argv[0]!r}",
             f"use an executable its 'executables' allow ({_listed(secret.executables)}), "
             "or have the operator allow this one", secret=name)
     return None

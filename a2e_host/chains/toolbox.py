@@ -80,7 +80,7 @@ class Toolbox:
             )
         box = cls(load_tools(config), None, ProcPolicy.from_config(config))
         box.config = config
-        box.secrets = HostSecrets(config.secrets, config.request_secrets)
+        box.secrets = HostSecrets(config.secrets, config.request_secrets)  # skills name them
         box.skills = load_skills(config, box)
         box.executors["skill"] = box.skills.run_skill
         return box

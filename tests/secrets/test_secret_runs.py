@@ -5,12 +5,14 @@ echoes a value is redacted before anything reads it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from a2e_chains import ChainPlugin
+from a2e_skills import SkillPlugin
 from a2e_tools import ToolsPlugin
 
 from a2e_host import secrets
@@ -36,13 +38,21 @@ tools = ["echo", "secret_echo"]
 """
 
 
+SKILL = {"name": "probe_skill", "version": "1", "entry_node": "e", "input_schema": {
+    "type": "object"}, "nodes": [{"node_id": "e", "kind": "tool", "name": "secret_echo",
+                                  "input": {"a": {"$secret": "HOSTKEY"}, "b": "from-skill"}}]}
+
+
 @pytest.fixture
 def host(tmp_path: Path) -> Host:
     (tmp_path / "hostkey.txt").write_text(HOST_VALUE + "\n", encoding="utf-8")
+    (tmp_path / "skills").mkdir()
+    (tmp_path / "skills" / "probe_skill.json").write_text(json.dumps(SKILL), encoding="utf-8")
     path = tmp_path / "host.toml"
     path.write_text(CONFIG, encoding="utf-8")
-    config = load_config(path, overrides={"root": str(tmp_path)}, environ={})
-    return Host(config, plugins=[ChainPlugin(config), ToolsPlugin(config)])
+    config = load_config(path, overrides={"root": str(tmp_path), "skills_dirs": [
+        str(tmp_path / "skills")]}, environ={})
+    return Host(config, plugins=[ChainPlugin(config), ToolsPlugin(config), SkillPlugin(config)])
 
 
 async def _run(host: Host, nodes: list[dict[str, Any]], **fields: Any) -> tuple[
@@ -50,7 +60,7 @@ async def _run(host: Host, nodes: list[dict[str, Any]], **fields: Any) -> tuple[
     request = ChainRequest(nodes=[ChainNode(**n) for n in nodes],
                            entry_node=nodes[0]["node_id"], **fields)
     with anyio.fail_after(10):
-        async with connect_memory(host, agent_caps=["chains", "proc"]) as client:
+        async with connect_memory(host, agent_caps=["chains", "proc", "skill"]) as client:
             messages = [m async for m in client.send_request(request)]
     events = [m for m in messages if isinstance(m, ChainEvent)]
     response = messages[-1]
@@ -171,3 +181,17 @@ async def test_malformed_request_secrets_are_refused_before_any_value_is_registe
                          secrets={f"K{i}": f"value-{i:05d}" for i in range(5000)})
     assert many.error is not None and many.error.details["requested"] == 5000
     assert registered == []
+
+
+@pytest.mark.asyncio
+async def test_a_declared_skill_names_a_host_secret_by_node_and_by_call(
+    host: Host, tmp_path: Path,
+) -> None:
+    _, response = await _run(host, [{"node_id": "s", "kind": "skill", "name": "probe_skill"}])
+    assert response.success, response.error
+    assert response.final_output["text"] == "a=«secret:HOSTKEY» b=from-skill"
+    with anyio.fail_after(10):
+        async with connect_memory(host, agent_caps=["skill"]) as client:
+            called = await client.call_skill("probe_skill", {}).result()
+    assert called.success, called
+    assert [r["a"] for r in probe_records(tmp_path)] == [digest(HOST_VALUE)] * 2
