@@ -6,6 +6,7 @@ echoes a value is redacted before anything reads it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ SKILL = {"name": "probe_skill", "version": "1", "entry_node": "e", "input_schema
 
 
 @pytest.fixture
-def host(tmp_path: Path) -> Host:
+def host(tmp_path: Path) -> Iterator[Host]:
     (tmp_path / "hostkey.txt").write_text(HOST_VALUE + "\n", encoding="utf-8")
     (tmp_path / "skills").mkdir()
     (tmp_path / "skills" / "probe_skill.json").write_text(json.dumps(SKILL), encoding="utf-8")
@@ -52,7 +53,9 @@ def host(tmp_path: Path) -> Host:
     path.write_text(CONFIG, encoding="utf-8")
     config = load_config(path, overrides={"root": str(tmp_path), "skills_dirs": [
         str(tmp_path / "skills")]}, environ={})
-    return Host(config, plugins=[ChainPlugin(config), ToolsPlugin(config), SkillPlugin(config)])
+    chains = ChainPlugin(config)
+    yield Host(config, plugins=[chains, ToolsPlugin(config), SkillPlugin(config)])
+    anyio.run(chains.aclose)  # its secrets leave the process-wide registry
 
 
 async def _run(host: Host, nodes: list[dict[str, Any]], **fields: Any) -> tuple[
