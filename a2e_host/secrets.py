@@ -177,7 +177,9 @@ def _strings(key: str, raw: Any, where: str) -> tuple[str, ...]:
 
 def parse_secrets(key: str, raw: Any, source: str) -> dict[str, Secret]:
     """The ``[secrets]`` table: each ``NAME = {env = "VAR"}`` or ``{file = "path"}``, with
-    optional ``tools = [globs]`` and ``executables = [names]``; values read now.
+    optional ``tools = [globs]`` and ``executables = [names]``; values read now (``env``
+    from the process's own environment, :data:`os.environ`, whatever environment
+    :func:`~a2e_host.config.load_config` reads its ``A2E_*`` settings from).
 
     Args:
         key: the setting's name (``secrets``).
