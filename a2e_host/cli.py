@@ -185,6 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store(p)
     _add_logging(p)
 
+    p = _command(sub, "mcp", "Offer chains to MCP clients (MCP server on stdio, or HTTP).",
+                 "Tools: run_chain, validate_chain and one per active skill. Without --port: "
+                 "MCP on stdin/stdout;\nwith --port: streamable HTTP at http://HOST:PORT/mcp. "
+                 "Needs the 'mcp' extra.", _mcp)
+    p.add_argument("--port", type=_port, metavar="PORT",
+                   help="serve streamable HTTP on this port (0 picks a free one)")
+    p.add_argument("--host", metavar="ADDR", default="127.0.0.1",
+                   help="HTTP bind address (default 127.0.0.1)")
+    _add_config(p)
+    _add_logging(p)
+
     p = _command(sub, "run", "Run a chain file in-process, with live progress.",
                  "Exit codes: 0 the chain succeeded, 1 it failed, 2 invalid chain or usage, "
                  "130 interrupted,\n141 stdout closed (the chain is cancelled).\n"
@@ -201,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "for no events and no outputs)")
     p.add_argument("--events", action="store_true",
                    help="with --json: each chain/event as an NDJSON line before the response")
+    p.add_argument("--record", metavar="FILE.ndjson",
+                   help="write each chain/event and the chain/resp to FILE, one JSON object "
+                        "per line (draw it with 'graph CHAIN --events FILE')")
+    p.add_argument("--force", action="store_true",
+                   help="with --record: overwrite FILE if it exists")
     _add_config(p)
     _add_logging(p)
 
@@ -213,12 +229,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p, root=True)
 
     p = _command(sub, "graph", "Print the chain as a Mermaid or Graphviz diagram.",
-                 "With --run, the chain of a stored run, each node coloured by its outcome "
-                 "(done, error,\nskipped, running, interrupted).", _graph)
+                 "With --events (a file 'run --record' wrote) or --run (a stored run), each "
+                 "node coloured by\nits outcome (done, error, skipped, running, interrupted, "
+                 "never_started) with its duration;\n--format html writes one "
+                 "self-contained page: the diagram, a timeline and the failures.", _graph)
     p.add_argument("chain", metavar="CHAIN.json", nargs="?",
                    help="a chain/req body (JSON); leave out with --run")
-    p.add_argument("--format", default="mermaid", metavar="mermaid|dot",
-                   help="diagram language (default mermaid)")
+    p.add_argument("--format", default="mermaid", metavar="mermaid|dot|html",
+                   help="diagram language (default mermaid); html with --events or --run")
+    p.add_argument("--events", metavar="FILE.ndjson",
+                   help="draw the run recorded in FILE ('a2e-host run CHAIN.json --record "
+                        "FILE')")
     p.add_argument("--run", metavar="RUN", help="draw this stored run's chain and outcomes")
     _add_store_to_read(p)
 
@@ -327,9 +348,20 @@ def _stdio(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    from .commands.mcp import mcp_main
+
+    return mcp_main(args.config, _overrides(args, **_CONFIG_FIELDS, **_LOG_FIELDS),
+                    port=args.port, bind=args.host)
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.events and not args.json:
         print("a2e-host run: --events goes with --json (see 'a2e-host run --help')",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.force and args.record is None:
+        print("a2e-host run: --force goes with --record FILE (see 'a2e-host run --help')",
               file=sys.stderr)
         return EXIT_USAGE
     from pathlib import Path
@@ -340,6 +372,7 @@ def _run(args: argparse.Namespace) -> int:
         Path(args.chain), args.input, json_out=args.json, events=args.events,
         final_only=args.final, config_path=args.config,
         overrides=_overrides(args, **_CONFIG_FIELDS, **_LOG_FIELDS),
+        record=Path(args.record) if args.record is not None else None, force=args.force,
     )
 
 
@@ -357,6 +390,8 @@ def _graph(args: argparse.Namespace) -> int:
 
     if (args.chain is None) == (args.run is None):
         args.command_parser.error("give either CHAIN.json or --run RUN")
+    if args.run is not None and args.events is not None:
+        args.command_parser.error("--events goes with CHAIN.json, not --run")
     if args.run is not None:
         from .commands.graph_run import graph_run_main
 
@@ -364,6 +399,13 @@ def _graph(args: argparse.Namespace) -> int:
                               config_path=args.config)
     if args.store is not None or args.config is not None:
         args.command_parser.error("--store and --config go with --run")
+    if args.events is not None:
+        from .commands.graph_events import graph_events_main
+
+        return graph_events_main(Path(args.chain), Path(args.events), args.format)
+    if args.format == "html":
+        args.command_parser.error("--format html draws a run: add --events FILE (a file "
+                                  "'a2e-host run --record' wrote) or use --run RUN")
     from .commands.graph import graph_main
 
     return graph_main(Path(args.chain), args.format)

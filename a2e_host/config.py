@@ -110,6 +110,15 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         log_level: ``debug``, ``info``, ``warning``, ``error``, or ``auto``: ``warning``
             for ``a2e-host stdio`` (an agent that spawns the host may never read its
             stderr) and ``run``, ``info`` otherwise.
+        remote_tools: glob patterns of tools that run as Ray tasks, matched against a
+            tool's name or ``<pack>.<name>`` (``["heavy.*", "ocr"]``); default none
+            (extra ``a2e-host[ray]``; README "Remote tools on Ray").
+        ray_address: the Ray cluster remote tools run on: ``""`` (default) a local
+            instance started on the first remote call, ``"auto"`` the cluster running on
+            this machine, ``"ray://head:10001"`` a remote one through Ray Client.
+        mcp: the ``[mcp]`` table as written (MCP servers whose tools the host serves,
+            ``[mcp.servers.NAME]``; who may register more); the ``mcp`` plugin reads it
+            (README "MCP servers as tool sources").
         secrets: secret name → :class:`~a2e_host.secrets.Secret` (TOML ``[secrets]``:
             ``NAME = {env = "VAR"}`` or ``{file = "path"}``, with ``tools`` globs and
             ``executables`` that may receive it; none by default), read when the
@@ -152,6 +161,11 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     store_commit_delay: float = 0.0
     log_format: str = "auto"
     log_level: str = "auto"
+    # remote tools on Ray (a2e_host.tools.remote)
+    remote_tools: tuple[str, ...] = ()
+    ray_address: str = ""
+    # MCP (issue 20): the [mcp] table, parsed by the a2e_mcp plugin (a2e_mcp.settings)
+    mcp: dict[str, Any] = {}
     # secrets by reference (README "Secrets")
     secrets: dict[str, Secret] = {}
     request_secrets: RequestSecretPolicy = RequestSecretPolicy()
@@ -371,6 +385,11 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "store_commit_delay": cv.seconds,
     "log_format": cv.choice(_LOG_FORMATS),
     "log_level": cv.choice(_LOG_LEVELS),
+    # remote tools on Ray (a2e_host.tools.remote)
+    "remote_tools": cv.string_list,
+    "ray_address": cv.string,
+    # MCP (issue 20)
+    "mcp": cv.table,
     # secrets by reference
     "secrets": parse_secrets,
     "request_secrets": parse_request_policy,

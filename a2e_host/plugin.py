@@ -143,6 +143,20 @@ class HostRuns(Protocol):
         """
         ...
 
+    def start_service(
+        self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = ""
+    ) -> None:
+        """Start ``fn(*args)`` as a background task of the host that serves no request
+        (e.g. the connection to an MCP server, kept and restarted while the host runs):
+        it belongs to no connection, sends nothing, and is cancelled (then awaited) when
+        the host stops. It must catch its own failures: an exception is logged and ends
+        only it.
+
+        Raises:
+            RuntimeError: the host is not running.
+        """
+        ...
+
 
 class PluginContext(Protocol):
     """One connection's view given to a plugin for one message.

@@ -34,9 +34,11 @@ from ..chains.messages import ChainNode
 from ..chains.validation import declared_edges
 from .run import ChainFileError, read_chain_request
 from .run_outcomes import NodeOutcome
+from .run_trace import format_ms
 
-__all__ = ["Edge", "chain_edges", "graph_main", "to_dot", "to_mermaid", "FORMATS",
-           "OUTCOME_STYLES"]
+__all__ = ["Edge", "chain_edges", "graph_main", "item_counts", "node_outcome", "to_dot",
+           "to_mermaid", "DASHED_OUTCOMES", "FORMATS", "NEVER_STARTED", "OUTCOME_FILLS",
+           "OUTCOME_STROKES", "OUTCOME_STYLES"]
 
 FORMATS = ("mermaid", "dot")
 
@@ -49,14 +51,21 @@ _MERMAID_RESERVED = frozenset(
 # as a Graphviz shape; an unknown kind is drawn as a box
 _MERMAID_SHAPES = {"box": ("[", "]"), "rounded": ("(", ")"), "parallelogram": ("[/", "/]"),
                    "diamond": ("{", "}"), "subroutine": ("[[", "]]")}
+NEVER_STARTED = "never_started"
+"""The class of a node a run has no event of: not reached, or cancelled before it started
+(while the run goes on: not started so far)."""
 OUTCOME_FILLS = {"done": "#d3f9d8", "error": "#ffc9c9", "skipped": "#e9ecef",
-                 "running": "#d0ebff", "interrupted": "#ffec99"}
-"""Fill colour of each outcome (:data:`~a2e_host.commands.run_outcomes.OUTCOMES`)."""
-_OUTCOME_STROKES = {"done": "#2b8a3e", "error": "#c92a2a", "skipped": "#868e96",
-                    "running": "#1864ab", "interrupted": "#e67700"}
+                 "running": "#d0ebff", "interrupted": "#ffec99", NEVER_STARTED: "#ffffff"}
+"""Fill colour of each outcome (:data:`~a2e_host.commands.run_outcomes.OUTCOMES`, then
+:data:`NEVER_STARTED`)."""
+OUTCOME_STROKES = {"done": "#2b8a3e", "error": "#c92a2a", "skipped": "#868e96",
+                   "running": "#1864ab", "interrupted": "#e67700", NEVER_STARTED: "#adb5bd"}
+"""Border colour of each outcome."""
+DASHED_OUTCOMES = frozenset({"skipped", "interrupted", NEVER_STARTED})
+"""The outcomes drawn with a dashed border."""
 OUTCOME_STYLES = {
-    name: f"fill:{fill},stroke:{_OUTCOME_STROKES[name]}"
-    + (",stroke-dasharray:4 3" if name in ("skipped", "interrupted") else "")
+    name: f"fill:{fill},stroke:{OUTCOME_STROKES[name]}"
+    + (",stroke-dasharray:4 3" if name in DASHED_OUTCOMES else "")
     for name, fill in OUTCOME_FILLS.items()
 }
 """Each outcome's Mermaid ``classDef`` style, in the order the drawing declares them."""
@@ -136,14 +145,26 @@ def _shape(node: ChainNode) -> str:
     return spec.shape if spec is not None else "box"
 
 
+def node_outcome(node_id: str, outcomes: Mapping[str, NodeOutcome]) -> str:
+    """The class a run gives ``node_id``: its outcome, else :data:`NEVER_STARTED`."""
+    outcome = outcomes.get(node_id)
+    return outcome.outcome if outcome is not None else NEVER_STARTED
+
+
+def item_counts(outcome: NodeOutcome) -> str:
+    """A template's items by outcome: ``12 done · 1 error`` (``""`` for no items)."""
+    return " · ".join(f"{outcome.items[k]:,} {k}" for k in OUTCOME_STYLES
+                      if outcome.items[k])
+
+
 def _label(node: ChainNode, outcomes: Mapping[str, NodeOutcome] | None = None) -> str:
     name = f" {node.name}" if node.name else ""
     label = f"{node.node_id}\n{node.kind}{name}"
     outcome = outcomes.get(node.node_id) if outcomes else None
     if outcome is not None and outcome.items:
-        counts = " · ".join(f"{outcome.items[k]:,} {k}" for k in OUTCOME_STYLES
-                            if outcome.items[k])
-        label += f"\nitems: {counts}"
+        label += f"\nitems: {item_counts(outcome)}"
+    if outcome is not None and outcome.duration_ms is not None:
+        label += f"\n{outcome.outcome} in {format_ms(outcome.duration_ms)}"
     return label
 
 
@@ -164,7 +185,9 @@ def to_mermaid(
         outcomes: a run's outcome per node id (:mod:`~a2e_host.commands.run_outcomes`),
             or None to draw the declaration alone. Given, the drawing ends with a
             ``classDef`` per outcome (:data:`OUTCOME_STYLES`) and a ``class`` line per
-            outcome listing its nodes; a map template's label adds its items' counts.
+            outcome listing its nodes (:data:`NEVER_STARTED` those without an event); a
+            map template's label adds its items' counts, and a node's label its
+            duration where the run's times were folded (``done in 12 ms``).
     """
     nodes = list(nodes)
     edges = chain_edges(nodes)
@@ -209,15 +232,19 @@ def to_mermaid(
         lines.extend(f"    classDef {name} {style}" for name, style in OUTCOME_STYLES.items())
         for name in OUTCOME_STYLES:
             members = [ids[n.node_id] for n in nodes
-                       if (o := outcomes.get(n.node_id)) is not None and o.outcome == name]
+                       if node_outcome(n.node_id, outcomes) == name]
             if members:
                 lines.append(f"    class {','.join(members)} {name}")
     return "\n".join(lines)
 
 
 def _mermaid_ids(node_ids: list[str]) -> dict[str, str]:
+    """node id → a Mermaid id: itself where Mermaid takes it, else ``n_…`` made unique
+    with ``_2``, ``_3`` … (linear in the ids, however many share one ``n_…`` form)."""
     out: dict[str, str] = {}
+    taken: set[str] = set(node_ids)  # a real id is never given to another node
     used: set[str] = set()
+    next_suffix: dict[str, int] = {}
     for node_id in node_ids:
         if node_id in out:
             continue
@@ -225,10 +252,12 @@ def _mermaid_ids(node_ids: list[str]) -> dict[str, str]:
             candidate = node_id
         else:
             candidate = "n_" + re.sub(r"[^A-Za-z0-9_]", "_", node_id)
-        base, n = candidate, 2
-        while candidate in used or candidate in node_ids and candidate != node_id:
+        base = candidate
+        n = next_suffix.get(base, 2)
+        while candidate in used or candidate in taken and candidate != node_id:
             candidate = f"{base}_{n}"
             n += 1
+        next_suffix[base] = n
         used.add(candidate)
         out[node_id] = candidate
     return out
@@ -263,8 +292,10 @@ def to_dot(
 
     Args:
         nodes: the chain's nodes.
-        outcomes: as for :func:`to_mermaid`; a node with an outcome is filled with its
-            colour (``style=filled``) and a template's label adds its items' counts.
+        outcomes: as for :func:`to_mermaid`; each node is filled with its outcome's
+            colours (``style=filled``, dashed as :data:`DASHED_OUTCOMES`;
+            :data:`NEVER_STARTED` for a node without an event), and a label adds a
+            template's items' counts and the node's duration.
     """
     nodes = list(nodes)
     edges = chain_edges(nodes)
@@ -275,9 +306,12 @@ def to_dot(
 
     def declare(node: ChainNode, indent: str) -> None:
         shape = _DOT_SHAPES[_shape(node)]
-        outcome = outcomes.get(node.node_id) if outcomes else None
-        fill = (f", style=filled, fillcolor={_dot_str(OUTCOME_FILLS[outcome.outcome])}"
-                if outcome is not None else "")
+        fill = ""
+        if outcomes is not None:
+            state = node_outcome(node.node_id, outcomes)
+            fill = (f", style=\"filled{',dashed' if state in DASHED_OUTCOMES else ''}\", "
+                    f"color={_dot_str(OUTCOME_STROKES[state])}, "
+                    f"fillcolor={_dot_str(OUTCOME_FILLS[state])}")
         lines.append(f"{indent}{_dot_id(node.node_id)} "
                      f"[label={_dot_str(_label(node, outcomes))}, shape={shape}{fill}];")
         if node.node_id in boxes:

@@ -32,6 +32,11 @@ directory), or the host refused the chain as invalid (``chain_invalid``,
 ``chain_cycle``, ``chain_limit`` at validation); 128 + the signal's number when a signal
 interrupted the run, as a shell reports it: 130 for Ctrl-C (SIGINT), 143 for SIGTERM.
 
+``--record FILE.ndjson`` writes every ``chain/event`` and the ``chain/resp`` to FILE as
+they arrive, one per line (:mod:`~a2e_host.commands.run_record`; an existing FILE only with
+``--force``); with ``--final`` the host is then asked for its events all the same. A
+record that cannot be written is said on stderr and makes a successful run exit 1.
+
 A closed stdout (``a2e-host run … | head``) ends the run quietly: the chain is cancelled,
 nothing more is printed (no traceback), and the exit code is 141, a SIGPIPE'd process's
 (128 + 13), as for any tool in a shell pipeline.
@@ -52,6 +57,7 @@ from ..chains.messages import ChainRequest, ChainResponse, chain_codec
 from ..errors import cancelled_failure
 from ..exceptions import A2EError
 from .run_display import Display, open_display
+from .run_record import RecordFileError, RunRecord
 
 __all__ = [
     "CANCEL_WAIT",
@@ -163,6 +169,8 @@ def run_main(
     config_path: Path | None,
     overrides: dict[str, Any],
     final_only: bool = False,
+    record: Path | None = None,
+    force: bool = False,
 ) -> int:
     """Run the chain file ``chain`` through an in-process host and print the result.
 
@@ -178,6 +186,9 @@ def run_main(
         final_only: print ``final_output`` only, as one JSON line, and ask the host for
             no events (``streaming: false``) and a response without ``outputs``
             (``chain/req.include_outputs: false``).
+        record: ``--record``: write each ``chain/event`` and the ``chain/resp`` to this
+            file, one JSON object per line; None records nothing.
+        force: ``--force``: overwrite an existing ``record`` file.
 
     Returns:
         The exit code: 0 success, 1 the chain failed, 2 usage, a bad configuration or an
@@ -185,8 +196,12 @@ def run_main(
         or when stdout was closed (141: the chain is cancelled, nothing more printed).
     """
     try:
-        # --final needs neither events nor outputs: ask for the response alone
-        extra = {"streaming": False, "include_outputs": False} if final_only else None
+        # --final needs neither events nor outputs: ask for the response alone (the
+        # events all the same when they are recorded)
+        extra: dict[str, Any] | None = None
+        if final_only:
+            extra = {"include_outputs": False} if record else {"streaming": False,
+                                                                "include_outputs": False}
         request = read_chain_request(chain, input, extra=extra)
     except ChainFileError as exc:
         print(f"a2e-host run: {exc}", file=sys.stderr)
@@ -200,13 +215,33 @@ def run_main(
         if config.store:  # a local run is never durable: leave a serving host's store be
             config = msgspec.structs.replace(config, store="")
         configure_logging(config.log_format, config.log_level, auto_level="warning")
-        host = Host(config)  # a plugin refusing the configuration raises ValueError
     except ValueError as exc:
         print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    display = open_display(request, config.allow_proc, final_only=final_only,
-                           json_out=json_out, events=events)
-    response, signum = anyio.run(_run, request, host, display)
+    try:
+        recorder = RunRecord.create(record, force=force) if record is not None else None
+    except RecordFileError as exc:
+        print(f"a2e-host run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        try:
+            host = Host(config)  # a plugin refusing the configuration raises ValueError
+        except ValueError as exc:
+            print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        display = open_display(request, config.allow_proc, final_only=final_only,
+                               json_out=json_out, events=events)
+        response, signum = anyio.run(_run, request, host, display, recorder)
+    finally:
+        if recorder is not None:
+            recorder.close()
+    if recorder is not None:
+        if recorder.error is not None:
+            print(f"a2e-host run: --record file {str(recorder.path)!r} is incomplete: "
+                  f"writing it failed after {recorder.lines} lines ({recorder.error})",
+                  file=sys.stderr)
+            if signum is None and response is not None and response.success:
+                return EXIT_FAILED
     if signum is not None:
         return 128 + signum
     if response is None:
@@ -226,9 +261,10 @@ class _Interrupt:
 
 
 async def _run(
-    request: ChainRequest, host: Any, display: Display
+    request: ChainRequest, host: Any, display: Display, recorder: RunRecord | None = None
 ) -> tuple[ChainResponse | None, int | None]:
-    """Run ``request`` on ``host`` over an in-memory connection.
+    """Run ``request`` on ``host`` over an in-memory connection; ``recorder`` gets each
+    frame as it arrives.
 
     Returns:
         ``(response, signum)``: the response (None when the client failed) and the
@@ -255,6 +291,8 @@ async def _run(
                 display.begin()
                 try:
                     async for message in run:
+                        if recorder is not None:
+                            recorder.write(message)
                         if isinstance(message, ChainResponse):
                             response = message
                         else:

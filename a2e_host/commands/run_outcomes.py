@@ -25,11 +25,12 @@ which has events of its own, and are not folded.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import msgspec
 
-__all__ = ["OUTCOMES", "NodeOutcome", "OutcomeFold", "error_code"]
+__all__ = ["OUTCOMES", "NodeOutcome", "OutcomeFold", "error_code", "event_node"]
 
 OUTCOMES = ("done", "error", "skipped", "running", "interrupted")
 """Every outcome, in the order the drawing declares their classes."""
@@ -39,8 +40,12 @@ _TERMINAL = {"done": "done", "skip": "skipped", "error": "error"}
 INTERRUPTED_CODE = "interrupted"
 
 
+class _DataCode(msgspec.Struct, frozen=True):
+    code: str = ""
+
+
 class _ErrorData(msgspec.Struct):
-    data: dict[str, object] = {}
+    data: _DataCode = _DataCode()
 
 
 class _Failure(msgspec.Struct):
@@ -59,10 +64,14 @@ class NodeOutcome:
         outcome: one of :data:`OUTCOMES`.
         items: for a map's template, how many items ended in each outcome (``running``
             and ``interrupted`` included); empty for any other node.
+        duration_ms: float milliseconds from its first ``start`` to its last terminal
+            event (a template: its items'), when the events' times were folded
+            (:class:`~a2e_host.commands.run_trace.RunTrace`); None when not known.
     """
 
     outcome: str
     items: Counter[str] = field(default_factory=Counter)
+    duration_ms: float | None = None
 
 
 @dataclass(slots=True)
@@ -82,9 +91,12 @@ class OutcomeFold:
         fold.outcomes(run_running=False)   # {"a": NodeOutcome("done"), ...}
     """
 
-    __slots__ = ("_last", "_items")
+    __slots__ = ("_declared", "_last", "_items")
 
-    def __init__(self) -> None:
+    def __init__(self, declared: Collection[str] = ()) -> None:
+        """``declared``: the chain's node ids, when known: an id declared as written
+        (``a/b``, ``a[1]``) is that node's, not a skill's inner node or a map item."""
+        self._declared = frozenset(declared)
         self._last: dict[str, str] = {}  # declared node id -> "start" or an outcome
         self._items: dict[str, _Items] = {}  # template id -> its items' counts
 
@@ -100,7 +112,8 @@ class OutcomeFold:
             output: what the store kept with the frame: for an ``error`` event, its
                 encoded failure (``{code, …}``), read for the code; else ignored.
         """
-        if not node_id or "/" in node_id:
+        key = event_node(node_id, self._declared)
+        if key is None:
             return
         if phase == "start":
             state = "start"
@@ -110,11 +123,11 @@ class OutcomeFold:
                 state = "interrupted"
         else:
             return
-        bracket = node_id.find("[")
-        if bracket <= 0:
-            self._last[node_id] = state
+        declared, item = key
+        if not item:
+            self._last[declared] = state
             return
-        items = self._items.setdefault(node_id[:bracket], _Items())
+        items = self._items.setdefault(declared, _Items())
         if state == "start":
             items.open.add(node_id)
         else:
@@ -141,6 +154,26 @@ class OutcomeFold:
         return out
 
 
+def event_node(node_id: str, declared: Collection[str] = ()) -> tuple[str, bool] | None:
+    """The declared node an event's ``node_id`` belongs to, and whether the event is one of
+    its map items (``<template>[<index>]``); None for no node (``""``) or a skill's inner
+    node (``<outer>/<inner>``). An id ``declared`` holds as written is its own node."""
+    if not node_id:
+        return None
+    if node_id in declared:
+        return node_id, False
+    if "/" in node_id:
+        return None
+    if declared:  # the template is the longest declared id before an index
+        candidate = node_id
+        while candidate.endswith("]") and "[" in candidate:
+            candidate = candidate[:candidate.rfind("[")]
+            if candidate in declared:
+                return candidate, True
+    bracket = node_id.find("[")
+    return (node_id[:bracket], True) if bracket > 0 else (node_id, False)
+
+
 def error_code(frame: bytes, failure: bytes | None = None) -> str:
     """An ``error`` event's code: its kept failure's ``code`` (``failure``, the stored
     frame's ``output``), else the frame's ``data.code``; ``""`` when neither says."""
@@ -151,7 +184,6 @@ def error_code(frame: bytes, failure: bytes | None = None) -> str:
                 return str(code)
         if not frame:
             return ""
-        code = _error_decoder.decode(frame).data.get("code")
-    except msgspec.DecodeError:
+        return _error_decoder.decode(frame).data.code
+    except (msgspec.DecodeError, RecursionError):  # not a string code; nested too deep
         return ""
-    return code if isinstance(code, str) else ""

@@ -313,6 +313,20 @@ class _HostRuns:
         return self._runs.start(fn, *args, req_id=req_id, capability=capability, name=name,
                                 policy=DetachPolicy.KEEP, sink=sink)
 
+    def start_service(
+        self, fn: Callable[..., Awaitable[Any]], *args: Any, name: str = ""
+    ) -> None:
+        log = self._runs.log
+
+        async def service(run: RunHandle) -> None:
+            try:
+                await fn(*args)
+            except Exception as exc:
+                log.error("a plugin's background task failed", task=name, exc_info=exc)
+
+        # an unlisted run attached to nothing: cancelled with the host's other runs
+        self._runs.start(service, name=name, policy=DetachPolicy.KEEP)
+
 
 def _durability(config: HostConfig) -> Durability:
     return "full" if config.durability == "full" else "normal"

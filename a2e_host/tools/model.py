@@ -88,6 +88,9 @@ class Tool:
             ``query`` with ``include_deferred``, and callable as any other); default false.
         streaming: it reports progress while it runs (``ToolDefinition.streaming``, a
             hint for listings: every tool may report, :func:`a2e_host.tools.report`).
+        remote: run the function as a Ray task (:mod:`a2e_host.tools.remote`, extra
+            ``a2e-host[ray]``; configuration ``remote_tools`` marks tools too); default
+            false: in-process.
 
     Attributes:
         input_schema / output_schema: JSON Schemas (dicts) of the input and output.
@@ -115,6 +118,7 @@ class Tool:
         "toolkit",
         "defer_loading",
         "streaming",
+        "remote",
         "is_async",
         "_mode",
         "_call_kwargs",
@@ -140,6 +144,7 @@ class Tool:
         toolkit: str | None = None,
         defer_loading: bool = False,
         streaming: bool = False,
+        remote: bool = False,
     ) -> None:
         if side_effects not in SIDE_EFFECTS:
             raise ValueError(
@@ -168,6 +173,7 @@ class Tool:
         self.toolkit = toolkit
         self.defer_loading = defer_loading
         self.streaming = streaming
+        self.remote = remote
         self.is_async = inspect.iscoroutinefunction(fn)
         self._mode = _AWAIT if self.is_async else (_THREAD if blocking else _INLINE)
         self._call_kwargs = call_kwargs
@@ -226,6 +232,10 @@ class Tool:
         return out
 
     async def _run(self, value: Any) -> Any:
+        if self.remote:  # imported here: a host without remote tools never imports Ray's
+            from .remote import run_remote
+
+            return await run_remote(self.name, self.fn, value, self._call_kwargs)
         fn = self.fn
         if self._call_kwargs:
             fn = partial(fn, **msgspec.structs.asdict(value))
@@ -299,6 +309,7 @@ def tool(
     toolkit: str | None = None,
     defer_loading: bool = False,
     streaming: bool = False,
+    remote: bool = False,
 ) -> Any:
     """Make a :class:`Tool` of a function, deriving its schemas from its type hints.
 
@@ -358,6 +369,7 @@ def tool(
             toolkit=toolkit,
             defer_loading=defer_loading,
             streaming=streaming,
+            remote=remote,
         )
         if ret in (dict, dict[str, Any]):
             made.output_schema = dict(_ANY_OBJECT)

@@ -65,15 +65,51 @@ class ToolPackError(ValueError):
 
 
 class ToolRegistry:
-    """The tools one host serves, by name."""
+    """The tools one host serves, by name.
 
-    __slots__ = ("_tools", "_packs")
+    Most tools are registered when the host is built (its tool packs). A *source* whose
+    tools are known only once the host runs (an MCP server, listed over its own
+    connection) is declared up front with :meth:`add_source` and registers and
+    unregisters its tools later; :attr:`revision` changes with every such change, so a
+    listing derived from the registry knows to derive it again.
+    """
+
+    __slots__ = ("_tools", "_packs", "_sources", "_revision")
 
     def __init__(self, tools: list[Tool] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
         self._packs: dict[str, str] = {}
+        self._sources: set[str] = set()
+        self._revision = 0
         for t in tools or ():
             self.register(t)
+
+    @property
+    def revision(self) -> int:
+        """A number that changes whenever a tool is registered or unregistered."""
+        return self._revision
+
+    @property
+    def sources(self) -> frozenset[str]:
+        """The declared sources (:meth:`add_source`) that register tools while the host runs."""
+        return frozenset(self._sources)
+
+    def add_source(self, name: str) -> None:
+        """Declare ``name`` (e.g. ``"mcp"``) a source that registers its tools once the
+        host runs: a host whose tools all come from such sources still serves ``tools``."""
+        self._sources.add(name)
+
+    def unregister(self, name: str) -> Tool | None:
+        """Remove the tool called ``name`` (a source's tool going away); the removed tool,
+        None when there was none."""
+        removed = self._tools.get(name)
+        if removed is not None:
+            # a new dict, not a change in place: validation may iterate the old one in a
+            # worker thread (copy on write; sources change rarely)
+            self._tools = {k: v for k, v in self._tools.items() if k != name}
+            self._packs.pop(name, None)
+            self._revision += 1
+        return removed
 
     def register(self, tool: Tool, pack: str = "") -> None:
         """Add ``tool``, enabled from the tool pack ``pack`` (``""``: none).
@@ -85,7 +121,11 @@ class ToolRegistry:
             raise ValueError(
                 f"tool {tool.name!r} is registered twice; enable only one pack that defines it"
             )
-        self._tools[tool.name] = tool
+        if self._sources:  # copy on write once tools come and go (see unregister)
+            self._tools = {**self._tools, tool.name: tool}
+        else:
+            self._tools[tool.name] = tool
+        self._revision += 1
         if pack:
             self._packs[tool.name] = pack
 
@@ -200,8 +240,18 @@ def load_tools(config: HostConfig, *, packs: dict[str, ToolPack] | None = None) 
                 "a tool pack's name differs from its entry point's; --tools uses the entry "
                 "point's", entry_point=pack_name, pack_name=pack.name,
             )
-        for t in _build(pack_name, pack, config):
+        tools = _build(pack_name, pack, config)
+        if config.remote_tools:  # imported only then: a2e_host.tools.remote, never Ray
+            from .remote import marked_remote
+
+            tools = marked_remote(tools, pack_name, config.remote_tools)
+        for t in tools:
             registry.register(t, pack_name)
+    if any(t.remote for t in registry):
+        from . import remote
+
+        remote.check_available()
+        remote.configure(config.ray_address)
     return registry
 
 

@@ -88,8 +88,9 @@ class ToolsPlugin(Plugin):
         self.catalog = ToolCatalog(self.toolbox.tools)
 
     def serves(self) -> bool:
-        """Whether the host has a tool to serve: ``tools`` is not granted when not."""
-        return len(self.catalog) > 0
+        """Whether the host has a tool to serve, or a source that registers tools once it
+        runs (MCP servers): ``tools`` is not granted when not."""
+        return len(self.catalog) > 0 or bool(self.toolbox.tools.sources)
 
     def metadata(self, session: SessionInfo) -> dict[str, Any]:
         """Namespace, priority, features, plus what the session may use: ``tool_count``

@@ -1,9 +1,10 @@
 """``tool/list/req``: the tools as the SDK's ``ToolDefinition`` and how a request filters them.
 
 Source: PROTOCOL.md §11; SDK ``a2e/caps/tools/protocol.py`` (commit c8fc1f87). A
-definition is derived once per tool when the plugin starts (tools do not change while a
-host runs): ``input_parameters`` / ``output_parameters`` are the top-level fields of the
-tool's JSON Schemas (nested object fields down to :data:`PARAMETER_DEPTH` levels), and the
+definition is derived once per tool, and again only when the registry changed (a tool
+source such as an MCP server registers its tools once the host runs):
+``input_parameters`` / ``output_parameters`` are the top-level fields of the tool's JSON
+Schemas (nested object fields down to :data:`PARAMETER_DEPTH` levels), and the
 full schemas travel beside them (``input_schema`` / ``output_schema``).
 """
 
@@ -132,14 +133,27 @@ class ToolCatalog:
         tools: the enabled tools.
     """
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_tools", "_revision", "_built")
 
     def __init__(self, tools: ToolRegistry) -> None:
-        self._entries: list[tuple[Tool, ToolDefinition, tuple[str, ...]]] = []
-        for t in tools:  # sorted by name
-            definition = definition_of(t, tools.pack_of(t.name) or None)
-            words = tuple(w.lower() for w in (t.name, t.description, *t.tags))
-            self._entries.append((t, definition, words))
+        self._tools = tools
+        self._revision = -1
+        self._built: list[tuple[Tool, ToolDefinition, tuple[str, ...]]] = []
+        self._entries  # noqa: B018 - derived now, while the host is built, not at a handshake
+
+    @property
+    def _entries(self) -> list[tuple[Tool, ToolDefinition, tuple[str, ...]]]:
+        """The definitions, derived again when the registry changed (a source such as an
+        MCP server registered or removed tools while the host runs)."""
+        tools = self._tools
+        if tools.revision != self._revision:
+            built = []
+            for t in tools:  # sorted by name
+                definition = definition_of(t, tools.pack_of(t.name) or None)
+                words = tuple(w.lower() for w in (t.name, t.description, *t.tags))
+                built.append((t, definition, words))
+            self._built, self._revision = built, tools.revision
+        return self._built
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -314,7 +314,7 @@ def test_graph_run_colours_each_node_by_its_outcome(store: Path) -> None:
                for line in lines if line.strip().startswith("class ")}
     assert classes == {"done": ["a", "chk", "yes", "m"], "error": ["t"], "skipped": ["no"]}
     defs = [line.split()[1] for line in lines if line.strip().startswith("classDef ")]
-    assert defs == ["done", "error", "skipped", "running", "interrupted"]
+    assert defs == ["done", "error", "skipped", "running", "interrupted", "never_started"]
     template = next(line for line in lines if line.strip().startswith('t["'))
     assert "items: 2 done · 1 error" in template
 
@@ -323,7 +323,8 @@ def test_graph_run_shows_unended_nodes_running_or_interrupted(store: Path) -> No
     live = cli("graph", "--run", "r-live", "--store", str(store))
     assert live.returncode == 0, live.stderr
     assert [line.strip() for line in live.stdout.splitlines()
-            if line.strip().startswith("class ")] == ["class a done", "class b running"]
+            if line.strip().startswith("class ")] == ["class a done", "class b running",
+                                                       "class c never_started"]
     cut = cli("graph", "--run", "r-cut", "--store", str(store))
     assert cut.returncode == 0, cut.stderr
     assert [line.strip() for line in cut.stdout.splitlines()
@@ -334,7 +335,7 @@ def test_graph_run_in_dot_fills_nodes_with_their_outcome_colour(store: Path) -> 
     done = cli("graph", "--run", "r-fail", "--store", str(store), "--format", "dot")
     assert done.returncode == 0, done.stderr
     fills = dict(re.findall(r'^\s+"(\w+)" \[.*fillcolor="(#\w+)"\];$', done.stdout, re.M))
-    assert fills == {"a": "#d3f9d8", "b": "#ffc9c9"}
+    assert fills == {"a": "#d3f9d8", "b": "#ffc9c9", "c": "#ffffff"}  # c: never started
 
 
 def test_graph_needs_either_a_file_or_a_run() -> None:

@@ -87,7 +87,8 @@ async def test_runs_list_and_graph_show_what_a_real_host_stored(tmp_path: Path) 
     drawn = cli("graph", "--run", bad_run, "--store", str(store))
     assert drawn.returncode == 0, drawn.stderr
     assert [line.strip() for line in drawn.stdout.splitlines()
-            if line.strip().startswith("class ")] == ["class a done", "class b error"]
+            if line.strip().startswith("class ")] == ["class a done", "class b error",
+                                                       "class c never_started"]
 
 
 @pytest.mark.asyncio

@@ -10,7 +10,9 @@ from typing import Any
 
 import jsonschema
 
-__all__ = ["SDK_COMMIT", "sdk_model_of", "assert_sdk_accepts", "sdk_errors"]
+__all__ = [
+    "SDK_COMMIT", "sdk_model_of", "assert_sdk_accepts", "assert_sdk_model_accepts", "sdk_errors",
+]
 
 SDK_COMMIT = "c8fc1f87000f02a27c98f5700f3f62b6fc4e3ba7"
 _DIR = Path(__file__).parent / "sdk_schemas"
@@ -19,7 +21,7 @@ _DIR = Path(__file__).parent / "sdk_schemas"
 @functools.cache
 def _schemas() -> dict[str, dict[str, Any]]:
     merged: dict[str, dict[str, Any]] = {}
-    for name in ("base", "tools", "skills", "proc"):
+    for name in ("base", "tools", "skills", "proc", "mcp"):
         merged.update(json.loads((_DIR / f"{name}.json").read_text()))
     return merged
 
@@ -45,3 +47,12 @@ def assert_sdk_accepts(message: dict[str, Any]) -> None:
     errors = sdk_errors(message)
     model = sdk_model_of(message["type"])
     assert not errors, f"the SDK's {model} refuses {message['type']}: {errors}"
+
+
+def assert_sdk_model_accepts(model: str, value: dict[str, Any]) -> None:
+    """Fail unless the SDK's model class ``model`` (one kept by class name, e.g.
+    ``MCPServerInfo``) decodes ``value``."""
+    schema = _schemas()[model]["schema"]
+    errors = [f"{'/'.join(str(p) for p in err.absolute_path) or '$'}: {err.message}"
+              for err in jsonschema.Draft202012Validator(schema).iter_errors(value)]
+    assert not errors, f"the SDK's {model} refuses {value}: {errors}"

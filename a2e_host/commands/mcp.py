@@ -1,0 +1,237 @@
+"""``a2e-host mcp``: offer the host's chains to MCP clients (README "Chains offered to MCP
+clients"; PROTOCOL.md §12).
+
+Layer: command. An MCP server built with the official ``mcp`` SDK's low-level server API
+(``mcp.server.lowlevel.Server``; no MCP framing of our own) whose tools
+(:mod:`~a2e_host.commands.mcp_tools`) run chains on an in-process
+:class:`~a2e_host.runtime.host.Host` through an in-memory A2E connection, the path a wire
+request takes. The session asks for every capability and gate the configuration serves
+(as ``a2e-host run`` does), so what an MCP client may run is what the configuration
+allows (tool packs, ``allow_proc``, skills, MCP servers as tool sources).
+
+Transports:
+
+* stdio (the default): MCP on stdin/stdout (the SDK's ``stdio_server``, which points fd 1
+  at stderr while serving, so nothing else reaches the protocol; stdin read by a daemon
+  thread); logs on stderr. It ends when stdin closes, or on SIGINT/SIGTERM.
+* streamable HTTP with ``--port N`` (``0``: a free port): ``http://HOST:PORT/mcp`` on its
+  own port, served by uvicorn; prints ``a2e-host mcp listening on http://HOST:PORT/mcp`` on
+  stderr once listening. Not on ``serve``'s WebSocket port: the WebSocket server's HTTP
+  hook answers only requests without a body, and MCP's POSTs have one.
+
+Needs the ``mcp`` extra (``pip install 'a2e-host[mcp]'``): without it the command says
+so and exits 2.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+
+from .. import __version__
+
+__all__ = ["mcp_main"]
+
+EXIT_USAGE = 2
+
+
+def mcp_main(config_path: str | Path | None, overrides: dict[str, Any], *,
+             port: int | None = None, bind: str = "127.0.0.1") -> int:
+    """Serve MCP until stdin closes (stdio) or a signal.
+
+    Args:
+        config_path: a TOML file, or None.
+        overrides: CLI values by :class:`~a2e_host.config.HostConfig` field name.
+        port: serve streamable HTTP on this TCP port (0: a free one) instead of stdio.
+        bind: the address HTTP listens on.
+
+    Returns:
+        The exit code: 0, or 2 when the ``mcp`` package is missing or the configuration
+        is bad.
+    """
+    try:
+        import mcp.server.lowlevel  # noqa: F401
+    except ImportError:
+        print("a2e-host mcp: the 'mcp' package is not installed; install it with "
+              "pip install 'a2e-host[mcp]'", file=sys.stderr)
+        return EXIT_USAGE
+    from .serve import _host, _setup
+
+    config = _setup(config_path, overrides, auto_level="warning")
+    host = _host(config, None)
+    anyio.run(_serve, host, port, bind, backend="asyncio")
+    return 0
+
+
+async def _serve(host: Any, port: int | None, bind: str) -> None:
+    from mcp.server.stdio import stdio_server
+
+    try:
+        if port is not None:
+            await _with_host(host, lambda server, stop: _serve_http(server, bind, port, stop))
+            return
+        lines = _StdinLines(host.config.limits.max_message_bytes)
+        with anyio.CancelScope() as served:
+            async with stdio_server(stdin=lines) as (read, write):  # type: ignore[arg-type]
+                async def over_stdio(server: Any, stop: _Stop) -> None:
+                    await server.run(read, write, server.create_initialization_options())
+
+                await _with_host(host, over_stdio)
+                served.cancel()  # a signal ended it: stop reading stdin too
+    finally:
+        with anyio.CancelScope(shield=True):
+            await host.aclose()
+
+
+class _StdinLines:
+    """stdin's lines for the SDK's ``stdio_server``, read by a daemon thread: a signal
+    stops the server while stdin stays open (a worker thread blocked in ``readline``
+    would hold up both the cancellation and the process's exit).
+
+    Args:
+        max_line_bytes: the longest line read as one (a longer one arrives cut, and the
+            SDK answers it with a parse error).
+    """
+
+    def __init__(self, max_line_bytes: int) -> None:
+        self._max = max_line_bytes
+        self._send, self._receive = anyio.create_memory_object_stream[str](0)
+        self._token: Any = None
+
+    def __aiter__(self) -> _StdinLines:
+        if self._token is None:
+            self._token = anyio.lowlevel.current_token()
+            threading.Thread(target=self._read, name="mcp-stdin", daemon=True).start()
+        return self
+
+    async def __anext__(self) -> str:
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    def _read(self) -> None:
+        # os.read on fd 0, not sys.stdin: a daemon thread blocked inside a buffered
+        # reader's lock aborts the interpreter at exit
+        pending = b""
+        try:
+            while chunk := os.read(0, 65536):
+                pending += chunk
+                while (end := pending.find(b"\n")) >= 0 or len(pending) >= self._max:
+                    cut = end + 1 if 0 <= end < self._max else self._max
+                    line, pending = pending[:cut], pending[cut:]
+                    anyio.from_thread.run(self._send.send, line.decode("utf-8", "replace"),
+                                          token=self._token)
+            if pending:
+                anyio.from_thread.run(self._send.send, pending.decode("utf-8", "replace"),
+                                      token=self._token)
+            anyio.from_thread.run_sync(self._send.close, token=self._token)
+        except (OSError, RuntimeError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return  # the loop or the server is gone: nobody reads any more
+
+
+class _Stop:
+    """What a signal does: cancel the serving (stdio), or what the transport sets
+    (HTTP: uvicorn's graceful stop)."""
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self.fn: Callable[[], None] = scope.cancel
+
+    def __call__(self) -> None:
+        self.fn()
+
+
+async def _with_host(host: Any, serve: Any) -> None:
+    """Run the host, connect to it, build the MCP server, and ``await serve(server,
+    stop)`` until it returns or a signal comes (``stop()`` is called then)."""
+    from ..client import connect_memory
+    from .common import local_capabilities
+
+    granted = local_capabilities(host)
+    token = host.config.auth_token or next(iter(host.config.auth_tokens.values()), "")
+    async with host.running(), anyio.create_task_group() as tg:
+        stop = _Stop(tg.cancel_scope)
+        tg.start_soon(_stop_on_signals, stop)
+        async with connect_memory(host, agent_id="a2e-host mcp", agent_caps=granted,
+                                  auth_token=token) as client:
+            skills = await _active_skills(client)
+            server = _server(client, host, skills, frozenset(granted))
+            await serve(server, stop)
+        tg.cancel_scope.cancel()
+
+
+async def _stop_on_signals(stop: _Stop) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            stop()
+
+
+async def _active_skills(client: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """The active skills (one entry per name): ``(name, description, input_schema)``."""
+    if "skill" not in client.accepted_caps:
+        return []
+    found: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    for skill in await client.discover_skills():
+        if skill.lifecycle == "active":
+            found.setdefault(skill.name, (skill.name, skill.description, skill.input_schema))
+    return [found[name] for name in sorted(found)]
+
+
+def _server(client: Any, host: Any, skills: list[tuple[str, str, dict[str, Any]]],
+            granted: frozenset[str]) -> Any:
+    """The MCP server whose tools are :class:`~a2e_host.commands.mcp_tools.ChainTools`."""
+    from mcp.server.lowlevel import Server
+    from mcp.types import ListToolsResult
+
+    from .mcp_tools import ChainTools
+
+    tools = ChainTools(client, host, skills, granted)
+
+    async def list_tools(ctx: Any, params: Any) -> Any:
+        return ListToolsResult(tools=tools.list())
+
+    async def call_tool(ctx: Any, params: Any) -> Any:
+        return await tools.call(params.name, dict(params.arguments or {}),
+                                ctx.session.report_progress)
+
+    return Server("a2e-host", version=__version__, on_list_tools=list_tools,
+                  on_call_tool=call_tool,
+                  instructions="Run A2E chains (DAGs of tool, skill, proc, branch and map "
+                               "nodes) with run_chain; check one with validate_chain.")
+
+
+async def _serve_http(server: Any, bind: str, port: int, stop: _Stop) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(host=bind)
+    config = uvicorn.Config(app, host=bind, port=port, log_level="warning", lifespan="on")
+    web = uvicorn.Server(config)
+
+    def graceful() -> None:
+        web.should_exit = True
+
+    stop.fn = graceful  # uvicorn sees the signal too; both only ask it to stop
+
+    async def announce() -> None:
+        while not web.started:  # noqa: ASYNC110 - uvicorn sets a flag, it has no event
+            await anyio.sleep(0.05)
+        sockname = web.servers[0].sockets[0].getsockname()
+        shown = f"[{sockname[0]}]" if ":" in sockname[0] else sockname[0]
+        print(f"a2e-host mcp listening on http://{shown}:{sockname[1]}/mcp",
+              file=sys.stderr, flush=True)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(announce)
+        try:
+            await web.serve()
+        finally:
+            tg.cancel_scope.cancel()
