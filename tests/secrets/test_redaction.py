@@ -20,7 +20,7 @@ from a2e_host.codec import encode_message
 from a2e_host.config import load_config
 from a2e_host.logs import configure_logging
 from a2e_host.redaction import Redactor
-from tests.support.secrets import HOST_VALUE, REQUEST_VALUE, forms, leaks
+from tests.support.secret_values import HOST_VALUE, REQUEST_VALUE, forms, leaks
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from a2e_host.config import load_config
 from a2e_host.exceptions import NodeError
 from a2e_host.runtime.host import Host
 from a2e_host.secrets import RequestSecretPolicy
-from tests.support.secrets import HOST_VALUE, REQUEST_VALUE, digest, probe_records
+from tests.support.secret_values import HOST_VALUE, REQUEST_VALUE, digest, probe_records
 
 CONFIG = """\
 tools = ["secretprobe", "conformance"]

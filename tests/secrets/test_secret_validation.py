@@ -14,7 +14,7 @@ from a2e_host.chains.validation import validate_chain
 from a2e_host.config import load_config
 from a2e_host.exceptions import ChainInvalid
 from a2e_host.limits import Limits, SessionLimits
-from tests.support.secrets import HOST_VALUE, REQUEST_VALUE
+from tests.support.secret_values import HOST_VALUE, REQUEST_VALUE
 
 CONFIG = """\
 tools = ["secretprobe", "conformance"]

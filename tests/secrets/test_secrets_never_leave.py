@@ -15,7 +15,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.support.process import CLI, WAIT, HostProcess
-from tests.support.secrets import (
+from tests.support.secret_values import (
     HOST_ENV,
     HOST_VALUE,
     REQUEST_VALUE,
