@@ -119,6 +119,12 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         mcp: the ``[mcp]`` table as written (MCP servers whose tools the host serves,
             ``[mcp.servers.NAME]``; who may register more); the ``mcp`` plugin reads it
             (README "MCP servers as tool sources").
+        otel_exporter: where spans (and OTLP metrics) go (README "Observability"):
+            ``none`` (the default: no span is made), ``console`` (spans as JSON on
+            stderr) or ``otlp`` (OTLP/HTTP; endpoint, headers and service name from the
+            standard ``OTEL_*`` variables; needs ``a2e-host[otel]``).
+        http_endpoints: ``serve`` answers ``GET /healthz``, ``/readyz`` and ``/metrics``
+            on its WebSocket port (default true).
         secrets: secret name → :class:`~a2e_host.secrets.Secret` (TOML ``[secrets]``:
             ``NAME = {env = "VAR"}`` or ``{file = "path"}``, with ``tools`` globs and
             ``executables`` that may receive it; none by default), read when the
@@ -166,6 +172,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     ray_address: str = ""
     # MCP (issue 20): the [mcp] table, parsed by the a2e_mcp plugin (a2e_mcp.settings)
     mcp: dict[str, Any] = {}
+    # observability (README "Observability")
+    otel_exporter: str = "none"
+    http_endpoints: bool = True
     # secrets by reference (README "Secrets")
     secrets: dict[str, Secret] = {}
     request_secrets: RequestSecretPolicy = RequestSecretPolicy()
@@ -390,6 +399,9 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "ray_address": cv.string,
     # MCP (issue 20)
     "mcp": cv.table,
+    # observability
+    "otel_exporter": cv.choice(("none", "console", "otlp")),
+    "http_endpoints": cv.flag,
     # secrets by reference
     "secrets": parse_secrets,
     "request_secrets": parse_request_policy,

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from .exceptions import ChainLimitExceeded
+from .telemetry import metrics
 
 __all__ = ["Limits", "SessionLimits", "CEILINGS", "limits_from_mapping"]
 
@@ -128,6 +129,7 @@ class SessionLimits:
         if requested <= limit:
             return None
         scope = next(name for name, value in scopes if value == limit)  # broadest on a tie
+        metrics.refused(ceiling, scope)
         where = f" in node {node_id!r}" if node_id else ""
         return ChainLimitExceeded(
             f"{ceiling} is {limit} at {scope} scope, but {requested} was asked{where}",

@@ -47,6 +47,7 @@ __all__ = [
     "redact_secrets",
     "get_logger",
     "flush_logs",
+    "dropped_log_lines",
     "resolve_level",
     "LogWriter",
     "StderrProxy",
@@ -380,6 +381,12 @@ def redact_secrets(logger: Any, method_name: str, rendered: Any) -> Any:
 def get_logger(**bound: Any) -> Any:
     """A structlog logger bound with ``bound`` (e.g. ``conn_id="c1"``)."""
     return structlog.get_logger("a2e_host").bind(**bound)
+
+
+def dropped_log_lines() -> int:
+    """Log lines dropped since the start because stderr was not read fast enough (the
+    ``a2e_log_lines_dropped_total`` metric)."""
+    return sum(w.dropped_total for w in list(_writers.values()))
 
 
 def flush_logs(timeout: float = EXIT_FLUSH_TIMEOUT) -> bool:

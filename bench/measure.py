@@ -38,7 +38,7 @@ from typing import Any
 
 from bench.impl_ours import Unavailable
 from bench.peers import PEERS, Unsupported, installed
-from bench.workloads import NAMES, Workload, check_response
+from bench.workloads import NAMES, QUICK_SIZES, Workload, check_response
 
 IMPLS = ["spec", "spec_tick", "spec_pooled_map", "minimal", "minimal_fast", "ours",
          "ours_durable", *PEERS]
@@ -170,22 +170,45 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
     }
 
 
+def _fresh_state(impl: str) -> None:
+    """Before another workload in the same process: a durable host and store of its own
+    (the replay figure reads the last run of *this* workload's store)."""
+    if impl == "ours_durable":
+        from bench import durable
+
+        durable.reset()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.measure",
                          description=__doc__.split("\n")[0], allow_abbrev=False)
     ap.add_argument("impl", choices=IMPLS)
-    ap.add_argument("workload", help="a..e or a workload name", type=str)
+    ap.add_argument("workload", type=str,
+                    help="a..e or a workload name; with --quick-sizes a comma list")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--size", type=int, default=None, help="a smaller version of the shape")
+    ap.add_argument("--quick-sizes", action="store_true",
+                    help="every workload listed, each at its quick size, one JSON line each, "
+                    "in this one process (the quick check: correctness, not RSS per pair)")
     a = ap.parse_args(argv)
-    key = next((k for k, v in NAMES.items() if a.workload in (k, v)), None)
-    if key is None:
-        ap.error(f"unknown workload {a.workload!r}")
-    res = measure(a.impl, key, a.runs, a.warmup, a.size)
-    json.dump(res, sys.stdout)
-    sys.stdout.write("\n")
-    return 1 if res["status"] == "error" else 0
+    keys = []
+    for part in a.workload.split(",") if a.quick_sizes else [a.workload]:
+        key = next((k for k, v in NAMES.items() if part.strip() in (k, v)), None)
+        if key is None:
+            ap.error(f"unknown workload {part!r}")
+        keys.append(key)
+    failed = False
+    for n, key in enumerate(keys):
+        if n:
+            _fresh_state(a.impl)
+        res = measure(a.impl, key, a.runs, a.warmup,
+                      QUICK_SIZES[key] if a.quick_sizes else a.size)
+        json.dump(res, sys.stdout)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        failed = failed or res["status"] == "error"
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ Writes ``<out>/latest.json`` and ``<out>/latest.md`` (``--quick``: ``quick.json`
 a number) or a reference failed; "unavailable" (the host's API or CLI not there yet) is
 not a failure.
 
-``--quick``: small versions of each workload, 1 run, no warm-up, no micro figures, three
-measurement processes at once (``--jobs``), and end to end one host process per host and
+``--quick``: small versions of each workload, 1 run, no warm-up, no micro figures, one
+measurement process per implementation running every workload in turn (``bench.measure
+--quick-sizes``), three at once (``--jobs``), and end to end one host process per host and
 transport running every workload in turn: a correctness check for CI.
 """
 
@@ -30,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import durable
+from bench import durable, telemetry
 from bench.measure import DEFAULT_IMPLS, IMPLS
 from bench.peers import PEERS
 from bench.workloads import HOST_MAX_CONCURRENCY, NAMES, QUICK_SIZES
@@ -144,7 +145,7 @@ def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bo
         "loadavg_at_start": os.getloadavg(),
         "inprocess": {}, "e2e": [], "micro": None,
     }
-    if jobs > 1:
+    if jobs > 1 or quick:
         return _collect_concurrently(results, keys, impls, runs, warmup, quick, e2e, micro,
                                      e2e_runs, rounds, jobs)
     for k in keys:
@@ -179,12 +180,21 @@ def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bo
                         break  # the same for every workload
     if micro:
         results["micro"] = _run_json(["-m", "bench.micro"])
+    if not quick and {"a", "b", "c", "d"} & set(keys):  # tracing off / on (bench.telemetry)
+        results["telemetry"] = _run_json(
+            ["-m", "bench.telemetry", "--workloads", ",".join(k for k in keys if k != "e")])
     return results
 
 
 def _measure_argv(impl: str, k: str, runs: int, warmup: int, size: int | None) -> list[str]:
     argv = ["-m", "bench.measure", impl, k, "--runs", str(runs), "--warmup", str(warmup)]
     return argv + (["--size", str(size)] if size else [])
+
+
+def _measure_quick_argv(impl: str, keys: list[str], runs: int, warmup: int) -> list[str]:
+    """Every workload, at its quick size, in one ``bench.measure`` process."""
+    return ["-m", "bench.measure", impl, ",".join(keys), "--runs", str(runs), "--warmup",
+            str(warmup), "--quick-sizes"]
 
 
 def _e2e_argv(transport: str, k: str, host: str, e2e_runs: int, warmup: int) -> list[str]:
@@ -229,6 +239,13 @@ def _collect_concurrently(results: dict[str, Any], keys: list[str], impls: list[
         _progress(f"{NAMES[k]:>18} {impl:>13} (round {rnd + 1}): {_brief(res)}")
         return res
 
+    def measure_quick(rnd: int, impl: str) -> list[dict[str, Any]]:
+        """Every workload of one implementation in one process (correctness only)."""
+        found = _run_json_lines(_measure_quick_argv(impl, keys, runs, warmup), len(keys))
+        for k, res in zip(keys, found, strict=True):
+            _progress(f"{NAMES[k]:>18} {impl:>13} (round {rnd + 1}): {_brief(res)}")
+        return found
+
     def end_to_end(host: str, transport: str) -> list[dict[str, Any]]:
         if quick:  # one host process for every workload: correctness only
             return _run_json_lines(_e2e_quick_argv(transport, keys, host, e2e_runs, warmup),
@@ -239,13 +256,20 @@ def _collect_concurrently(results: dict[str, Any], keys: list[str], impls: list[
     ends = [(host, transport) for host in ("reference", "ours")
             for transport in ("stdio", "ws")] if e2e else []
     tasks: list[Callable[[], Any]] = [partial(end_to_end, h, t) for h, t in ends]
-    tasks += [partial(measure, k, rnd, impl) for k, rnd, impl in inproc]
+    if quick:  # one process per implementation and round: ~5 processes, not ~25
+        pairs = [(rnd, impl) for rnd in range(rounds) for impl in impls]
+        tasks += [partial(measure_quick, rnd, impl) for rnd, impl in pairs]
+    else:
+        tasks += [partial(measure, k, rnd, impl) for k, rnd, impl in inproc]
     if micro:
         tasks.append(partial(_run_json, ["-m", "bench.micro"]))
     everything = _run_all(tasks, jobs)
     for (host, transport), found in zip(ends, everything, strict=False):
         _add_e2e(results, host, transport, keys, found)
     measured = everything[len(ends):]
+    if quick:  # back to one result per (workload, round, implementation), as inproc
+        by_pair = dict(zip(pairs, measured[:len(pairs)], strict=True))
+        measured = [by_pair[rnd, impl][keys.index(k)] for k, rnd, impl in inproc]
     for k in keys:
         by_impl: dict[str, list[dict[str, Any]]] = {i: [] for i in impls}
         for (key, _, impl), res in zip(inproc, measured, strict=False):
@@ -294,9 +318,10 @@ def report(r: dict[str, Any]) -> str:
     m = r["machine"]
     rounds = f" × {s['rounds']} interleaved rounds" if s.get("rounds", 1) > 1 else ""
     at_once = (f", {s['jobs']} measurements at once" if s.get("jobs", 1) > 1 else "")
-    kind = (f"quick check: small sizes, one run{at_once}, end to end one host per "
-            "transport for all workloads, correctness only; the times are not comparable "
-            "with a full run" if s["quick"] else "full")
+    kind = (f"quick check: small sizes, one run{at_once}, every workload of an "
+            "implementation in one process, end to end one host per transport for all "
+            "workloads, correctness only; the times are not comparable with a full run"
+            if s["quick"] else "full")
     out = [f"# a2e-host benchmark ({kind})", "",
            f"{r['when']} · {m['platform']} · {m['cpus']} CPUs · Python {m['python']} · "
            f"load average at start {r.get('loadavg_at_start', ['?'])[0]:.2f} · "
@@ -355,6 +380,7 @@ def report(r: dict[str, Any]) -> str:
                 *[f"- **{b}**" for b in bad]]
 
     out += durable.report_lines(inp, keys)
+    out += telemetry.report_lines(r.get("telemetry"))
     if r.get("durable_map"):
         out += durable.map_lines(r["durable_map"])
     if r["e2e"]:

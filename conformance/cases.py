@@ -13,10 +13,14 @@ Case header::
      "handshake": {...} | false,                # extra handshake/req fields; false = none
      "features": ["chain/cancel"],              # host features it needs (else skipped)
      "ceilings": ["max_total_nodes"],           # ceilings the host must publish (else skipped)
-     "needs": ["auth"],                         # runner conditions (see runner.CONDITIONS)
+     "needs": ["auth"],                         # runner conditions (suite.CONDITIONS;
+                                                # cap:NAME, proc:NAME too)
      "transports": ["ws"],                      # only on these transports (default: all)
      "own_connection": true,                    # never share a session (see below)
      "timeout": 10}                             # seconds for the whole case
+
+A case's level, and the extensions that gate it, follow from the requirements it names
+(:func:`conformance.manifest.case_level`, :func:`conformance.manifest.gating_features`).
 
 Sessions. Over stdio the suite lets cases with the same handshake take turns on one
 session (one host process), each with its own ids; a case that needs a connection of

@@ -20,13 +20,15 @@ from websockets.exceptions import InvalidURI
 
 from .cases import Case, CaseError, load_cases
 from .manifest import (
+    LEVELS,
     README,
+    case_level,
     coverage_problems,
     load_requirements,
     readme_with_table,
     render_markdown,
 )
-from .report import json_report, text_report
+from .report import json_report, markdown_report, text_report
 from .runner import CaseResult
 from .suite import Target, run_suite
 
@@ -57,7 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-k", metavar="PATTERN", action="append",
                         help="only cases whose id or requirement ids contain PATTERN "
                              "(repeat for any of several)")
-    parser.add_argument("--json", action="store_true", help="print a JSON report instead")
+    parser.add_argument("--level", choices=LEVELS, action="append",
+                        help="only cases of this level (repeat for several): spec runs only "
+                             "what the chains spec demands (conformance/README.md, Levels)")
+    report = parser.add_mutually_exclusive_group()
+    report.add_argument("--json", action="store_true", help="print a JSON report instead")
+    report.add_argument("--markdown", action="store_true",
+                        help="print a Markdown report instead (per-level scores, failed "
+                             "requirements with their spec line)")
     parser.add_argument("-j", "--jobs", type=int, default=None,
                         help="cases run at once (default: 8 over WebSocket; over stdio, where "
                              "a connection is a host process, twice the CPU count, 2..8)")
@@ -79,12 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the host prunes a durable run within 2 s of its retention "
                              "passing (a2e-host: [store] prune_interval = 1); enables the "
                              "run_expired case")
+    parser.add_argument("--patience", type=float, default=1.0, metavar="N",
+                        help="multiply the kit's own waits (case timeouts, handshakes) by N "
+                             "on a slow or busy machine; the cases' own bounds stay")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="list skipped cases and every requirement")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     parser.add_argument("--skills-dir", action="store_true",
                         help="print the directory of the kit's fixture skills (start the "
                              "host with --skills DIR for the skill cases) and exit")
+    parser.add_argument("--adapters-dir", action="store_true",
+                        help="print the directory of the kit's host adapters (e.g. "
+                             "a2e_sdk_stdio.py for the public SDK's host) and exit")
     parser.add_argument("--requirements", action="store_true",
                         help="print the manifest as a Markdown table and exit")
     parser.add_argument("--update-readme", action="store_true",
@@ -113,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.skills_dir:
         print(Path(__file__).parent / "skills")
+        return 0
+    if args.adapters_dir:
+        print(Path(__file__).parent / "adapters")
         return 0
     try:
         return _run(args)
@@ -144,6 +162,10 @@ def _run(args: argparse.Namespace) -> int:
         print("conformance kit is broken:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 2
     cases = select(all_cases, args.k)
+    by_id = {r.id: r for r in requirements}
+    if args.level:
+        cases = [c for c in cases if case_level(c, by_id) in args.level]
+        requirements = [r for r in requirements if r.level in args.level]
     if args.list:
         for case in cases:
             print(f"{case.id:<48} {', '.join(case.requires)}")
@@ -153,10 +175,11 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     target = Target("stdio" if args.stdio else "ws", args.stdio or args.ws,
                     stderr=args.stderr, auth_token=args.auth_token,
-                    host_defaults=args.host_defaults, fast_prune=args.fast_prune)
+                    host_defaults=args.host_defaults, fast_prune=args.fast_prune,
+                    patience=args.patience)
 
     def progress(result: CaseResult) -> None:
-        if not args.json:
+        if not (args.json or args.markdown):
             mark = {"passed": ".", "failed": "F", "skipped": "s"}[result.status]
             print(mark, end="", flush=True, file=sys.stderr)
 
@@ -172,6 +195,10 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         print(json.dumps(json_report(requirements, results, target.transport), indent=2))
+    elif args.markdown:
+        levels = ", ".join(args.level or LEVELS)
+        print(markdown_report(requirements, results,
+                              f"A2E conformance: {target.address} ({levels})"))
     else:
         print(file=sys.stderr)
         print(text_report(requirements, results, args.verbose))

@@ -31,16 +31,17 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from .cases import CONNECTION_STEPS, Case
-from .invariants import check_chain, partial_top
+from .invariants import INVARIANTS, check_chain, partial_top
 from .matchers import MatcherError, match
+from .results import RUNNER_ERROR, CaseFailure, CaseResult, chains_entry
 from .templates import expand, fill_envelope
 from .transports import Connection, Frame
 
-__all__ = ["CaseResult", "CaseRun", "CaseFailure", "chains_entry", "ENVELOPE", "SESSION_VARS"]
+__all__ = ["CaseResult", "CaseRun", "CaseFailure", "chains_entry", "ENVELOPE", "SESSION_VARS",
+           "RUNNER_ERROR"]
 
 #: The case variables a handshake sets; a case sharing a session inherits them.
 SESSION_VARS = ("session", "session_id", "chains", "limits", "features")
@@ -53,42 +54,13 @@ _PARSE_SENT_BELOW = 2**20  # raw text sent is read back for its chain/req id whe
 BARRIER_TIMEOUT = 10.0  # seconds for the pong to the ping that ends a passed case
 
 
-class CaseFailure(Exception):
-    """The host did not do what the transcript says (one or more problems)."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
-
-
-@dataclass
-class CaseResult:
-    """Outcome of one case. ``status`` is ``passed``, ``failed`` or ``skipped``."""
-
-    case: Case
-    status: str
-    problems: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    diagnostics: str = ""
-    notes: list[str] = field(default_factory=list)
-    """What the runner did beside the verdict, e.g. replaced a shared session after it."""
-
-
-def chains_entry(handshake_resp: dict[str, Any]) -> dict[str, Any] | None:
-    """The ``accepted_caps`` entry for ``chains`` in a handshake/resp (PROTOCOL.md §2)."""
-    for entry in handshake_resp.get("accepted_caps") or []:
-        if isinstance(entry, dict) and entry.get("capability") == "chains":
-            return entry
-    return None
-
-
 class CaseRun:
     """Interprets one case's steps over ``connection`` (see module docstring)."""
 
     def __init__(self, case: Case, connection: Connection, variables: dict[str, Any],
                  connect: Callable[[], Awaitable[Connection]] | None = None,
                  token: str | None = None, session: dict[str, Any] | None = None,
-                 seen_ids: set[str] | None = None) -> None:
+                 seen_ids: set[str] | None = None, patience: float = 1.0) -> None:
         """Args:
             case: the transcript to run.
             connection: where to run it.
@@ -98,7 +70,10 @@ class CaseRun:
             session: the :data:`SESSION_VARS` of a session already handshaken on
                 ``connection`` by an earlier case; the case then skips its handshake.
             seen_ids: ids of host messages already seen on ``connection``.
+            patience: multiplies the runner's own waits (a handshake/resp, the pong
+                ending a case); a case's own bounds (``within``) are never scaled.
         """
+        self.patience = patience
         self.case = case
         self.conn = connection
         self.connections = [connection]  # every connection used, for cleanup
@@ -119,30 +94,53 @@ class CaseRun:
         self.history: dict[str, list[Frame]] = {}  # req_id → frames consumed by `expect`
         self.last_sent: dict[str, Any] | None = None
         self.closed = False
+        self.findings: list[tuple[str, str]] = []
+        self.notes: list[str] = []
 
     # ---- receiving ------------------------------------------------------------
-    def _check_frame(self, frame: Frame) -> None:
+    def finding(self, requirements: tuple[str, ...], text: str) -> None:
+        """A transport or event invariant broken (one defect, one verdict).
+
+        When the case names one of ``requirements`` it fails now; otherwise the defect
+        is kept in :attr:`findings` (the report fails those requirements once, with
+        every case that met it) and the case goes on to be judged on its own property.
+        """
+        named = [r for r in requirements if r in self.case.requires]
+        if named:
+            raise CaseFailure([f"{named[0]}: {text}"])
+        self.findings += [(rid, text) for rid in requirements]
+
+    def _check_frame(self, frame: Frame) -> bool:
+        """Check one received frame; False when it is not protocol (then it is dropped)."""
         if frame.message is None:
-            raise CaseFailure([f"FRAME-{self.conn.kind.upper()}: host sent a bad frame "
-                               f"({frame.fault}): {frame.raw[:200]!r}"])
-        problems = match({"$partial": ENVELOPE}, frame.message, {}, "$msg")
+            kind = self.conn.kind.upper()
+            self.finding((f"FRAME-{kind}",), f"host sent a frame that is not protocol "
+                                             f"({frame.fault}): {frame.raw[:200]!r}")
+            return False
+        message = frame.message
+        problems = match({"$partial": ENVELOPE}, message, {}, "$msg")
         if problems:
-            raise CaseFailure([f"FRAME-ENVELOPE: {p} in {frame.raw[:300]}" for p in problems])
-        if frame.message["id"] in self.seen_ids:
-            raise CaseFailure([f"FRAME-MESSAGE-ID: id {frame.message['id']!r} was already used "
-                               f"by another message: {frame.raw[:300]}"])
-        self.seen_ids.add(frame.message["id"])
-        mtype, req_id = frame.message.get("type"), frame.message.get("req_id")
+            self.finding(("FRAME-ENVELOPE",), f"{problems[0]} in {frame.raw[:300]}")
+        mid = message.get("id")
+        if isinstance(mid, str):
+            if mid in self.seen_ids:
+                self.finding(("FRAME-MESSAGE-ID",), f"id {mid!r} was already used by "
+                                                    f"another message: {frame.raw[:300]}")
+            self.seen_ids.add(mid)
+        mtype, req_id = message.get("type"), message.get("req_id")
         if mtype == "error" and isinstance(req_id, str):
             self.refused.add(req_id)
             if req_id == "":
                 self.anonymous_errors += 1
         if mtype in ("chain/event", "chain/resp") and isinstance(req_id, str):
             if req_id in self.responded:
-                raise CaseFailure([f"CHAIN-EVT-BEFORE-RESP: a {mtype} for request {req_id!r} "
-                                   f"arrived after its chain/resp: {frame.raw[:300]}"])
+                self.finding(("CHAIN-EVT-BEFORE-RESP", "SPEC-EVENTS-BEFORE-RESP"),
+                             f"a {mtype} for request {req_id!r} arrived after its "
+                             f"chain/resp: {frame.raw[:300]}")
+                return False
             if mtype == "chain/resp":
                 self.responded.add(req_id)
+        return True
 
     async def _take(self, wanted: Callable[[dict[str, Any]], bool], what: str,
                     within: float | None) -> Frame:
@@ -161,7 +159,8 @@ class CaseRun:
                 self.closed = True
                 raise CaseFailure([f"connection closed while waiting for {what}; "
                                    f"unconsumed: {self.pending_text()}"])
-            self._check_frame(frame)
+            if not self._check_frame(frame):
+                continue
             assert frame.message is not None
             if wanted(frame.message):
                 return frame
@@ -278,7 +277,15 @@ class CaseRun:
             raise CaseFailure([f"expected chain events and a chain/resp for {req_id}, got "
                                f"{raws[-1][:600]}"])
         request = self.vars.get(step["for"]) if "for" in step else self.last_sent
-        problems = check_chain(messages, raws, spec, self.vars, request)
+        notes: list[str] = []
+        problems = []
+        for problem in check_chain(messages, raws, spec, self.vars, request, notes):
+            rid = problem.split(":", 1)[0]
+            if rid in INVARIANTS and rid not in self.case.requires:
+                self.findings.append((rid, problem.split(":", 1)[1].strip()))
+            else:
+                problems.append(problem)
+        self.notes += [n for n in notes if n not in self.notes]
         if problems:
             shown = "\n      ".join(r[:400] for r in raws[-12:])
             raise CaseFailure(problems + [f"transcript (last {min(12, len(raws))}):\n      "
@@ -297,8 +304,8 @@ class CaseRun:
             if got is None:
                 self.closed = True
                 break
-            self._check_frame(got)
-            self.pending.append(got)
+            if self._check_frame(got):
+                self.pending.append(got)
         if self.pending:
             raise CaseFailure([f"expected silence, got: {self.pending_text()}"])
 
@@ -316,7 +323,8 @@ class CaseRun:
             if frame is None:
                 self.closed = True
                 continue
-            self._check_frame(frame)
+            if not self._check_frame(frame):
+                continue
             ignored = "ignore" in spec and not match(partial_top(spec["ignore"]),
                                                      frame.message, dict(self.vars))
             if not ignored:
@@ -368,7 +376,7 @@ class CaseRun:
         request = fill_envelope(request, self.vars)
         await self.conn.send_text(json.dumps(request))
         frame = await self._take(lambda m: m.get("req_id") == request["id"],
-                                 "handshake/resp", 10.0)
+                                 "handshake/resp", 10.0 * self.patience)
         assert frame.message is not None
         resp = frame.message
         if resp.get("type") != "handshake/resp" or resp.get("ok") is not True:
@@ -402,7 +410,7 @@ class CaseRun:
         """The :data:`SESSION_VARS` of this case's session, for a case that shares it."""
         return {name: self.vars[name] for name in SESSION_VARS if name in self.vars}
 
-    async def settle(self) -> str | None:
+    async def settle(self, drain: bool = False) -> str | None:
         """After a passed case: did the host send anything more for it?
 
         When the case has a session and kept its connection, sends a ``ping`` and reads
@@ -410,6 +418,10 @@ class CaseRun:
         case's last step: that fails the case, as unconsumed messages at the end always
         do (without this, a message sent just after the last one a case waits for
         would go unseen).
+
+        With ``drain`` (after a failed case), what arrives before the ``pong`` is dropped
+        instead: the case's verdict is given, and only whether the session can be shared
+        on is asked.
 
         Returns:
             None when the session is clean and can be shared on, else why not (the
@@ -431,22 +443,23 @@ class CaseRun:
         barrier = fill_envelope({"type": "ping", "id": f"{self.vars['nonce']}-settle"},
                                 self.vars)
         await self.conn.send_text(json.dumps(barrier))
-        deadline = time.monotonic() + BARRIER_TIMEOUT
+        wait = BARRIER_TIMEOUT * self.patience
+        deadline = time.monotonic() + wait
         while True:
             try:
                 frame = await asyncio.wait_for(self.conn.receive(),
                                                max(0.0, deadline - time.monotonic()))
             except TimeoutError:
-                return f"no pong to the ping ending the case within {BARRIER_TIMEOUT} s"
+                return f"no pong to the ping ending the case within {wait} s"
             if frame is None:
                 self.closed = True
                 return "the connection closed"
             if frame.message is not None and frame.message.get("req_id") == barrier["id"]:
                 self.seen_ids.add(str(frame.message.get("id")))
                 break
-            self._check_frame(frame)
-            self.pending.append(frame)
-        if self.pending:
+            if self._check_frame(frame) and not drain:
+                self.pending.append(frame)
+        if self.pending and not drain:
             raise CaseFailure([f"unexpected messages at the end: {self.pending_text()}"])
         return None
 

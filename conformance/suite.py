@@ -28,13 +28,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cases import Case
+from .manifest import Requirement, case_level, gating_features, load_requirements
 from .matchers import MatcherError
-from .runner import CaseFailure, CaseResult, CaseRun, chains_entry
+from .runner import BARRIER_TIMEOUT, RUNNER_ERROR, CaseFailure, CaseResult, CaseRun, chains_entry
 from .templates import expand
 from .transports import Connection, StdioConnection, WebSocketConnection
 
 __all__ = ["Target", "Probe", "SharedSession", "probe_host", "run_case", "run_suite",
-           "session_key", "suite_variables", "default_shared_sessions", "CONDITIONS"]
+           "session_key", "suite_variables", "default_shared_sessions", "CONDITIONS",
+           "not_offered", "skip_reason", "requirements_by_id"]
 
 #: Runner conditions a case may list in ``needs``, and what enables each.
 CONDITIONS = {
@@ -46,12 +48,14 @@ CONDITIONS = {
                       "(start it with --skills DIR, DIR from `a2e-conformance --skills-dir`)",
     "proc_cat": "the host serves proc and allows cat (its proc metadata lists it: start it "
                 "with --allow-proc cat)",
+    "proc:NAME": "the host serves proc and allows the executable NAME (its proc metadata "
+                 "lists it: a2e-host --allow-proc NAME), e.g. proc:sleep",
     "fast_prune": "the host prunes a durable run within 2 s of its retention passing "
                   "(a2e-host: [store] prune_interval = 1), given as --fast-prune",
 }
 FIXTURE_SKILL = "conformance_shout"
 """A fixture skill (``conformance/skills/``) the probe looks for with skill/discover/req."""
-_PROBE_CAPS = ["chains", "tools", "proc", "skill", "memory", "context", "events"]
+_PROBE_CAPS = ["chains", "tools", "proc", "skill", "runs", "memory", "context", "events"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ class Target:
     auth_token: str | None = None
     host_defaults: bool = False
     fast_prune: bool = False
+    patience: float = 1.0
+    """Multiplies the kit's own waits (case timeouts, handshakes, the probe) on a slow
+    or busy machine; a case's own bounds (``within``) are never scaled."""
 
     async def connect(self) -> Connection:
         if self.transport == "stdio":
@@ -89,6 +96,7 @@ async def probe_host(target: Target, handshake_timeout: float = 15.0) -> Probe:
     Raises:
         RuntimeError: the host did not answer a handshake with ``ok: true``.
     """
+    handshake_timeout *= target.patience
     conn = await target.connect()
     try:
         request = {"type": "handshake/req", "id": "probe-1", "version": "1.0",
@@ -114,17 +122,25 @@ async def probe_host(target: Target, handshake_timeout: float = 15.0) -> Probe:
     assert resp is not None
     if resp.get("ok") is not True:
         raise RuntimeError(f"probe handshake refused: {frame.raw[:500]}")
-    metadata = (chains_entry(resp) or {}).get("metadata") or {}
-    served = tuple(str(e.get("capability")) for e in resp.get("accepted_caps") or []
-                   if isinstance(e, dict) and e.get("enabled", True))
-    return Probe(resp, tuple(metadata.get("features") or ()), metadata.get("limits") or {},
-                 served, skills)
+    metadata = (chains_entry(resp) or {}).get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    features = metadata.get("features")
+    features = tuple(f for f in features if isinstance(f, str)) if isinstance(
+        features, list) else ()
+    limits = metadata.get("limits")
+    limits = {k: v for k, v in limits.items() if isinstance(v, int)
+              and not isinstance(v, bool)} if isinstance(limits, dict) else {}
+    caps = resp.get("accepted_caps")
+    served = tuple(str(e.get("capability")) for e in (caps if isinstance(caps, list) else [])
+                   if isinstance(e, dict) and e.get("enabled", True) is not False)
+    return Probe(resp, features, limits, served, skills)
 
 
 async def _discover_skills(conn: Connection, handshake: dict[str, Any],
                            wait: float) -> tuple[str, ...]:
     """``name@version`` of the skills a host serving ``skill`` lists; () otherwise."""
-    caps = [e.get("capability") for e in handshake.get("accepted_caps") or []
+    listed = handshake.get("accepted_caps")
+    caps = [e.get("capability") for e in (listed if isinstance(listed, list) else [])
             if isinstance(e, dict)]
     if handshake.get("ok") is not True or "skill" not in caps:
         return ()
@@ -138,20 +154,54 @@ async def _discover_skills(conn: Connection, handshake: dict[str, Any],
             message = frame.message or {}
             if message.get("req_id") == "probe-2":
                 break
-    return tuple(f"{s.get('name')}@{s.get('version')}" for s in message.get("skills") or []
-                 if isinstance(s, dict))
+    skills = message.get("skills")
+    return tuple(f"{s.get('name')}@{s.get('version')}"
+                 for s in (skills if isinstance(skills, list) else []) if isinstance(s, dict))
+
+
+_REQUIREMENTS: dict[str, Requirement] = {}
+
+
+def requirements_by_id() -> dict[str, Requirement]:
+    """The manifest by id, read once (``conformance/requirements.json``)."""
+    if not _REQUIREMENTS:
+        _REQUIREMENTS.update((r.id, r) for r in load_requirements())
+    return _REQUIREMENTS
+
+
+def not_offered(case: Case, probe: Probe) -> str | None:
+    """Which extension ``case`` needs that the host does not offer, or None.
+
+    The case's own ``features`` and ``ceilings``, the ``feature`` of every extension
+    requirement it names, and ``handshake/limits`` for a handshake lowering ceilings
+    (:func:`conformance.manifest.gating_features`).
+    """
+    missing = []
+    for feature in gating_features(case, requirements_by_id()):
+        if feature.startswith("limits:"):
+            if feature.removeprefix("limits:") not in probe.limits:
+                missing.append(feature)
+        elif feature.startswith("cap:"):
+            if feature.removeprefix("cap:") not in probe.served:
+                missing.append(feature)
+        elif feature not in probe.features:
+            missing.append(feature)
+    if not missing:
+        return None
+    ceilings = [m.removeprefix("limits:") for m in missing if m.startswith("limits:")]
+    others = [m for m in missing if not m.startswith("limits:")]
+    if others:
+        return f"host does not advertise {', '.join(others)}"
+    return f"host does not publish the ceiling {', '.join(ceilings)}"
 
 
 def skip_reason(case: Case, target: Target, probe: Probe) -> str | None:
     """Why ``case`` cannot run against this host, or None if it can."""
     if case.transports and target.transport not in case.transports:
         return f"only over {', '.join(case.transports)}"
-    missing = [f for f in case.features if f not in probe.features]
+    missing = not_offered(case, probe)
     if missing:
-        return f"host does not advertise {', '.join(missing)}"
-    unpublished = [c for c in case.ceilings if c not in probe.limits]
-    if unpublished:
-        return f"host does not publish the ceiling {', '.join(unpublished)}"
+        return missing
     met = {"auth": bool(target.auth_token), "host_defaults": target.host_defaults,
            "fast_prune": target.fast_prune,
            "other_cap": any(c != "chains" for c in probe.served),
@@ -159,10 +209,14 @@ def skip_reason(case: Case, target: Target, probe: Probe) -> str | None:
            "proc_cat": "cat" in _executables(probe.handshake)}
     met.update((n, n.removeprefix("cap:") in probe.served) for n in case.needs
                if n.startswith("cap:"))
+    met.update((n, n.removeprefix("proc:") in _executables(probe.handshake))
+               for n in case.needs if n.startswith("proc:"))
     unmet = [n for n in case.needs if not met.get(n, False)]
     if unmet:
-        why = [CONDITIONS.get(n, f"the host serves the capability {n.removeprefix('cap:')!r}")
-               for n in unmet]
+        why = [CONDITIONS.get(n) or (
+            f"the host serves proc and allows {n.removeprefix('proc:')!r}"
+            if n.startswith("proc:") else
+            f"the host serves the capability {n.removeprefix('cap:')!r}") for n in unmet]
         return f"needs {', '.join(unmet)}: {'; '.join(why)}"
     return None
 
@@ -198,9 +252,10 @@ def session_key(case: Case, target: Target, probe: Probe) -> str | None:
         return None  # it depends on per-case variables (nonce, case, ...)
     try:
         fields = expand(case.handshake, variables)
-    except MatcherError:
-        return None  # the case's own run reports the broken template
-    return json.dumps(fields, sort_keys=True, default=str)
+    except Exception:  # noqa: BLE001 - e.g. a ceiling the host did not publish
+        return None  # the case's own run reports it
+    sent = {"agent_caps": ["chains"], **(fields if isinstance(fields, dict) else {})}
+    return json.dumps(sent, sort_keys=True, default=str)  # as sent: defaults included
 
 
 def _refs(value: Any) -> list[str]:
@@ -248,9 +303,11 @@ async def run_case(case: Case, target: Target, probe: Probe,
         shared: run on this session (opening it if it has no connection) and leave it
             for the next case if the case passes clean; None = a connection of its own.
     """
+    level = case_level(case, requirements_by_id())
     reason = skip_reason(case, target, probe)
     if reason:
-        return CaseResult(case, "skipped", [reason])
+        return CaseResult(case, "skipped", [reason], offered=not_offered(case, probe) is None
+                          or not reason.startswith("host does not"), level=level)
     started = time.monotonic()
     variables = suite_variables(target, probe)
     inherited = shared is not None and shared.conn is not None
@@ -265,18 +322,25 @@ async def run_case(case: Case, target: Target, probe: Probe,
         shared.conn, shared.opened = conn, shared.opened + 1
     run = CaseRun(case, conn, variables, target.connect, target.auth_token,
                   session=shared.facts if shared is not None and inherited else None,
-                  seen_ids=shared.seen_ids if shared is not None else None)
+                  seen_ids=shared.seen_ids if shared is not None else None,
+                  patience=target.patience)
     status, problems, notes = "passed", [], []
+    failed_cleanly = False  # a verdict, not a timeout or a fault of the kit
     try:
-        async with asyncio.timeout(case.timeout):
+        async with asyncio.timeout(case.timeout * target.patience):
             await run.run(target.auth_token)
     except CaseFailure as failure:
         status, problems = "failed", failure.problems
+        failed_cleanly = True
     except TimeoutError:
         status = "failed"
-        problems = [f"case timed out after {case.timeout} s; unconsumed: {run.pending_text()}"]
+        problems = [f"case timed out after {case.timeout * target.patience} s; unconsumed: "
+                    f"{run.pending_text()}"]
+    except MatcherError as exc:  # the case's template met a value the host sent
+        status, problems = "failed", [f"the case could not go on with the host's answers: "
+                                      f"{exc}"]
     except Exception as exc:  # a broken case or transport: report, keep the suite going
-        status, problems = "failed", [f"runner error: {type(exc).__name__}: {exc}"]
+        status, problems = "failed", [f"{RUNNER_ERROR}: {type(exc).__name__}: {exc}"]
     diagnostics = ("\n".join(c.diagnostics() for c in run.connections).strip()
                    if status == "failed" else "")
     unclean: str | None = "the case failed"
@@ -286,6 +350,15 @@ async def run_case(case: Case, target: Target, probe: Probe,
         except CaseFailure as failure:
             status, problems, unclean = "failed", failure.problems, "the case failed"
             diagnostics = "\n".join(c.diagnostics() for c in run.connections).strip()
+    elif shared is not None and failed_cleanly:
+        # the host answered everything the case sent: a drained session is reusable,
+        # which spares a host process per failed case over stdio
+        try:
+            why = await asyncio.wait_for(run.settle(drain=True),
+                                         BARRIER_TIMEOUT * target.patience + 1)
+        except (CaseFailure, TimeoutError, OSError):
+            why = "its session could not be drained"
+        unclean = None if why is None else f"the case failed; {why}"
     if shared is not None:
         if unclean is None:
             shared.facts = run.session_facts()
@@ -299,7 +372,8 @@ async def run_case(case: Case, target: Target, probe: Probe,
     for opened in run.connections:
         if shared is None or opened is not shared.conn:
             await opened.aclose()
-    return CaseResult(case, status, problems, time.monotonic() - started, diagnostics, notes)
+    return CaseResult(case, status, problems, time.monotonic() - started, diagnostics,
+                      [*run.notes, *notes], run.findings, level=level)
 
 
 def default_shared_sessions(target: Target) -> int:

@@ -53,8 +53,15 @@ def expand(value: Any, variables: dict[str, Any]) -> Any:
         return resolve_ref(arg, variables)
     if op == "$repeat":
         text, times = expand(arg, variables)
-        return str(text) * int(times)
+        if not isinstance(times, int) or isinstance(times, bool):
+            raise MatcherError(f"$repeat needs an integer count, got {times!r}")
+        return str(text) * times
     left, right = expand(arg, variables)
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                  for v in (left, right))
+    if not numbers:  # e.g. a ceiling the host did not publish: never a TypeError
+        raise MatcherError(f"$add needs two numbers, got {left!r} and {right!r} "
+                           f"(from {arg!r})")
     return left + right
 
 

@@ -121,6 +121,7 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         "chain/node.fallback",
         "chain/cache",
         "chain/event.report",
+        "chain/req.trace_context",
         "chain/req.secrets",
     )
 

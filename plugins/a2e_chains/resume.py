@@ -107,14 +107,23 @@ def start_hold(sink: DurableSink, toolbox: Toolbox, stopping: Callable[[], bool]
     the host stops before the ``start`` was stored."""
     tools = toolbox.tools
     declared = toolbox.skills.declared
+    # id(plan node) → (the node, whether it may run again): decided once per node (a
+    # map's template once for all its items); the node is kept so its id is not reused
+    decided: dict[int, tuple[PlanNode, bool]] = {}
 
-    async def hold(pnode: PlanNode) -> None:
+    def free(pnode: PlanNode) -> bool:
         name = pnode.node.name
         spec = kinds.NODE_KINDS.get(pnode.kind)
         registry = spec.registry if spec is not None else None
         idempotent = registry == "tool" and bool(getattr(tools.get(name), "idempotent", False))
-        if may_rerun(pnode, idempotent=idempotent,
-                     declared_skill=registry == "skill" and name in declared):
+        rerun = may_rerun(pnode, idempotent=idempotent,
+                          declared_skill=registry == "skill" and name in declared)
+        decided[id(pnode)] = (pnode, rerun)
+        return rerun
+
+    async def hold(pnode: PlanNode) -> None:
+        known = decided.get(id(pnode))
+        if known[1] if known is not None else free(pnode):
             return
         await sink.committed()
         if stopping():

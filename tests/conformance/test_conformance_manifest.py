@@ -10,14 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cases import CASES_DIR, STEP_KINDS, CaseError, load_cases, load_file
+from conformance.cases import CASES_DIR, STEP_KINDS, Case, CaseError, load_cases, load_file
 from conformance.manifest import (
     README,
+    case_level,
     coverage_problems,
+    gating_features,
     load_requirements,
     readme_with_table,
     render_markdown,
 )
+from conformance.report import json_report, level_scores, markdown_report
+from conformance.results import CaseResult
 from tests.support import REPO
 
 
@@ -222,3 +226,83 @@ def test_cli_with_an_unusable_url_says_so_in_one_line(capsys):
     assert main(["--ws", "ws://127.0.0.1:notaport", "-k", "ping-pong"]) == 2
     err = capsys.readouterr().err
     assert "cannot run against the host" in err and "Traceback" not in err
+
+
+def _manifest(tmp_path: Path, *entries: dict) -> Path:
+    path = tmp_path / "requirements.json"
+    path.write_text(json.dumps({"requirements": list(entries)}), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("entry", "why"), [
+    ({"level": "spec"}, "binding MUST or SHOULD"),
+    ({"level": "spec", "binding": "MAY", "spec_lines": [61]}, "binding MUST or SHOULD"),
+    ({"level": "spec", "binding": "MUST", "spec_lines": [999]}, "spec_lines must be lines"),
+    ({"level": "protocol", "binding": "MUST"}, "only a spec requirement"),
+    ({"level": "extension"}, "names the feature"),
+    ({"level": "decision", "feature": "chain/cancel"}, "names the feature"),
+    ({"level": "rumour"}, "level must be one of"),
+])
+def test_a_requirement_must_say_its_level_and_binding(tmp_path: Path, entry: dict,
+                                                      why: str) -> None:
+    path = _manifest(tmp_path, {"id": "A-B", "source": "s", "statement": "t", **entry})
+    with pytest.raises(ValueError, match=why):
+        load_requirements(path)
+
+
+def test_a_spec_requirement_is_judged_only_by_cases_of_its_own_level(tmp_path: Path) -> None:
+    path = _manifest(
+        tmp_path,
+        {"id": "SPEC-X", "level": "spec", "binding": "MUST", "spec_lines": [61],
+         "source": "s", "statement": "t"},
+        {"id": "PROTO-Y", "level": "protocol", "source": "s", "statement": "t"})
+    requirements = load_requirements(path)
+    by_id = {r.id: r for r in requirements}
+    mixed = Case(id="m", requires=("SPEC-X", "PROTO-Y"), doc="", steps=(), source="t")
+    assert case_level(mixed, by_id) == "protocol"
+    assert coverage_problems(requirements, [mixed]) == [
+        "requirement SPEC-X (spec) has no case of its own level: every case naming it also "
+        "names a less binding requirement"]
+    alone = Case(id="s", requires=("SPEC-X",), doc="", steps=(), source="t")
+    assert case_level(alone, by_id) == "spec"
+    assert coverage_problems(requirements, [mixed, alone]) == []
+    assert by_id["SPEC-X"].cited == "docs/chains-spec.txt l.61 (MUST)"
+
+
+def test_an_extension_case_is_gated_on_what_its_requirements_and_handshake_need() -> None:
+    requirements = {r.id: r for r in load_requirements()}
+    by_case = {c.id: c for c in load_cases()}
+    assert gating_features(by_case["cancel-right-after-request"], requirements) == (
+        "chain/cancel",)
+    assert "handshake/limits" in gating_features(by_case["max-nodes-at-ceiling"], requirements)
+    assert "limits:max_timeout" in gating_features(
+        by_case["raised-timeout-still-refused"], requirements)
+    assert gating_features(by_case["spec-tool-output"], requirements) == ()
+
+
+def test_reports_score_each_level_apart_and_cite_the_spec_line() -> None:
+    requirements = load_requirements()
+    by_case = {c.id: c for c in load_cases()}
+    results = [
+        CaseResult(by_case["spec-event-seq"], "failed", ["SPEC-EVENT-SEQ: seq [0, 0]"],
+                   level="spec"),
+        CaseResult(by_case["spec-tool-output"], "passed", level="spec",
+                   findings=[("CHAIN-EVT-SEQ", "seq should be 1..2, got [0, 0]")]),
+        CaseResult(by_case["cancel-right-after-request"], "skipped",
+                   ["host does not advertise chain/cancel"], offered=False, level="extension"),
+    ]
+    scores = level_scores(requirements, results)
+    assert scores["spec MUST"] == {"passed": 1, "failed": 1, "not_offered": 0, "skipped": 0,
+                                   "untested": 0}
+    assert scores["protocol"]["failed"] == 1  # the finding, once
+    assert scores["extension"]["not_offered"] == 2
+    text = markdown_report(requirements, results, "t")
+    assert "| spec MUST | 1/2 passed (50%) |" in text
+    assert "`SPEC-EVENT-SEQ` | spec | docs/chains-spec.txt l.61 (MUST)" in text
+    assert "defect in 1 case(s): seq should be 1..2" in text
+    report = json_report(requirements, results, "stdio")
+    assert report["defects"] == {"CHAIN-EVT-SEQ": {"cases": ["spec-tool-output"],
+                                                   "first": "seq should be 1..2, got [0, 0]"}}
+    assert report["runner_errors"] == []
+    status = {r["id"]: r["status"] for r in report["requirements"]}
+    assert (status["SPEC-TOOL"], status["CANCEL-CHAIN"]) == ("passed", "not_offered")

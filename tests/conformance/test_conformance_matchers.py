@@ -171,14 +171,23 @@ def test_fill_envelope_adds_what_a_client_library_adds():
 # ---- chain transcript invariants -------------------------------------------------------------
 
 
+_IDS = iter(range(10**9))
+
+
+def _envelope(kind: str) -> dict:
+    return {"type": kind, "id": f"m{next(_IDS)}", "version": "1.0", "ts": 1000.0}
+
+
 def _event(seq, node_id, phase, **extra):
-    return {"type": "chain/event", "req_id": "r", "seq": seq, "node_id": node_id,
-            "phase": phase, **extra}
+    return {**_envelope("chain/event"), "req_id": "r", "seq": seq, "node_id": node_id,
+            "phase": phase, **({"output": None} if phase == "done" else {}),
+            **({"error": "failed"} if phase == "error" else {}), **extra}
 
 
 def _resp(**fields):
-    return {"type": "chain/resp", "req_id": "r", "success": True, "outputs": {},
-            "nodes_run": 0, "error": None, **fields}
+    return {**_envelope("chain/resp"), "req_id": "r", "chain_id": "c", "success": True,
+            "outputs": {}, "final_output": None, "duration_ms": 5, "nodes_run": 0,
+            "error": None, **fields}
 
 
 def test_a_conforming_linear_transcript_passes():
@@ -230,7 +239,41 @@ def test_a_progress_event_outside_its_node_s_run_breaks_the_lifecycle():
     twice = [_event(1, "a", "start"), _event(2, "a", "start", kind="status"),
              _event(3, "a", "done", output=1), _resp(outputs={"a": 1}, nodes_run=1)]
     assert check_chain(twice, [""] * 4, {}, {}) == [
-        "CHAIN-EVT-LIFECYCLE: node 'a' had phases ['start', 'start', 'done']"]
+        "CHAIN-EVT-LIFECYCLE: node 'a' had phases ['start', 'start', 'done']",
+        "SPEC-EVENT-PHASES: node 'a' had phases ['start', 'start', 'done']"]
+
+
+def test_the_spec_s_own_invariants_are_looser_than_protocol_md() -> None:
+    # seq from 5 rising by 2 is a monotonic sequence (chains spec l.61), not PROTOCOL.md's
+    request = {"type": "chain/req", "id": "r", "nodes": [{"node_id": "a"}, {"node_id": "b"}]}
+    messages = [_event(5, "a", "start"), _event(7, "a", "done", output=1),
+                _resp(outputs={"a": 1, "b": None}, nodes_run=2)]
+    problems = check_chain(messages, [""] * 3, {}, {}, request)
+    assert [p.split(":")[0] for p in problems] == [
+        "CHAIN-EVT-SEQ", "CHAIN-RESP-OUTPUTS", "CHAIN-RESP-NODES-RUN"]
+
+
+def test_an_early_answer_dropping_the_work_done_breaks_the_spec_invariants() -> None:
+    # what the public SDK's host answers on a timeout: outputs {}, nodes_run 0, 0 ms
+    request = {"type": "chain/req", "id": "r", "nodes": [{"node_id": "a"}, {"node_id": "s"}]}
+    a_done = _event(2, "a", "done", output={"x": 1})
+    s_done = {**_event(4, "s", "done", output=2), "ts": 1002.5}
+    messages = [_event(1, "a", "start"), a_done, _event(3, "s", "start"), s_done,
+                _resp(success=False, error={"code": "timeout"}, duration_ms=0)]
+    problems = check_chain(messages, [""] * 5, {}, {}, request)
+    spec = sorted(p.split(":")[0] for p in problems if p.startswith("SPEC-"))
+    assert spec == ["SPEC-DURATION", "SPEC-NODES-RUN", "SPEC-OUTPUTS"]
+    assert "missing from outputs: ['a', 's']" in problems[-3]
+
+
+def test_seq_always_zero_is_reported_and_the_events_re_sequenced_for_the_rest() -> None:
+    messages = [_event(0, "a", "start"), _event(0, "a", "done", output=1),
+                _resp(outputs={"a": 1}, nodes_run=1)]
+    notes: list[str] = []
+    spec = {"events": [{"node_id": "a", "seq": 1}, {"node_id": "a", "seq": 2}]}
+    problems = check_chain(messages, [""] * 3, spec, {}, None, notes)
+    assert [p.split(":")[0] for p in problems] == ["CHAIN-EVT-SEQ", "SPEC-EVENT-SEQ"]
+    assert notes and "re-sequenced" in notes[0]
 
 
 def test_map_items_are_not_declared_nodes():
@@ -342,6 +385,12 @@ def test_a_reused_message_id_fails_the_case():
     run = CaseRun(_case({"comment": "none"}), ScriptedConnection(), {})
     first = Frame('{"type":"pong","id":"same","version":"1.0","ts":1}',
                   {"type": "pong", "id": "same", "version": "1.0", "ts": 1})
+    run._check_frame(first)
+    run._check_frame(first)  # one defect: a finding, the case goes on
+    assert [rid for rid, _ in run.findings] == ["FRAME-MESSAGE-ID"]
+    named = Case(id="t", requires=("FRAME-MESSAGE-ID",), doc="", steps=(), source="test",
+                 handshake=None)
+    run = CaseRun(named, ScriptedConnection(), {})
     run._check_frame(first)
     with pytest.raises(CaseFailure, match="FRAME-MESSAGE-ID"):
         run._check_frame(first)

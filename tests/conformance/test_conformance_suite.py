@@ -1,17 +1,16 @@
-"""The conformance kit against our host, over both transports, and against broken
-variants of it (each must fail a named requirement, and only the cases that show it).
+"""The conformance kit against our host, over both transports, at every level; against
+broken variants of it (each must fail a named requirement, and only the cases that show
+it); and against a host that answers garbage (the runner never crashes).
 
-Time bounds: each kit run is a subprocess with its own timeout, and a test that may
-take longer than pytest's global guard (pyproject ``timeout``) says so with its own
-``pytest.mark.timeout``, a little above the subprocess bound so the subprocess's
-clearer failure comes first.
+The kit runs in this process (``run_suite``): a subprocess per run only added a Python
+start-up. Time bounds: a full run over stdio starts a few dozen host processes, so it
+carries its own ``pytest.mark.timeout`` above pytest's global guard.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,17 @@ from typing import Any
 import pytest
 
 from conformance.cases import load_cases, load_file
+from conformance.cli import select
+from conformance.manifest import LEVELS, case_level, load_requirements
+from conformance.report import defects, json_report, level_scores, runner_errors
+from conformance.runner import CaseResult
 from conformance.suite import (
     Probe,
     SharedSession,
     Target,
+    not_offered,
     probe_host,
+    requirements_by_id,
     run_case,
     run_suite,
     session_key,
@@ -31,111 +36,207 @@ from conformance.suite import (
 )
 from tests.support import REPO
 from tests.support.extensionless_host import HIDDEN_CEILINGS, HIDDEN_FEATURES
-from tests.support.mutant_host import MUTANTS, STORE_MUTANTS
+from tests.support.mutant_host import MUTANTS, PROC_MUTANTS, STDIO_MUTANTS, STORE_MUTANTS
 from tests.support.ws import serving_sync
 
 HOST = [sys.executable, "-m", "a2e_host"]
-KIT = [sys.executable, "-m", "conformance"]
+SKILLS = str(REPO / "conformance" / "skills")
+#: Our host with everything the kit can exercise without a run store (over stdio each
+#: case group is a process of its own, and a store is one process's).
+FULL = ["--tools", "conformance", "--allow-proc", "cat", "--allow-proc", "sleep",
+        "--skills", SKILLS]
 STDIO_HOST = " ".join([*HOST, "stdio", "--tools", "conformance"])
-# The whole kit over stdio: ~20 s on an idle 2-core machine, about three times that
-# when the machine is busy; the bound leaves room for a much slower one.
-FULL_KIT_TIMEOUT = 240.0
-# A few cases against one server: seconds.
-SMALL_KIT_TIMEOUT = 90.0
+# The whole kit over stdio: ~15 s on an idle 2-core machine, several times that when the
+# machine is busy; the bound leaves room for a much slower one.
+FULL_KIT_TIMEOUT = 240
 
 #: Cases every broken host must still pass: the kit fails a host for its defect, not
 #: for everything (none of them runs a chain, which is where the defects are).
 UNRELATED = ("ping-pong", "error-parse-not-json", "error-unknown-type")
-#: Which cases to run against each broken host: its requirement's cases, except where
-#: some of those would only time out (with cycles accepted, a cyclic chain waits
-#: forever for nodes that never become ready; one refused-too-late case shows it).
-MUTANT_CASES = {"cycle_accepted": ("cycle-two-nodes",),
-                "progress_as_status": ("retry-flaky-until-it-succeeds",)}
+#: Which cases to run against each broken host: the cases built to catch its defect,
+#: else its requirement's cases (with cycles accepted, most cyclic chains would wait
+#: forever for nodes that never become ready: one refused-too-late case shows it).
+MUTANT_CASES = {
+    "cycle_accepted": ("cycle-two-nodes",),
+    "progress_as_status": ("retry-flaky-until-it-succeeds",),
+    "timeout_unenforced": ("spec-timeout-last-node-overruns",),
+    "early_end_drops_work": ("spec-timeout-keeps-work-done",),
+    "map_template_input_dropped": ("spec-map-template-keeps-its-input",),
+    "map_failed_items_dropped": ("map-template-skip-null-item",),
+    "proc_exit_code_ignored": ("node-proc-exit-code",),
+    "proc_timeout_ignored": ("node-proc-timeout-kill",),
+    "prints_on_stdout": ("spec-tool-output",),
+}
 
 
-def run_kit(*args: str, timeout: float = SMALL_KIT_TIMEOUT) -> dict[str, Any]:
-    done = subprocess.run(
-        [*KIT, *args, "--json"], cwd=REPO, capture_output=True, text=True, timeout=timeout,
-    )
-    assert done.stdout, f"the kit printed nothing; stderr:\n{done.stderr[-3000:]}"
-    report: dict[str, Any] = json.loads(done.stdout)
-    report["exit_code"] = done.returncode
-    return report
+#: The kit's own waits (a host's start-up, a handshake) times this: the suite runs on a
+#: loaded 2-core machine where a host process can take seconds to start. A case's own
+#: bounds (``within``: what the protocol promises) are never scaled.
+PATIENCE = 3.0
 
 
-def failures(report: dict[str, Any]) -> list[str]:
-    return [
-        f"{c['id']} ({', '.join(c['requires'])}): {c['problems'][:2]}"
-        for c in report["cases"]
-        if c["status"] == "failed"
-    ]
+def run(cases: list[Any], target: Target, **options: Any) -> list[CaseResult]:
+    patient = Target(target.transport, target.address, patience=PATIENCE)
+    return asyncio.run(run_suite(cases, patient, **options))
 
 
-def statuses(report: dict[str, Any]) -> dict[str, str]:
-    return {c["id"]: c["status"] for c in report["cases"]}
+def failures(results: list[CaseResult]) -> list[str]:
+    return [f"{r.case.id} ({', '.join(r.case.requires)}): {r.problems[:3]}"
+            for r in results if r.status == "failed"]
 
 
-def notes(report: dict[str, Any]) -> dict[str, list[str]]:
-    return {c["id"]: c["notes"] for c in report["cases"] if c["notes"]}
+def statuses(results: list[CaseResult]) -> dict[str, str]:
+    return {r.case.id: r.status for r in results}
 
 
-@pytest.mark.timeout(FULL_KIT_TIMEOUT + 30)  # the whole kit over stdio; see FULL_KIT_TIMEOUT
-def test_our_host_passes_the_kit_over_stdio() -> None:
-    report = run_kit("--stdio", STDIO_HOST, timeout=FULL_KIT_TIMEOUT)
-    assert failures(report) == []
-    assert report["summary"]["failed"] == 0
-    assert report["summary"]["passed"] >= 200
-    assert report["exit_code"] == 0
+def failed_requirements(results: list[CaseResult]) -> set[str]:
+    report = json_report(load_requirements(), results, "?")
+    return {r["id"] for r in report["requirements"] if r["status"] == "failed"}
+
+
+def assert_every_level_passes(results: list[CaseResult]) -> dict[str, dict[str, int]]:
+    """Nothing failed, at any level; no finding, no runner error; every level judged."""
+    assert failures(results) == []
+    assert defects(results) == {}
+    assert runner_errors(results) == []
+    scores = level_scores(load_requirements(), results)
+    assert {label: row["failed"] for label, row in scores.items()} == dict.fromkeys(
+        scores, 0)
+    assert set(scores) == {"spec MUST", "spec SHOULD", "protocol", "decision", "extension"}
+    # every spec requirement is judged against our host, none skipped
+    assert scores["spec MUST"]["passed"] == 27 and scores["spec SHOULD"]["passed"] == 1
+    return scores
+
+
+@pytest.mark.timeout(FULL_KIT_TIMEOUT + 30)
+def test_our_host_passes_every_level_over_stdio() -> None:
+    host = " ".join([*HOST, "stdio", *FULL])
+    results = run(load_cases(), Target("stdio", host))
+    scores = assert_every_level_passes(results)
+    assert scores["protocol"]["passed"] >= 120
+    assert scores["extension"]["passed"] >= 40
     # cases took turns on shared sessions and none had to be replaced: every case that
     # leaves its session unusable says so in its header
-    assert notes(report) == {}
+    assert {r.case.id: r.notes for r in results if r.notes} == {}
 
 
-def test_our_host_passes_the_kit_over_websocket() -> None:
-    with serving_sync([*HOST, "serve", "--port", "0", "--tools", "conformance"]) as url:
-        report = run_kit("--ws", url)
-    assert failures(report) == []
-    assert report["summary"]["failed"] == 0
-    assert report["summary"]["passed"] >= 200
-    assert report["exit_code"] == 0
+@pytest.mark.timeout(FULL_KIT_TIMEOUT + 30)
+def test_our_host_passes_every_level_over_websocket(tmp_path: Path) -> None:
+    argv = [*HOST, "serve", "--port", "0", *FULL, "--store", str(tmp_path / "runs.db")]
+    with serving_sync(argv) as url:
+        results = run(load_cases(), Target("ws", url))
+    scores = assert_every_level_passes(results)
+    assert scores["protocol"]["passed"] >= 120
+    assert scores["extension"]["passed"] >= 55  # durable runs too
+
+
+def test_the_spec_level_selects_only_cases_judging_spec_requirements() -> None:
+    by_id = requirements_by_id()
+    spec_cases = [c for c in load_cases() if case_level(c, by_id) == "spec"]
+    assert len(spec_cases) >= 30
+    assert all(by_id[rid].level == "spec" for c in spec_cases for rid in c.requires)
+    # every spec requirement cites lines of the spec and says how binding it is
+    spec = [r for r in by_id.values() if r.level == "spec"]
+    lines = (REPO / "docs" / "chains-spec.txt").read_text(encoding="utf-8").splitlines()
+    for requirement in spec:
+        assert requirement.binding in ("MUST", "SHOULD")
+        assert all(lines[n - 1].strip() for n in requirement.spec_lines), requirement.id
+    assert {r.level for r in by_id.values()} == set(LEVELS)
+    assert all(r.feature for r in by_id.values() if r.level == "extension")
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_every_broken_host_fails_a_named_requirement(mutant: str, tmp_path: Path) -> None:
     _, requirement = MUTANTS[mutant]
-    argv = [sys.executable, "-m", "tests.support.mutant_host", mutant, "serve", "--port", "0",
-            "--tools", "conformance"]
+    flags = ["--tools", "conformance"]
     if mutant in STORE_MUTANTS:
-        argv += ["--store", str(tmp_path / "runs.db")]
-    selection = [*MUTANT_CASES.get(mutant, (requirement,)), *UNRELATED]
-    with serving_sync(argv) as url:
-        report = run_kit("--ws", url, *(arg for p in selection for arg in ("-k", p)))
-    failed = {r["id"] for r in report["requirements"] if r["status"] == "failed"}
-    assert report["exit_code"] == 1
-    assert requirement in failed, (
-        f"mutant {mutant!r} should fail {requirement}; failed were {sorted(failed)}"
-    )
-    assert {case: statuses(report)[case] for case in UNRELATED} == dict.fromkeys(
+        flags += ["--store", str(tmp_path / "runs.db")]
+    if mutant in PROC_MUTANTS:
+        flags += ["--allow-proc", "cat", "--allow-proc", "sleep"]
+    selection = select(load_cases(), [*MUTANT_CASES.get(mutant, (requirement,)), *UNRELATED])
+    module = [sys.executable, "-m", "tests.support.mutant_host", mutant]
+    if mutant in STDIO_MUTANTS:
+        results = run(selection, Target("stdio", " ".join([*module, "stdio", *flags])))
+    else:
+        with serving_sync([*module, "serve", "--port", "0", *flags]) as url:
+            results = run(selection, Target("ws", url))
+    assert requirement in failed_requirements(results), (
+        f"mutant {mutant!r} should fail {requirement}; failed were "
+        f"{sorted(failed_requirements(results))}: {failures(results)}")
+    assert {case: statuses(results)[case] for case in UNRELATED} == dict.fromkeys(
         UNRELATED, "passed")
+    assert runner_errors(results) == []
+
+
+def test_a_stray_event_is_one_defect_not_a_failure_of_every_case() -> None:
+    # a stray event after every chain/resp breaks an event invariant: it is reported
+    # once, against CHAIN-EVT-BEFORE-RESP, and each case is judged on its own property
+    argv = [sys.executable, "-m", "tests.support.mutant_host", "event_after_response",
+            "serve", "--port", "0", "--tools", "conformance"]
+    with serving_sync(argv) as url:
+        results = run(select(load_cases(), ["branch-true-side", "spec-tool-output",
+                                            "ping-pong"]), Target("ws", url))
+    assert statuses(results) == {"branch-true-side": "passed", "spec-tool-output": "passed",
+                                 "ping-pong": "passed"}
+    found = defects(results)
+    assert sorted(found) == ["CHAIN-EVT-BEFORE-RESP", "SPEC-EVENTS-BEFORE-RESP"]
+    assert sorted(found["CHAIN-EVT-BEFORE-RESP"]["cases"]) == ["branch-true-side",
+                                                            "spec-tool-output"]
+    assert {"CHAIN-EVT-BEFORE-RESP", "SPEC-EVENTS-BEFORE-RESP"} <= failed_requirements(results)
+
+
+def test_seq_always_zero_fails_the_seq_requirements_once_and_nothing_else() -> None:
+    argv = [sys.executable, "-m", "tests.support.mutant_host", "seq_not_incremented",
+            "serve", "--port", "0", "--tools", "conformance"]
+    chosen = ["spec-next-node-runs-after", "spec-branch-true", "branch-true-side",
+              "spec-event-seq"]
+    with serving_sync(argv) as url:
+        results = run(select(load_cases(), chosen), Target("ws", url))
+    seq_cases = {r.case.id for r in results if {"CHAIN-EVT-SEQ", "SPEC-EVENT-SEQ"}
+                 & set(r.case.requires)}
+    assert {r.case.id: r.status for r in results if r.case.id not in seq_cases} == (
+        dict.fromkeys((c for c in statuses(results) if c not in seq_cases), "passed"))
+    assert failed_requirements(results) == {"CHAIN-EVT-SEQ", "SPEC-EVENT-SEQ"}
+    resequenced = [r for r in results if any("re-sequenced" in n for n in r.notes)]
+    assert resequenced, "the other cases say their events were re-sequenced"
 
 
 def test_a_failed_case_on_a_shared_session_does_not_poison_the_next() -> None:
-    # With a stray event after every chain/resp, the branch case fails; the session
-    # it ran on is replaced, and the cases after it on the same (single) lane pass.
-    host = (f"{sys.executable} -m tests.support.mutant_host event_after_response stdio"
-            " --tools conformance")
-    report = run_kit("--stdio", host, "--shared", "1", "-j", "1",
-                     "-k", "branch-true-side", "-k", "ping-pong", "-k", "error-unknown-type")
-    order = [c["id"] for c in report["cases"]]
-    assert order == ["branch-true-side", "ping-pong", "error-unknown-type"]
-    assert statuses(report) == {"branch-true-side": "failed", "ping-pong": "passed",
-                                "error-unknown-type": "passed"}
-    failed = next(c for c in report["cases"] if c["id"] == "branch-true-side")
-    assert any(p.startswith("CHAIN-EVT-BEFORE-RESP") for p in failed["problems"])
-    replaced = notes(report)
-    assert list(replaced) == ["branch-true-side"]
-    assert "closed its host process after this case (the case failed" in replaced[
-        "branch-true-side"][0]
+    # final_output taken from the first terminal node: that case fails; the session
+    # answered everything it sent, so it is drained and the next cases run on it
+    host = (f"{sys.executable} -m tests.support.mutant_host final_output_first_terminal "
+            "stdio --tools conformance")
+    chosen = ["final-output-last-terminal-declared", "spec-tool-output", "error-unknown-type"]
+    session_cases = select(load_cases(), chosen)
+    results = run(session_cases, Target("stdio", host), jobs=1, shared=1)
+    assert [r.case.id for r in results] == [c.id for c in session_cases]
+    assert statuses(results) == {"final-output-last-terminal-declared": "failed",
+                                 "spec-tool-output": "passed", "error-unknown-type": "passed"}
+    assert all(not r.notes for r in results), [r.notes for r in results]
+
+
+def test_the_runner_never_crashes_on_a_host_answering_garbage() -> None:
+    # the four limits cases that once crashed on a missing probe_limits, every spec
+    # case, and the core messages: each is judged (failed or not offered), none crashes
+    host = f"{sys.executable} -m tests.support.garbage_host"
+    by_id = requirements_by_id()
+    chosen = [c for c in load_cases()
+              if case_level(c, by_id) == "spec" or c.source.startswith("limits.jsonl")
+              or c.id.startswith(("error-", "handshake-", "version-"))]
+    results = run(chosen, Target("stdio", host), jobs=8)
+    assert runner_errors(results) == []
+    assert len(results) == len(chosen) >= 60
+    assert all(r.problems for r in results if r.status != "passed")
+    assert sum(r.status == "failed" for r in results) >= 50
+    # the host publishes no limits it can be held to: the cases that read them are
+    # "not offered" rather than crashing on a missing probe_limits
+    limits_cases = {r.case.id: r for r in results if r.case.source.startswith("limits.")}
+    crashed_before = ("max-timeout-host-refusal", "max-timeout-tie-names-broader",
+                      "raised-timeout-still-refused", "limits-cannot-be-raised")
+    assert {c: (limits_cases[c].status, limits_cases[c].offered) for c in crashed_before} == (
+        dict.fromkeys(crashed_before, ("skipped", False)))
+    # and the JSON report of it all is JSON
+    json.dumps(json_report(load_requirements(), results, "stdio"))
 
 
 #: The requirements of this host's extensions: their cases are gated on what the host
@@ -149,53 +250,67 @@ EXTENSION_REQUIREMENTS = ("LIMIT-BUDGETS-PUBLISHED", "LIMIT-MAX-EXPRESSION-STEPS
                           "RECOVERY-CACHE", "RECOVERY-INVALID", "RECOVERY-MAX-ATTEMPTS")
 
 
-def test_a_case_is_skipped_when_the_host_does_not_publish_its_ceiling_or_feature() -> None:
+def test_a_case_is_not_offered_when_the_host_does_not_advertise_what_it_needs() -> None:
     by_id = {c.id: c for c in load_cases()}
     target = Target("ws", "ws://127.0.0.1:9")
     base = {"max_nodes": 10000, "max_timeout": 3600}
     budgets = dict.fromkeys(HIDDEN_CEILINGS, 1000)
     bare = Probe({}, (), base, ("chains",))
     full = Probe({}, HIDDEN_FEATURES, {**base, **budgets}, ("chains",))
-    assert skip_reason(by_id["total-nodes-refused-before-running"], target, bare) == (
+    assert skip_reason(by_id["total-nodes-at-ceiling"], target, bare) == (
+        "host does not advertise handshake/limits")
+    assert skip_reason(by_id["total-nodes-at-ceiling"], target, Probe(
+        {}, ("handshake/limits",), base, ("chains",))) == (
         "host does not publish the ceiling max_total_nodes")
-    assert skip_reason(by_id["budget-ceilings-cannot-be-raised"], target, Probe(
-        {}, (), {**base, "max_total_nodes": 5}, ("chains",))) == (
-        "host does not publish the ceiling max_expression_steps, max_expression_bytes, "
-        "max_chain_output_bytes")
     assert skip_reason(by_id["include-outputs-false"], target, bare) == (
         "host does not advertise chain/req.include_outputs")
     gated = [c for c in by_id.values() if set(c.requires) & set(EXTENSION_REQUIREMENTS)]
     assert len(gated) >= 15
-    assert [c.id for c in gated if skip_reason(c, target, bare) is None] == []
+    assert [c.id for c in gated if not_offered(c, bare) is None] == []
     assert {c.id: skip_reason(c, target, full) for c in gated} == dict.fromkeys(
         c.id for c in gated)
-    # a case about the base ceilings is not gated on the budgets
-    assert skip_reason(by_id["max-nodes-session-refusal"], target, bare) is None
+    # a case lowering a base ceiling needs handshake/limits, not the budgets
+    assert skip_reason(by_id["max-nodes-session-refusal"], target, Probe(
+        {}, ("handshake/limits",), base, ("chains",))) is None
 
 
-def test_a_host_without_the_extensions_gets_their_cases_skipped_not_failed() -> None:
+def test_a_case_reading_an_unpublished_ceiling_is_not_offered_and_never_crashes() -> None:
+    # raised-timeout-still-refused's handshake adds 1 to probe_limits.max_timeout: with
+    # the ceiling unpublished it once raised TypeError out of the whole run
+    case = next(c for c in load_cases() if c.id == "raised-timeout-still-refused")
+    target = Target("ws", "ws://127.0.0.1:9")
+    advertised = Probe({}, ("handshake/limits",), {}, ("chains",))
+    assert session_key(case, target, advertised) is None
+    assert not_offered(case, advertised) == "host does not publish the ceiling max_timeout"
+
+
+def test_a_host_without_the_extensions_gets_their_cases_not_offered_not_failed() -> None:
     argv = [sys.executable, "-m", "tests.support.extensionless_host", "serve", "--port", "0",
             "--tools", "conformance"]
-    controls = ("ping-pong", "limits-published", "max-nodes-session-refusal")
-    selection = [*EXTENSION_REQUIREMENTS, *controls]
+    controls = ("ping-pong", "limits-published", "spec-tool-output")
+    cases = load_cases()
+    selection = select(cases, [*EXTENSION_REQUIREMENTS, *controls, "max-nodes-session-refusal"])
     with serving_sync(argv) as url:
-        report = run_kit("--ws", url, *(arg for p in selection for arg in ("-k", p)))
-    assert failures(report) == []
-    assert report["exit_code"] == 0
-    seen = statuses(report)
-    gated = {c.id for c in load_cases() if set(c.requires) & set(EXTENSION_REQUIREMENTS)}
-    assert {case: seen.get(case) for case in gated} == dict.fromkeys(gated, "skipped")
-    assert {case: seen.get(case) for case in controls} == dict.fromkeys(controls, "passed")
-    reasons = {c["id"]: c["problems"] for c in report["cases"]}
-    assert reasons["total-nodes-at-ceiling"] == [
-        "host does not publish the ceiling max_total_nodes"]
+        results = run(selection, Target("ws", url))
+    assert failures(results) == []
+    seen = {r.case.id: (r.status, r.offered) for r in results}
+    gated = {c.id for c in cases if set(c.requires) & set(EXTENSION_REQUIREMENTS)}
+    gated.add("max-nodes-session-refusal")  # lowers a ceiling: handshake/limits is hidden
+    assert {case: seen.get(case) for case in gated} == dict.fromkeys(gated, ("skipped", False))
+    assert {case: seen.get(case) for case in controls} == dict.fromkeys(
+        controls, ("passed", True))
+    reasons = {r.case.id: r.problems for r in results}
     assert reasons["event-outputs-false"] == ["host does not advertise chain/req.event_outputs"]
+    statuses_by_requirement = json_report(load_requirements(), results, "ws")["requirements"]
+    assert {r["id"]: r["status"] for r in statuses_by_requirement
+            if r["id"] in ("CHAIN-REQ-EVENT-OUTPUTS", "RECOVERY-RETRY")} == {
+        "CHAIN-REQ-EVENT-OUTPUTS": "not_offered", "RECOVERY-RETRY": "not_offered"}
 
 
 @pytest.fixture(scope="module")
 def our_probe() -> Probe:
     """What our host advertises over stdio (one probe for the in-process tests)."""
-    return asyncio.run(probe_host(Target("stdio", STDIO_HOST)))
+    return asyncio.run(probe_host(Target("stdio", STDIO_HOST, patience=PATIENCE)))
 
 
 @pytest.mark.asyncio
@@ -220,8 +335,8 @@ async def test_a_case_leaving_a_chain_unanswered_gets_its_session_replaced(
     cases_file.write_text("".join(json.dumps(line) + "\n" for line in lines),
                           encoding="utf-8")
     cases = load_file(cases_file)
-    results = await run_suite(cases, Target("stdio", STDIO_HOST), jobs=1, shared=1,
-                              probe=our_probe)
+    target = Target("stdio", STDIO_HOST, patience=PATIENCE)
+    results = await run_suite(cases, target, jobs=1, shared=1, probe=our_probe)
     assert [(r.case.id, r.status) for r in results] == [
         ("leaves-a-chain-running", "passed"), ("runs-after-it", "passed")]
     assert len(results[0].notes) == 1
@@ -234,7 +349,7 @@ async def test_cases_with_the_same_handshake_take_turns_on_one_host_process(
         our_probe: Probe) -> None:
     by_id = {c.id: c for c in load_cases()}
     lowered = [by_id["max-nodes-session-refusal"], by_id["max-nodes-counts-declared-templates"]]
-    target, probe = Target("stdio", STDIO_HOST), our_probe
+    target, probe = Target("stdio", STDIO_HOST, patience=PATIENCE), our_probe
     keys = {session_key(c, target, probe) for c in lowered}
     assert len(keys) == 1 and None not in keys
     assert session_key(by_id["ping-pong"], target, probe) not in keys

@@ -20,6 +20,7 @@ from a2e_host.codec import encode_message
 from a2e_host.config import load_config
 from a2e_host.logs import configure_logging
 from a2e_host.redaction import Redactor
+from a2e_host.telemetry.tracing import set_run_attributes
 from tests.support.secret_values import HOST_VALUE, REQUEST_VALUE, forms, leaks
 
 
@@ -138,3 +139,23 @@ def test_a_bad_secret_source_stops_the_start_naming_it_never_its_value(
     with pytest.raises(ValueError, match=says) as refused:
         _load(tmp_path, table, **env)
     assert "secret 'K'" in str(refused.value) and "1234567" not in str(refused.value)
+
+
+class _Span:
+    def __init__(self) -> None:
+        self.attributes: dict[str, object] = {}
+        self.status: object = None
+
+    def set_attributes(self, attributes: dict[str, object]) -> None:
+        self.attributes.update(attributes)
+
+    def set_status(self, status: object) -> None:
+        self.status = status
+
+
+def test_span_attributes_and_status_from_a_run_are_redacted(registered: None) -> None:
+    span = _Span()
+    set_run_attributes(span, {"a2e.node_id": f"n-{REQUEST_VALUE}", "a2e.attempts": 2},  # type: ignore[arg-type]
+                       error=f"failed with {HOST_VALUE}")
+    assert span.attributes == {"a2e.node_id": "n-«secret:REQKEY»", "a2e.attempts": 2}
+    assert span.status.description == "failed with «secret:HOSTKEY»"  # type: ignore[attr-defined]

@@ -1,8 +1,9 @@
-"""Issue 22's acceptance: the real host, over stdio and over WebSocket, with DEBUG logs and
-a durable run store, runs a chain whose tools receive a configured secret and a request's
-own secret — one echoing both into its output, one failing with both in its message and
-printing them to stderr — and not one byte it emits (frames, log lines, the store's files,
-its WAL included) holds either value in any written form, while the tools got both."""
+"""Issue 22's acceptance: the real host, over stdio and over WebSocket, with DEBUG logs,
+spans written to stderr (``otel_exporter = "console"``) and a durable run store, runs a
+chain whose tools receive a configured secret and a request's own secret — one echoing
+both into its output, one failing with both in its message and printing them to stderr —
+and not one byte it emits (frames, log lines, spans, the store's files, its WAL included)
+holds either value in any written form, while the tools got both."""
 
 from __future__ import annotations
 
@@ -58,6 +59,13 @@ def _check_received(root: Path, runs: int) -> None:
     assert all({k: r[k] for k in ("a", "b")} == expected for r in records)
 
 
+def _check_spans(stderr: bytes) -> None:
+    """The failing node's span was exported, its status naming the references."""
+    assert b'"name": "a2e.node"' in stderr
+    shown = rb"\u00absecret:HOSTKEY\u00bb"  # JSON's escape of «secret:HOSTKEY»
+    assert b'"description": "secret_fail refuses a=' + b"'" + shown + b"'" in stderr
+
+
 def _check_store(files: dict[str, bytes]) -> None:
     assert "runs.db" in files
     for name, data in files.items():
@@ -97,6 +105,7 @@ async def test_no_byte_the_stdio_host_emits_holds_a_secret_its_tools_received(
     assert leaks(bytes(host.stderr), HOST_VALUE, REQUEST_VALUE) == []
     # DEBUG lines about the failure, and the tool's own print, were written — redacted
     assert b'"event": "node failed"' in host.stderr
+    _check_spans(bytes(host.stderr))
     assert "secret_fail got a=«secret:HOSTKEY» b=«secret:REQKEY»".encode() in host.stderr
     assert live_store.get("runs.db-wal"), "no WAL to scan while the host ran"
     _check_store(live_store)
@@ -134,6 +143,7 @@ async def test_no_byte_the_websocket_host_emits_holds_a_secret_its_tools_receive
     assert leaks(b"\n".join(frames), HOST_VALUE, REQUEST_VALUE) == []
     assert leaks(bytes(host.stderr), HOST_VALUE, REQUEST_VALUE) == []
     assert b'"event": "node failed"' in host.stderr
+    _check_spans(bytes(host.stderr))
     assert live_store.get("runs.db-wal"), "no WAL to scan while the host ran"
     _check_store(live_store)
     _check_store(store_bytes(tmp_path))

@@ -22,6 +22,7 @@ HOST_ENV = {"SP_HOSTKEY": HOST_VALUE}
 CONFIG = """\
 tools = ["secretprobe", "conformance"]
 log_level = "debug"
+otel_exporter = "console"
 
 [secrets]
 HOSTKEY = {env = "SP_HOSTKEY", tools = ["secret_*"]}
