@@ -17,6 +17,7 @@ import msgspec
 from . import config_values as cv
 from .grants import ToolGrant, check_grant_principals, parse_named_tokens, parse_tool_grants
 from .limits import CEILINGS, Limits, limits_from_mapping
+from .secrets import RequestSecretPolicy, Secret, parse_request_policy, parse_secrets
 
 __all__ = [
     "ANONYMOUS_PRINCIPAL",
@@ -131,6 +132,14 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         store_lease: float seconds a replica of a shared store may be silent (no
             heartbeat) before another takes its runs over (default 10; heartbeats every
             fifth of it). TOML ``[store] lease``.
+        secrets: secret name → :class:`~a2e_host.secrets.Secret` (TOML ``[secrets]``:
+            ``NAME = {env = "VAR"}`` or ``{file = "path"}``, with ``tools`` globs and
+            ``executables`` that may receive it; none by default), read when the
+            configuration is loaded; chains use them as ``{"$secret": "NAME"}``
+            (PROTOCOL.md §5 Secrets).
+        request_secrets: what a ``chain/req``'s own ``secrets`` may reach (TOML
+            ``[request_secrets]``: ``tools``, ``executables``, ``shadow``); by default no
+            tool, no executable, and never a configured secret's name.
     """
 
     limits: Limits = Limits()
@@ -176,6 +185,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     # shared run store (PostgreSQL replicas, issue 18)
     replica_id: str = ""
     store_lease: float = 10.0
+    # secrets by reference (README "Secrets")
+    secrets: dict[str, Secret] = {}
+    request_secrets: RequestSecretPolicy = RequestSecretPolicy()
 
     @property
     def auth_required(self) -> bool:
@@ -290,6 +302,10 @@ def _read_file(path: Path) -> list[_Item]:
             continue
         if key in _PATH_FIELDS:
             value = _relative_to(path.parent, key, value)
+        if key == "secrets" and isinstance(value, dict):  # a secret's file, like a path
+            value = {name: {**entry, "file": str(path.parent / entry["file"])}
+                     if isinstance(entry, dict) and isinstance(entry.get("file"), str)
+                     and entry["file"] else entry for name, entry in value.items()}
         items.append((key, value, source))
     return items
 
@@ -400,6 +416,9 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     # shared run store (PostgreSQL replicas, issue 18)
     "replica_id": cv.string,
     "store_lease": cv.positive_seconds,
+    # secrets by reference
+    "secrets": parse_secrets,
+    "request_secrets": parse_request_policy,
 }
 """HostConfig field → converter ``(key, raw, source) -> value`` (raises ValueError)."""
 

@@ -55,6 +55,12 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     included (PROTOCOL.md §5 Durable runs); a durable ``chain/req`` past it is refused
     before it runs. ``max_parallel`` bounds a session, this what its principal leaves
     behind."""
+    max_request_secrets: int = 16
+    """Secrets one ``chain/req`` may carry in its ``secrets`` (PROTOCOL.md §5 Secrets);
+    a request with more is refused before it runs."""
+    max_secret_bytes: int = 4096
+    """UTF-8 bytes of one value in a ``chain/req``'s ``secrets``; a longer one is refused
+    before it runs (every value is matched in every frame the run sends)."""
 
     def to_dict(self) -> dict[str, int]:
         """The ceilings as a plain dict, e.g. for the handshake's ``chains`` metadata."""

@@ -190,6 +190,12 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
         trace_context: *extension* (PROTOCOL.md §5 Trace context): the agent's W3C trace
             context (:class:`TraceContext`); the host's spans for this request are its
             children when tracing is on. None: none.
+        secrets: *extension* (PROTOCOL.md §5 Secrets): secret name → value, filled by
+            the agent's code (never the model): nodes use them as ``{"$secret": "NAME"}``
+            in their static ``input``, for the tools and executables the host's
+            ``[request_secrets]`` allows. The values never reach an event, the response,
+            a log line or the run store (each is replaced by ``«secret:NAME»``).
+            ``{}``: none.
     """
 
     TYPE: ClassVar[str] = "chain/req"
@@ -208,6 +214,7 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
     idempotency_key: str = ""
     retention: int = 0
     trace_context: TraceContext | None = None
+    secrets: dict[str, str] = {}
 
     def __post_init__(self) -> None:
         """An empty ``chain_id`` means absent (PROTOCOL.md §4): give it a fresh one."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .. import secrets as _secrets
+
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -139,6 +141,11 @@ def set_run_attributes(span: Span, attributes: Mapping[str, Any], *,
         attributes: name → str, bool, int or float; None values are left out.
         error: the failure's message: the span's status becomes ERROR with it.
     """
+    redactor = _secrets.active_redactor  # secret values out of spans (README "Secrets")
+    if redactor is not None:
+        attributes = {name: redactor.redact(value) if isinstance(value, str) else value
+                      for name, value in attributes.items()}
+        error = redactor.redact(error) if error is not None else None
     span.set_attributes({name: value for name, value in attributes.items()
                          if value is not None})  # one call: the SDK locks once per call
     if error is not None:

@@ -186,9 +186,11 @@ class SkillPlugin(Plugin):
                 respond(_refusal(request, _call_refusal(exc)))
                 return
             events = _EventRelay(sink, request.id)
+            secrets = self.toolbox.secrets.resolver_for(chain)  # a skill's own references
             runner = ChainRunner(
                 plan,
-                executors=self.toolbox.executors,
+                executors=self.toolbox.executors if secrets is None
+                else secrets.wrap(self.toolbox.executors),
                 limits=session.limits,
                 emit=events.emit,
                 wait_writable=sink.wait_writable,

@@ -69,6 +69,7 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("idempotency_key", str, ""),  # extension
         ("retention", int, 0),  # extension
         ("trace_context", TraceContext | None, None),  # extension (§5 Trace context)
+        ("secrets", dict[str, str], {}),  # extension (PROTOCOL.md §5 Secrets)
     ],
     ChainEvent: ENVELOPE + [
         ("kind", str, "status"),
