@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
 __all__ = [
-    "ENABLED", "MAX_TRACEPARENT_CHARS", "MAX_TRACESTATE_CHARS", "SCOPE", "disable", "enable",
+    "ENABLED", "MAX_ATTRIBUTE_CHARS", "MAX_TRACEPARENT_CHARS", "MAX_TRACESTATE_CHARS", "SCOPE", "disable", "enable",
     "parent_context", "set_run_attributes", "trace_env", "tracer",
 ]
 
@@ -33,6 +33,11 @@ append fields)."""
 
 MAX_TRACESTATE_CHARS = 512
 """A longer ``tracestate`` is dropped (W3C Trace Context: propagate at least 512)."""
+
+MAX_ATTRIBUTE_CHARS = 1024
+"""A longer string attribute or error status from a run (a tool's error message, say) is
+cut to this many characters, ending in ``…``, so a span's size stays bounded whatever a
+run produced."""
 
 ENABLED = False
 """Whether spans are made. Read by the chain engine once per run and per map (module
@@ -136,12 +141,20 @@ def set_run_attributes(span: Span, attributes: Mapping[str, Any], *,
 
     Args:
         span: a recording span.
-        attributes: name → str, bool, int or float; None values are left out.
-        error: the failure's message: the span's status becomes ERROR with it.
+        attributes: name → str, bool, int or float; None values are left out; a str
+            over :data:`MAX_ATTRIBUTE_CHARS` is cut.
+        error: the failure's message (cut like an attribute): the span's status becomes
+            ERROR with it.
     """
-    span.set_attributes({name: value for name, value in attributes.items()
+    span.set_attributes({name: _bounded(value) for name, value in attributes.items()
                          if value is not None})  # one call: the SDK locks once per call
     if error is not None:
         from opentelemetry.trace import Status, StatusCode
 
-        span.set_status(Status(StatusCode.ERROR, error))
+        span.set_status(Status(StatusCode.ERROR, _bounded(error)))
+
+
+def _bounded(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_ATTRIBUTE_CHARS:
+        return value[:MAX_ATTRIBUTE_CHARS - 1] + "…"
+    return value
