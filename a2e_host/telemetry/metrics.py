@@ -106,7 +106,8 @@ def chain_finished(outcome: str, events: int = 0, stream: Any = None) -> None:
 
 def events_total() -> int:
     """``chain/event`` frames sent so far, running requests' included."""
-    return events_sent + sum(stream.seq - first for stream, first in list(_running.items()))
+    running: int = sum(stream.seq - first for stream, first in list(_running.items()))
+    return events_sent + running
 
 
 def refused(ceiling: str, scope: str) -> None:

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
 __all__ = [
-    "ENABLED", "MAX_ATTRIBUTE_CHARS", "MAX_TRACEPARENT_CHARS", "MAX_TRACESTATE_CHARS", "SCOPE", "disable", "enable",
-    "parent_context", "set_run_attributes", "trace_env", "tracer",
+    "ENABLED", "MAX_ATTRIBUTE_CHARS", "MAX_TRACEPARENT_CHARS", "MAX_TRACESTATE_CHARS",
+    "SCOPE", "disable", "enable", "parent_context", "set_run_attributes", "trace_env", "tracer",
 ]
 
 SCOPE = "a2e_host"
