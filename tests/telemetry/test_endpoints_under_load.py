@@ -165,3 +165,31 @@ async def test_http_methods_headers_and_readyz_while_a_busy_host_shuts_down() ->
         finally:
             for ws in wss:
                 await ws.close()
+
+
+@pytest.mark.asyncio
+async def test_a_trace_context_of_the_wrong_type_is_refused_naming_the_field_others_run(
+) -> None:
+    wrong = [(5, "$.trace_context", "expected `object | null`, got `int`"),
+             ([1], "$.trace_context", "expected `object | null`, got `array`"),
+             ({"traceparent": 5}, "$.trace_context.traceparent", "expected `str`, got `int`"),
+             ({"tracestate": {"a": 1}}, "$.trace_context.tracestate",
+              "expected `str`, got `object`")]
+    ignored = [{"traceparent": "00-" + "a" * 1_000_000},  # over MAX_TRACEPARENT_CHARS
+               {"traceparent": "ff-" + "1" * 32 + "-" + "2" * 16 + "-01", "tracestate": "é"},
+               {"traceparent": "00-٣٣-\u0000", "unknown": True}, None]
+    async with serving(env={"A2E_OTEL_EXPORTER": "console"}) as (url, _), \
+            connect(url, max_size=None) as ws:
+        await handshaken(ws)
+        for i, (context, path, why) in enumerate(wrong):
+            await send(ws, chain(f"w{i}", [tool("e", "echo")], trace_context=context))
+            answer = await receive(ws)
+            assert (answer["type"], answer["req_id"], answer["code"]) == (
+                "error", f"w{i}", "schema_violation")
+            assert answer["message"] == f"chain/req has an invalid field: {path}: {why}"
+        for i, context in enumerate(ignored):
+            await send(ws, chain(f"i{i}", [tool("e", "echo")], trace_context=context))
+            while (answer := await receive(ws))["type"] == "chain/event":
+                pass
+            assert (answer["type"], answer["req_id"], answer["success"]) == (
+                "chain/resp", f"i{i}", True)

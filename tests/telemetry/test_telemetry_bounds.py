@@ -140,3 +140,29 @@ async def test_a_hostile_traceparent_starts_a_trace_of_its_own_and_the_chain_run
         chain = next(s for s in exporter.get_finished_spans() if s.name == "a2e.chain")
     assert response.success, response.error
     assert chain.parent is None and f"{chain.context.trace_id:032x}" != TRACE_ID
+
+
+@pytest.mark.asyncio
+async def test_a_tool_that_reports_progress_runs_inside_its_span_and_its_reports_arrive(
+) -> None:
+    host = Host(HostConfig(tools=("conformance",)))
+    nodes = [{"node_id": "p", "kind": "tool", "name": "progress", "input": {"steps": 5}},
+             {"node_id": "q", "kind": "map", "items_path": "input.xs", "map_node": "r"},
+             {"node_id": "r", "kind": "tool", "name": "progress", "input": {"steps": 2}}]
+    with recorded_spans() as exporter, anyio.fail_after(20):
+        async with open_memory_client(host) as client:
+            await handshaken(client)
+            client.send(ChainRequest(id="r", entry_node="p", initial_input={"xs": [1, 2, 3]},
+                                     nodes=[ChainNode(**{**nodes[0], "next_node": "q"}),
+                                            *(ChainNode(**n) for n in nodes[1:])]))
+            progress: dict[str, int] = {}
+            while not isinstance(message := await client.receive(), ChainResponse):
+                if message.kind == "progress":
+                    progress[message.node_id] = progress.get(message.node_id, 0) + 1
+        spans = {s.attributes["a2e.node_id"]: s for s in exporter.get_finished_spans()
+                 if s.name != "a2e.chain"}
+    assert message.success, message.error
+    assert message.outputs["p"] == {"steps": 5, "reported": 5}
+    assert progress == {"p": 5, "r[0]": 2, "r[1]": 2, "r[2]": 2}
+    assert sorted(spans) == ["p", "q", "r[0]", "r[1]", "r[2]"]
+    assert {spans[k].attributes["a2e.outcome"] for k in spans} == {"done"}
