@@ -250,7 +250,7 @@ def register_instruments(meter: Any, gauges: Callable[[], Gauges]) -> None:
     def single(read: Callable[[], float]) -> Callable[[CallbackOptions], list[Observation]]:
         return lambda _options: [Observation(read())]
 
-    def keyed(table: Callable[[], Mapping[Any, int]], names: tuple[str, ...]
+    def keyed(table: Callable[[], Mapping[Any, float]], names: tuple[str, ...]
               ) -> Callable[[CallbackOptions], list[Observation]]:
         def observe(_options: CallbackOptions) -> list[Observation]:
             return [Observation(v, dict(zip(names, k if isinstance(k, tuple) else (k,),
@@ -277,3 +277,6 @@ def register_instruments(meter: Any, gauges: Callable[[], Gauges]) -> None:
     meter.create_observable_counter(
         "a2e.node.runs", [keyed(lambda: {k: int(h[0]) for k, h in node_durations.items()},
                                 ("kind", "tool"))])
+    meter.create_observable_counter(  # with a2e.node.runs: the mean run time per series
+        "a2e.node.duration", [keyed(lambda: {k: h[1] for k, h in node_durations.items()},
+                                    ("kind", "tool"))], unit="s")

@@ -92,3 +92,9 @@ async def test_otlp_sends_the_chains_spans_and_the_counters_to_the_configured_en
                for sm in rm.scope_metrics for metric in sm.metrics
                if metric.name == "a2e.chains.started" for point in metric.sum.data_points]
     assert started and started[-1] == 1
+    seconds = {(dict((a.key, a.value.string_value) for a in point.attributes)["tool"],
+                point.as_double) for request in exported for rm in request.resource_metrics
+               for sm in rm.scope_metrics for metric in sm.metrics
+               if metric.name == "a2e.node.duration" for point in metric.sum.data_points}
+    assert seconds and {tool for tool, _ in seconds} == {"echo"}
+    assert all(value > 0 for _, value in seconds)
