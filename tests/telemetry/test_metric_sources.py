@@ -77,3 +77,25 @@ async def test_the_trace_context_extension_is_advertised_in_the_chains_features(
             answer = await client.receive()
     assert isinstance(answer, HandshakeResponse) and answer.ok
     assert "chain/req.trace_context" in answer.accepted_caps[0].metadata["features"]
+
+
+def test_a_large_metrics_text_is_reused_for_a_second_a_small_one_never(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from a2e_host.telemetry import endpoints as module
+
+    sizes = iter([module.LARGE_RENDER + 1, 10, 10])
+    renders: list[bytes] = []
+
+    def render(_gauges: metrics.Gauges) -> bytes:
+        renders.append(body := b"x" * next(sizes))
+        return body
+
+    monkeypatch.setattr(metrics, "render_prometheus", render)
+    times = iter([0.0, 0.5, 0.99,  # large: reused within RENDER_INTERVAL
+                  1.0,  # past it: rendered again, small this time
+                  1.01])  # small: never reused
+    endpoints = HostEndpoints(Host(HostConfig()), clock=lambda: next(times))
+    bodies = [len(endpoints.metrics()[2]) for _ in range(5)]
+    assert bodies == [module.LARGE_RENDER + 1] * 3 + [10, 10]
+    assert len(renders) == 3
