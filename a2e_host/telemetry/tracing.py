@@ -11,6 +11,7 @@ ever made; nothing here is even imported from OpenTelemetry.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,10 @@ MAX_ATTRIBUTE_CHARS = 1024
 """A longer string attribute or error status from a run (a tool's error message, say) is
 cut to this many characters, ending in ``…``, so a span's size stays bounded whatever a
 run produced."""
+
+_TRACESTATE_MEMBER = re.compile(  # W3C Trace Context §3.3.1.3: key "=" value
+    r"(?:[a-z][_0-9a-z*/-]{0,255}|[a-z0-9][_0-9a-z*/-]{0,240}@[a-z][_0-9a-z*/-]{0,13})"
+    r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
 
 ENABLED = False
 """Whether spans are made. Read by the chain engine once per run and per map (module
@@ -102,8 +107,9 @@ def parent_context(trace_context: Mapping[str, str] | None) -> Context | None:
     Args:
         trace_context: ``{"traceparent": ..., "tracestate": ...}``; missing keys or empty
             values mean absent. A ``traceparent`` over :data:`MAX_TRACEPARENT_CHARS` is
-            invalid; a ``tracestate`` over :data:`MAX_TRACESTATE_CHARS` is dropped (W3C
-            Trace Context §3.3.1.5 lets a receiver discard it), so parsing stays bounded.
+            invalid; a ``tracestate`` over :data:`MAX_TRACESTATE_CHARS`, or with a member
+            not of the W3C form, is dropped (W3C Trace Context §3.3.1.5 lets a receiver
+            discard it), so parsing stays bounded and nothing is logged.
     """
     traceparent = trace_context.get("traceparent", "") if trace_context else ""
     if not traceparent or len(traceparent) > MAX_TRACEPARENT_CHARS:
@@ -113,12 +119,19 @@ def parent_context(trace_context: Mapping[str, str] | None) -> Context | None:
 
     carrier = {"traceparent": traceparent}
     tracestate = trace_context.get("tracestate", "") if trace_context else ""
-    if tracestate and len(tracestate) <= MAX_TRACESTATE_CHARS:
+    if tracestate and len(tracestate) <= MAX_TRACESTATE_CHARS and _valid_tracestate(tracestate):
         carrier["tracestate"] = tracestate
     ctx = TraceContextTextMapPropagator().extract(carrier)
     if not get_current_span(ctx).get_span_context().is_valid:
         return None
     return ctx
+
+
+def _valid_tracestate(value: str) -> bool:
+    """Whether every list member of ``value`` has the W3C form; an invalid one is dropped
+    here, quietly (OpenTelemetry would log a warning quoting the agent's text each time)."""
+    members = [m.strip(" \t") for m in value.split(",")]
+    return all(not m or _TRACESTATE_MEMBER.fullmatch(m) for m in members)
 
 
 def trace_env() -> dict[str, str]:

@@ -166,3 +166,29 @@ async def test_a_tool_that_reports_progress_runs_inside_its_span_and_its_reports
     assert progress == {"p": 5, "r[0]": 2, "r[1]": 2, "r[2]": 2}
     assert sorted(spans) == ["p", "q", "r[0]", "r[1]", "r[2]"]
     assert {spans[k].attributes["a2e.outcome"] for k in spans} == {"done"}
+
+
+@pytest.mark.parametrize("tracestate", ["k=\u00e9", "K=1", "a=1,b", "a=1,b=x=y", "=x"])
+def test_an_invalid_tracestate_is_dropped_without_a_log_line(
+    tracestate: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from opentelemetry.trace import get_current_span
+
+    with caplog.at_level("DEBUG"):
+        context = tracing.parent_context(
+            {"traceparent": f"00-{TRACE_ID}-{SPAN_ID}-01", "tracestate": tracestate})
+    assert context is not None
+    span_context = get_current_span(context).get_span_context()
+    assert f"{span_context.trace_id:032x}" == TRACE_ID
+    assert span_context.trace_state.to_header() == ""
+    assert caplog.records == []
+
+
+def test_a_valid_tracestate_is_kept() -> None:
+    from opentelemetry.trace import get_current_span
+
+    context = tracing.parent_context({"traceparent": f"00-{TRACE_ID}-{SPAN_ID}-01",
+                                      "tracestate": "congo=t61rcWkgMzE, ro@vendor=a b"})
+    assert context is not None
+    assert get_current_span(context).get_span_context().trace_state.to_header() == (
+        "congo=t61rcWkgMzE,ro@vendor=a b")
