@@ -127,7 +127,8 @@ async def test_a_huge_error_message_is_cut_on_the_node_and_chain_spans() -> None
     f"00-{TRACE_ID}-{SPAN_ID}-01-extra",  # version 00 has no more fields
     "00-" + "a" * 10_000,  # huge
     "\x00" * 64,
-])
+], ids=["version-ff", "zero-trace-id", "zero-parent-id", "upper-hex", "non-ascii-digit",
+        "extra-field", "huge", "nul-bytes"])
 @pytest.mark.asyncio
 async def test_a_hostile_traceparent_starts_a_trace_of_its_own_and_the_chain_runs(
     traceparent: str,
