@@ -94,8 +94,17 @@ def _same(fn: Any) -> Any:
     return fn
 
 
-def _nothing(*_args: Any) -> None:
+def _nothing(*_args: Any, **_kwargs: Any) -> None:
     return None
+
+
+class _Stream:
+    """Stands for a request's event stream (the counters read its ``seq``)."""
+
+    __slots__ = ("seq",)
+
+    def __init__(self) -> None:
+        self.seq = 0
 
 
 def off_hooks_ns_per_chain(n: int = 200_000) -> float:
@@ -106,21 +115,22 @@ def off_hooks_ns_per_chain(n: int = 200_000) -> float:
     from a2e_host.telemetry import chain_spans as cs
     from a2e_host.telemetry import metrics as m
 
+    stream = _Stream()
+
     def hooks() -> None:
         cs.reports_for_run()
         cs.attempt_runner(run_attempt)
         cs.item_runner(run_attempt)
         cs.chain_span_needed()
-        m.chain_started()
-        m.chain_finished("ok", 0)
+        m.chain_started(stream)
+        m.chain_finished("ok", stream=stream)
 
     def stubs() -> None:  # what ``absent`` calls in their place
         _nothing()
         _same(run_attempt)
         _same(run_attempt)
-        _nothing()
-        _nothing()
-        _nothing("ok", 0)
+        _nothing(stream)
+        _nothing("ok", stream=stream)
 
     # n calls of each, best of 5, on this thread's CPU time (a loaded machine's waits are
     # not counted)

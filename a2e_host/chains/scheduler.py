@@ -278,18 +278,16 @@ class ChainRunner:
             is cancelled (as ``cancelled``), before the cancellation propagates.
         """
         sent: list[ChainResponse] = []
-        first_seq = self.events.seq  # a resumed run's earlier events were counted before
 
         def respond(result: RunResult) -> None:
             if before_response is not None:
                 before_response()
             sent.append(response := self._send_response(result, started))
             error = response.error
-            metrics.chain_finished("ok" if error is None else error.code,
-                                   self.events.seq - first_seq)
+            metrics.chain_finished("ok" if error is None else error.code, stream=self.events)
 
         timeout = self.plan.timeout if self._timeout_left is None else self._timeout_left
-        metrics.chain_started()
+        metrics.chain_started(self.events)  # events count from here, as they are sent
         running: Awaitable[Any] = self.run(max(0.0, timeout), respond)
         if chain_spans.chain_span_needed():
             running = chain_spans.traced_chain(self.plan.request, running, sent)

@@ -39,14 +39,14 @@ from . import metrics, tracing
 if TYPE_CHECKING:
     from ..chains.context_view import ContextView
     from ..chains.messages import ChainRequest, ChainResponse
-    from ..chains.outcome import Outcome
+    from ..chains.outcome import Outcome, RunResult
     from ..chains.recovery_policy import Report
     from ..chains.run_state import RunState
     from ..chains.validation import PlanNode
 
 __all__ = [
     "MAP_ITEM_SPANS", "AttemptFn", "attempt_runner", "chain_span_needed", "item_runner",
-    "reports_for_run", "traced_chain",
+    "reports_for_run", "traced_chain", "traced_run",
 ]
 
 MAP_ITEM_SPANS = 10
@@ -272,4 +272,42 @@ async def traced_chain(request: ChainRequest, running: Awaitable[Any],
                 "a2e.error.code": error.code if error is not None else None,
                 "a2e.nodes_run": response.nodes_run,
             }, error=error.message if error is not None else None)
+        span.end()
+
+
+async def traced_run(span_name: str, attributes: dict[str, Any],
+                     running: Awaitable[RunResult]) -> RunResult:
+    """Await ``running`` (a run started by something other than a ``chain/req``: a
+    ``skill/call``) inside a span ``span_name``, so the run's node spans have a parent.
+
+    Args:
+        span_name: e.g. ``a2e.skill.call``.
+        attributes: the span's own attributes (``a2e.req_id``, ``a2e.tool.name`` …).
+        running: the run, not yet awaited (its tasks start inside the span's context).
+
+    Returns:
+        The run's result; its outcome (``ok`` or ``error``, the error code and message)
+        is put on the span.
+    """
+    from opentelemetry import context as otel_context
+    from opentelemetry.trace import set_span_in_context
+
+    span = tracing.tracer().start_span(span_name)
+    tracing.set_run_attributes(span, attributes)
+    token = otel_context.attach(set_span_in_context(span))
+    try:
+        result = await running
+    except BaseException:
+        tracing.set_run_attributes(span, {"a2e.outcome": "cancelled"})
+        raise
+    else:
+        error = result.error
+        tracing.set_run_attributes(span, {
+            "a2e.outcome": "ok" if result.success else "error",
+            "a2e.error.code": error.code if error is not None else None,
+            "a2e.nodes_run": result.nodes_run,
+        }, error=error.message if error is not None else None)
+        return result
+    finally:
+        otel_context.detach(token)
         span.end()

@@ -10,11 +10,15 @@ route returns; everything a route says is made here, above the transport.
   began (SIGINT/SIGTERM, then ``shutdown_grace``) or while any readiness check says no
   (:attr:`HostEndpoints.readiness_checks`: e.g. a run store that is not reachable).
 - ``/metrics``: every metric of :mod:`~a2e_host.telemetry.metrics` in the Prometheus text
-  format.
+  format. A text over :data:`LARGE_RENDER` bytes (many label sets: up to ~15 ms to make
+  on a loaded 2-core machine) is served again for :data:`RENDER_INTERVAL`, so a flood of
+  unauthenticated scrapes cannot keep the event loop busy rendering.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -25,7 +29,8 @@ from . import metrics
 if TYPE_CHECKING:
     from ..runtime.host import Host
 
-__all__ = ["HttpAnswer", "HostEndpoints", "PROMETHEUS_CONTENT_TYPE", "ReadinessCheck"]
+__all__ = ["HttpAnswer", "HostEndpoints", "PROMETHEUS_CONTENT_TYPE", "LARGE_RENDER",
+           "RENDER_INTERVAL", "ReadinessCheck"]
 
 HttpAnswer = tuple[int, str, bytes]
 """A route's answer: ``(HTTP status, Content-Type, body)``."""
@@ -36,12 +41,20 @@ ReadinessCheck = Callable[[], "str | None"]
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _TEXT = "text/plain; charset=utf-8"
 
+LARGE_RENDER = 64 * 1024
+"""Bytes: a ``/metrics`` text larger than this is reused for a while (a host with a few
+dozen label sets stays below it and is rendered at every scrape)."""
+
+RENDER_INTERVAL = 1.0
+"""Float seconds a large render is served again (scrapers poll every 10 s or more)."""
+
 
 class HostEndpoints:
     """The health and metrics routes of one host.
 
     Args:
         host: the host whose state the routes report.
+        clock: monotonic float seconds (tests pass their own).
 
     Attributes:
         readiness_checks: consulted by ``/readyz`` in order (after the shutdown check);
@@ -49,9 +62,12 @@ class HostEndpoints:
             default: a component that readiness should depend on appends its check.
     """
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, clock: Callable[[], float] = time.monotonic) -> None:
         self.host = host
         self.readiness_checks: list[ReadinessCheck] = []
+        self._clock = clock
+        self._body = b""
+        self._rendered_at = -math.inf
 
     def routes(self) -> dict[str, Callable[[], HttpAnswer]]:
         """Path → route, for :func:`~a2e_host.transports.websocket.serve_websocket`."""
@@ -79,5 +95,10 @@ class HostEndpoints:
                               log_lines_dropped=dropped_log_lines())
 
     def metrics(self) -> HttpAnswer:
-        """200 with every metric in the Prometheus text format."""
-        return 200, PROMETHEUS_CONTENT_TYPE, metrics.render_prometheus(self.gauges())
+        """200 with every metric in the Prometheus text format (a large text is reused
+        for :data:`RENDER_INTERVAL` seconds)."""
+        now = self._clock()
+        if len(self._body) <= LARGE_RENDER or now - self._rendered_at >= RENDER_INTERVAL:
+            self._body = metrics.render_prometheus(self.gauges())
+            self._rendered_at = now
+        return 200, PROMETHEUS_CONTENT_TYPE, self._body

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = [
-    "DURATION_BUCKETS", "NODE_TIMING", "Gauges", "backpressure_wait", "chain_finished",
-    "chain_started", "histogram", "node_finished", "observe", "refused", "render_prometheus",
-    "reset",
+    "DURATION_BUCKETS", "MAX_SERIES", "NODE_TIMING", "OTHER", "Gauges", "backpressure_wait",
+    "chain_finished", "chain_started", "events_total", "histogram", "node_finished",
+    "observe", "refused", "render_prometheus", "reset",
 ]
 
 NODE_TIMING = False
@@ -35,12 +35,25 @@ DURATION_BUCKETS: tuple[float, ...] = (
 """Upper bounds, float seconds, of the node duration histogram's buckets (``+Inf``
 beyond)."""
 
+MAX_SERIES = 256
+"""Label sets per labelled metric (outcomes; node kind and tool): a label value first seen
+after that many is counted under :data:`OTHER`, so names an agent can choose (an MCP
+server it registers names its tools) cannot grow a scrape or the host's memory without
+bound."""
+
+OTHER = "_other"
+"""The label value that stands for every value beyond :data:`MAX_SERIES`."""
+
 chains_started = 0
 """Chain requests that started running (validated; refused ones never start)."""
 chains_finished: dict[str, int] = {}
 """Outcome → chains that ended: ``ok``, or the ``chain/resp.error.code``."""
 events_sent = 0
-"""``chain/event`` frames sent (counted from each request's last ``seq`` as it ends)."""
+"""``chain/event`` frames sent by requests that ended (:func:`events_total` adds the ones
+running requests sent so far)."""
+_running: dict[Any, int] = {}
+"""A running request's event stream (anything with a ``seq``) → its ``seq`` when it
+started: read at a scrape, so an event costs nothing more than its ``seq`` bump."""
 refusals: dict[tuple[str, str], int] = {}
 """``(ceiling, scope)`` → ``chain_limit`` refusals (PROTOCOL.md §6)."""
 backpressure_waits = 0
@@ -55,26 +68,46 @@ def reset() -> None:
     global chains_started, events_sent, backpressure_waits
     chains_started = events_sent = backpressure_waits = 0
     chains_finished.clear()
+    _running.clear()
     refusals.clear()
     node_durations.clear()
 
 
-def chain_started() -> None:
-    """A chain request starts running."""
+def chain_started(stream: Any = None) -> None:
+    """A chain request starts running.
+
+    Args:
+        stream: its event stream (an object with an int ``seq``: the last ``seq`` sent);
+            the events it sends count as they are sent, up to :func:`chain_finished`.
+    """
     global chains_started
     chains_started += 1
+    if stream is not None:
+        _running[stream] = stream.seq
 
 
-def chain_finished(outcome: str, events: int) -> None:
+def chain_finished(outcome: str, events: int = 0, stream: Any = None) -> None:
     """A chain request was answered after it started.
 
     Args:
         outcome: ``ok`` or the response's error code.
-        events: ``chain/event`` frames it sent.
+        events: ``chain/event`` frames it sent (without ``stream``).
+        stream: the event stream given to :func:`chain_started`: its events since then
+            are counted instead of ``events``.
     """
     global events_sent
+    if outcome not in chains_finished and len(chains_finished) >= MAX_SERIES:
+        outcome = OTHER
     chains_finished[outcome] = chains_finished.get(outcome, 0) + 1
+    if stream is not None:
+        events = stream.seq - _running.pop(stream, stream.seq)
     events_sent += events
+
+
+def events_total() -> int:
+    """``chain/event`` frames sent so far, running requests' included."""
+    running: int = sum(stream.seq - first for stream, first in list(_running.items()))
+    return events_sent + running
 
 
 def refused(ceiling: str, scope: str) -> None:
@@ -95,7 +128,11 @@ def histogram(kind: str, tool: str) -> list[float]:
     key = (kind, tool)
     hist = node_durations.get(key)
     if hist is None:
-        hist = node_durations[key] = [0.0] * (len(DURATION_BUCKETS) + 3)
+        if len(node_durations) >= MAX_SERIES:
+            key = (kind, OTHER)
+            hist = node_durations.get(key)
+        if hist is None:
+            hist = node_durations[key] = [0.0] * (len(DURATION_BUCKETS) + 3)
     return hist
 
 
@@ -170,7 +207,7 @@ def render_prometheus(gauges: Gauges) -> bytes:
             "Chain requests answered after they started, by outcome (ok or error code).",
             [(_labels([("outcome", k)]), v) for k, v in sorted(chains_finished.items())])
     _family(out, "a2e_chain_events_total", "counter", "chain/event frames sent.",
-            [("", events_sent)])
+            [("", events_total())])
     _family(out, "a2e_refusals_total", "counter",
             "chain_limit refusals by ceiling and scope.",
             [(_labels([("ceiling", c), ("scope", s)]), v)
@@ -213,7 +250,7 @@ def register_instruments(meter: Any, gauges: Callable[[], Gauges]) -> None:
     def single(read: Callable[[], float]) -> Callable[[CallbackOptions], list[Observation]]:
         return lambda _options: [Observation(read())]
 
-    def keyed(table: Callable[[], Mapping[Any, int]], names: tuple[str, ...]
+    def keyed(table: Callable[[], Mapping[Any, float]], names: tuple[str, ...]
               ) -> Callable[[CallbackOptions], list[Observation]]:
         def observe(_options: CallbackOptions) -> list[Observation]:
             return [Observation(v, dict(zip(names, k if isinstance(k, tuple) else (k,),
@@ -226,7 +263,7 @@ def register_instruments(meter: Any, gauges: Callable[[], Gauges]) -> None:
     meter.create_observable_counter("a2e.chains.started", [single(lambda: chains_started)])
     meter.create_observable_counter("a2e.chains.finished",
                                     [keyed(lambda: chains_finished, ("outcome",))])
-    meter.create_observable_counter("a2e.chain.events", [single(lambda: events_sent)])
+    meter.create_observable_counter("a2e.chain.events", [single(events_total)])
     meter.create_observable_counter("a2e.refusals",
                                     [keyed(lambda: refusals, ("ceiling", "scope"))])
     meter.create_observable_counter("a2e.outbox.backpressure_waits",
@@ -240,3 +277,6 @@ def register_instruments(meter: Any, gauges: Callable[[], Gauges]) -> None:
     meter.create_observable_counter(
         "a2e.node.runs", [keyed(lambda: {k: int(h[0]) for k, h in node_durations.items()},
                                 ("kind", "tool"))])
+    meter.create_observable_counter(  # with a2e.node.runs: the mean run time per series
+        "a2e.node.duration", [keyed(lambda: {k: h[1] for k, h in node_durations.items()},
+                                    ("kind", "tool"))], unit="s")

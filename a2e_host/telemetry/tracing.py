@@ -11,6 +11,7 @@ ever made; nothing here is even imported from OpenTelemetry.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
 __all__ = [
-    "ENABLED", "MAX_TRACEPARENT_CHARS", "MAX_TRACESTATE_CHARS", "SCOPE", "disable", "enable",
-    "parent_context", "set_run_attributes", "trace_env", "tracer",
+    "ENABLED", "MAX_ATTRIBUTE_CHARS", "MAX_TRACEPARENT_CHARS", "MAX_TRACESTATE_CHARS",
+    "SCOPE", "disable", "enable", "parent_context", "set_run_attributes", "trace_env", "tracer",
 ]
 
 SCOPE = "a2e_host"
@@ -35,6 +36,15 @@ append fields)."""
 
 MAX_TRACESTATE_CHARS = 512
 """A longer ``tracestate`` is dropped (W3C Trace Context: propagate at least 512)."""
+
+MAX_ATTRIBUTE_CHARS = 1024
+"""A longer string attribute or error status from a run (a tool's error message, say) is
+cut to this many characters, ending in ``…``, so a span's size stays bounded whatever a
+run produced."""
+
+_TRACESTATE_MEMBER = re.compile(  # W3C Trace Context §3.3.1.3: key "=" value
+    r"(?:[a-z][_0-9a-z*/-]{0,255}|[a-z0-9][_0-9a-z*/-]{0,240}@[a-z][_0-9a-z*/-]{0,13})"
+    r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
 
 ENABLED = False
 """Whether spans are made. Read by the chain engine once per run and per map (module
@@ -99,8 +109,9 @@ def parent_context(trace_context: Mapping[str, str] | None) -> Context | None:
     Args:
         trace_context: ``{"traceparent": ..., "tracestate": ...}``; missing keys or empty
             values mean absent. A ``traceparent`` over :data:`MAX_TRACEPARENT_CHARS` is
-            invalid; a ``tracestate`` over :data:`MAX_TRACESTATE_CHARS` is dropped (W3C
-            Trace Context §3.3.1.5 lets a receiver discard it), so parsing stays bounded.
+            invalid; a ``tracestate`` over :data:`MAX_TRACESTATE_CHARS`, or with a member
+            not of the W3C form, is dropped (W3C Trace Context §3.3.1.5 lets a receiver
+            discard it), so parsing stays bounded and nothing is logged.
     """
     traceparent = trace_context.get("traceparent", "") if trace_context else ""
     if not traceparent or len(traceparent) > MAX_TRACEPARENT_CHARS:
@@ -110,12 +121,19 @@ def parent_context(trace_context: Mapping[str, str] | None) -> Context | None:
 
     carrier = {"traceparent": traceparent}
     tracestate = trace_context.get("tracestate", "") if trace_context else ""
-    if tracestate and len(tracestate) <= MAX_TRACESTATE_CHARS:
+    if tracestate and len(tracestate) <= MAX_TRACESTATE_CHARS and _valid_tracestate(tracestate):
         carrier["tracestate"] = tracestate
     ctx = TraceContextTextMapPropagator().extract(carrier)
     if not get_current_span(ctx).get_span_context().is_valid:
         return None
     return ctx
+
+
+def _valid_tracestate(value: str) -> bool:
+    """Whether every list member of ``value`` has the W3C form; an invalid one is dropped
+    here, quietly (OpenTelemetry would log a warning quoting the agent's text each time)."""
+    members = [m.strip(" \t") for m in value.split(",")]
+    return all(not m or _TRACESTATE_MEMBER.fullmatch(m) for m in members)
 
 
 def trace_env() -> dict[str, str]:
@@ -138,17 +156,26 @@ def set_run_attributes(span: Span, attributes: Mapping[str, Any], *,
 
     Args:
         span: a recording span.
-        attributes: name → str, bool, int or float; None values are left out.
-        error: the failure's message: the span's status becomes ERROR with it.
+        attributes: name → str, bool, int or float; None values are left out; a str
+            over :data:`MAX_ATTRIBUTE_CHARS` is cut.
+        error: the failure's message (cut like an attribute): the span's status becomes
+            ERROR with it.
     """
     redactor = _secrets.active_redactor  # secret values out of spans (README "Secrets")
     if redactor is not None:
         attributes = {name: redactor.redact(value) if isinstance(value, str) else value
                       for name, value in attributes.items()}
         error = redactor.redact(error) if error is not None else None
-    span.set_attributes({name: value for name, value in attributes.items()
+    # redacted before cut, so a cut never leaves part of a secret behind
+    span.set_attributes({name: _bounded(value) for name, value in attributes.items()
                          if value is not None})  # one call: the SDK locks once per call
     if error is not None:
         from opentelemetry.trace import Status, StatusCode
 
-        span.set_status(Status(StatusCode.ERROR, error))
+        span.set_status(Status(StatusCode.ERROR, _bounded(error)))
+
+
+def _bounded(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_ATTRIBUTE_CHARS:
+        return value[:MAX_ATTRIBUTE_CHARS - 1] + "…"
+    return value

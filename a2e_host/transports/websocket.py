@@ -19,9 +19,10 @@ run under anyio's asyncio backend.
   with ``Retry-After`` and a sentence naming the ceiling, and the host logs a
   ``connection refused`` warning (at most one a second, with the count of the others).
   The opening handshake (TCP accept to upgrade) is bounded by ``handshake_timeout`` too.
-- Plain HTTP ``GET`` requests for a path in ``routes`` (the host's ``/healthz``,
-  ``/readyz``, ``/metrics``) are answered by the route's callable, before admission
-  counts anything; the transport only sends the bytes it is handed.
+- Plain HTTP ``GET`` (and ``HEAD``: headers only) requests for a path in ``routes`` (the
+  host's ``/healthz``, ``/readyz``, ``/metrics``) are answered by the route's callable,
+  before admission counts anything; the transport only sends the bytes it is handed.
+  Any other method on such a path gets 405 (``Allow: GET, HEAD``).
 - Once ``stop`` is set the server *drains*: upgrades are refused with HTTP 503 (``host
   shutting down``), the routes keep answering (so ``/readyz`` can say 503 to a load
   balancer), and the port closes when the last connection has ended.
@@ -135,7 +136,14 @@ class _Admission:
     def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
         route = self.routes.get(request.path.partition("?")[0]) if self.routes else None
         if route is not None:
-            return _http_response(*route())
+            if request.method == "GET":
+                return _http_response(*route())
+            if request.method == "HEAD":  # the GET answer's headers, no body
+                status, content_type, body = route()
+                return _http_response(status, content_type, body, head=True)
+            return _http_response(
+                HTTPStatus.METHOD_NOT_ALLOWED, "text/plain; charset=utf-8",
+                f"method {request.method} is not allowed here; use GET or HEAD\n".encode())
         if self.draining:
             response = connection.respond(HTTPStatus.SERVICE_UNAVAILABLE,
                                           "host shutting down; connect to another host\n")
@@ -179,7 +187,8 @@ class _Admission:
         self._unlogged = 0
 
 
-def _http_response(status: int, content_type: str, body: bytes) -> Response:
+def _http_response(status: int, content_type: str, body: bytes, *, head: bool = False
+                   ) -> Response:
     headers = Headers([
         ("Date", email.utils.formatdate(usegmt=True)),
         ("Connection", "close"),
@@ -187,7 +196,9 @@ def _http_response(status: int, content_type: str, body: bytes) -> Response:
         ("Content-Type", content_type),
         ("Cache-Control", "no-store"),
     ])
-    return Response(status, HTTPStatus(status).phrase, headers, body)
+    if status == HTTPStatus.METHOD_NOT_ALLOWED:
+        headers["Allow"] = "GET, HEAD"
+    return Response(status, HTTPStatus(status).phrase, headers, b"" if head else body)
 
 
 def _is_gone(token: Hashable) -> bool:
