@@ -114,9 +114,9 @@ def _add_config(parser: argparse.ArgumentParser, *, root: bool = True) -> None:
 
 def _add_store(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("durable runs")
-    group.add_argument("--store", metavar="PATH",
-                       help="the run store's file (SQLite, created 0600); none: durable "
-                            "runs are refused")
+    group.add_argument("--store", metavar="PATH|URL",
+                       help="the run store's file (SQLite, created 0600) or a postgresql:// "
+                            "URL shared by replicas; none: durable runs are refused")
     group.add_argument("--durability", choices=("normal", "full"),
                        help="normal (default): commits survive a host crash; full: also an "
                             "OS crash (an fsync per commit)")
@@ -132,7 +132,8 @@ def _add_logging(parser: argparse.ArgumentParser) -> None:
 
 def _add_store_to_read(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("run store (command line > A2E_STORE > file)")
-    group.add_argument("--store", metavar="PATH", help="the run store's SQLite file")
+    group.add_argument("--store", metavar="PATH|URL",
+                       help="the run store's SQLite file or postgresql:// URL")
     group.add_argument("-c", "--config", metavar="FILE",
                        help="TOML configuration file naming the store (default: "
                             "$A2E_CONFIG, if set)")
@@ -176,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-origin", action=_ListAction, metavar="ORIGIN[,ORIGIN...]",
                    help="accept this browser Origin (repeatable)")
     _add_store(p)
+    p.add_argument("--replica-id", metavar="NAME",
+                   help="this replica's name in a shared postgresql:// store (default: "
+                        "hostname-pid); give each replica its own")
     _add_logging(p)
 
     p = _command(sub, "stdio", "Speak A2E as NDJSON on stdin/stdout (logs on stderr).",
@@ -334,7 +338,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     serve_main(args.config, _overrides(
         args, host="host", port="port", auth_token="auth_token",
-        allowed_origins="allow_origin", **_CONFIG_FIELDS, **_STORE_FIELDS, **_LOG_FIELDS,
+        allowed_origins="allow_origin", replica_id="replica_id", **_CONFIG_FIELDS,
+        **_STORE_FIELDS, **_LOG_FIELDS,
     ))
     return 0
 

@@ -24,6 +24,7 @@ from typing import Any, Union
 
 import msgspec
 
+from . import secrets as _secrets
 from .exceptions import (
     InvalidMessage,
     ParseError,
@@ -341,7 +342,7 @@ def json_kind(value: object) -> str:
     return "an object"
 
 
-def encode_message(msg: Message) -> bytes:
+def encode_message(msg: Message, *, redact: bool = True) -> bytes:
     """Encode a message as compact, one-line UTF-8 JSON, with no trailing newline.
 
     Every field is written, defaults included, ``type`` first (PROTOCOL.md §1).
@@ -349,13 +350,19 @@ def encode_message(msg: Message) -> bytes:
     ``null``, so the output never holds bare NaN or Infinity (PROTOCOL.md §8; node
     outputs are checked with :func:`has_non_finite` before they get here).
 
+    Every secret value the process knows is replaced by ``«secret:NAME»``
+    (:data:`a2e_host.secrets.active_redactor`; PROTOCOL.md §5 Secrets), so no frame the host
+    writes or stores holds one; a client encoding its own request passes
+    ``redact=False`` (its ``secrets`` are meant for the host).
+
     Raises:
         TypeError: a field holds a value msgspec cannot encode (not JSON-like).
         ValueError: an integer of more than 4,300 digits (Python's conversion limit; the
             decoder refuses those too, so decoded values always re-encode).
     """
-    data = _encoder.encode(msg)
-    return _escape_separators(data)
+    data = _escape_separators(_encoder.encode(msg))
+    current = _secrets.active_redactor  # None, the common case: one attribute read
+    return current.redact_frame(data) if redact and current is not None else data
 
 
 def _escape_separators(data: bytes) -> bytes:
@@ -365,13 +372,13 @@ def _escape_separators(data: bytes) -> bytes:
     return data
 
 
-def encode_line(msg: Message) -> bytes:
+def encode_line(msg: Message, *, redact: bool = True) -> bytes:
     """:func:`encode_message` plus the ``\\n`` that ends an NDJSON line (PROTOCOL.md §1).
 
     Raises:
         TypeError, ValueError: as :func:`encode_message`.
     """
-    return encode_message(msg) + b"\n"
+    return encode_message(msg, redact=redact) + b"\n"
 
 
 def encode_value(value: Any) -> bytes:

@@ -17,6 +17,7 @@ import msgspec
 from . import config_values as cv
 from .grants import ToolGrant, check_grant_principals, parse_named_tokens, parse_tool_grants
 from .limits import CEILINGS, Limits, limits_from_mapping
+from .secrets import RequestSecretPolicy, Secret, parse_request_policy, parse_secrets
 
 __all__ = [
     "ANONYMOUS_PRINCIPAL",
@@ -95,8 +96,9 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         step_cache_max_bytes: JSON-encoded bytes of the outputs it keeps at most (int
             bytes, default 16 MiB); an output over an eighth of it is never kept. 0 turns
             the cache off.
-        store: the run store's file (SQLite) for durable runs; "" (the default): no
-            store, and durable runs are refused. TOML ``[store] path``.
+        store: the run store's file (SQLite) for durable runs, or a ``postgresql://``
+            URL (a store replicas share); "" (the default): no store, and durable runs
+            are refused. TOML ``[store] path``.
         durability: ``normal`` (a commit survives a crash of the host process) or
             ``full`` (also an OS crash or power loss: an fsync per commit, slower).
         store_retention: float seconds a finished run is kept after its end before its
@@ -118,6 +120,26 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
         mcp: the ``[mcp]`` table as written (MCP servers whose tools the host serves,
             ``[mcp.servers.NAME]``; who may register more); the ``mcp`` plugin reads it
             (README "MCP servers as tool sources").
+        otel_exporter: where spans (and OTLP metrics) go (README "Observability"):
+            ``none`` (the default: no span is made), ``console`` (spans as JSON on
+            stderr) or ``otlp`` (OTLP/HTTP; endpoint, headers and service name from the
+            standard ``OTEL_*`` variables; needs ``a2e-host[otel]``).
+        http_endpoints: ``serve`` answers ``GET /healthz``, ``/readyz`` and ``/metrics``
+            on its WebSocket port (default true).
+        replica_id: this replica's name in a shared (``postgresql://``) run store: the
+            owner of the runs it accepts; "" (default): ``hostname-pid``. Give each
+            replica its own.
+        store_lease: float seconds a replica of a shared store may be silent (no
+            heartbeat) before another takes its runs over (default 10; heartbeats every
+            fifth of it). TOML ``[store] lease``.
+        secrets: secret name → :class:`~a2e_host.secrets.Secret` (TOML ``[secrets]``:
+            ``NAME = {env = "VAR"}`` or ``{file = "path"}``, with ``tools`` globs and
+            ``executables`` that may receive it; none by default), read when the
+            configuration is loaded; chains use them as ``{"$secret": "NAME"}``
+            (PROTOCOL.md §5 Secrets).
+        request_secrets: what a ``chain/req``'s own ``secrets`` may reach (TOML
+            ``[request_secrets]``: ``tools``, ``executables``, ``shadow``); by default no
+            tool, no executable, and never a configured secret's name.
     """
 
     limits: Limits = Limits()
@@ -157,6 +179,15 @@ class HostConfig(msgspec.Struct, frozen=True, kw_only=True):
     ray_address: str = ""
     # MCP (issue 20): the [mcp] table, parsed by the a2e_mcp plugin (a2e_mcp.settings)
     mcp: dict[str, Any] = {}
+    # observability (README "Observability")
+    otel_exporter: str = "none"
+    http_endpoints: bool = True
+    # shared run store (PostgreSQL replicas, issue 18)
+    replica_id: str = ""
+    store_lease: float = 10.0
+    # secrets by reference (README "Secrets")
+    secrets: dict[str, Secret] = {}
+    request_secrets: RequestSecretPolicy = RequestSecretPolicy()
 
     @property
     def auth_required(self) -> bool:
@@ -185,6 +216,7 @@ _PATH_FIELDS = ("root", "skills_dirs", "store")
 _STORE_TABLE = {
     "path": "store", "durability": "durability", "retention": "store_retention",
     "prune_interval": "store_prune_interval", "commit_delay": "store_commit_delay",
+    "lease": "store_lease",
 }
 """``[store]`` key → HostConfig field."""
 
@@ -270,6 +302,10 @@ def _read_file(path: Path) -> list[_Item]:
             continue
         if key in _PATH_FIELDS:
             value = _relative_to(path.parent, key, value)
+        if key == "secrets" and isinstance(value, dict):  # a secret's file, like a path
+            value = {name: {**entry, "file": str(path.parent / entry["file"])}
+                     if isinstance(entry, dict) and isinstance(entry.get("file"), str)
+                     and entry["file"] else entry for name, entry in value.items()}
         items.append((key, value, source))
     return items
 
@@ -305,7 +341,7 @@ def _store_table(path: Path, table: dict[str, Any], source: str) -> list[_Item]:
 
 
 def _relative_to(base: Path, key: str, value: Any) -> Any:
-    if isinstance(value, str) and value == "":
+    if isinstance(value, str) and (value == "" or "://" in value):  # "" or a URL
         return value
     if isinstance(value, str):
         return str(base / value)
@@ -374,6 +410,15 @@ _FIELDS: dict[str, Callable[[str, Any, str], Any]] = {
     "ray_address": cv.string,
     # MCP (issue 20)
     "mcp": cv.table,
+    # observability
+    "otel_exporter": cv.choice(("none", "console", "otlp")),
+    "http_endpoints": cv.flag,
+    # shared run store (PostgreSQL replicas, issue 18)
+    "replica_id": cv.string,
+    "store_lease": cv.positive_seconds,
+    # secrets by reference
+    "secrets": parse_secrets,
+    "request_secrets": parse_request_policy,
 }
 """HostConfig field → converter ``(key, raw, source) -> value`` (raises ValueError)."""
 

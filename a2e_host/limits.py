@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from .exceptions import ChainLimitExceeded
+from .telemetry import metrics
 
 __all__ = ["Limits", "SessionLimits", "CEILINGS", "limits_from_mapping"]
 
@@ -54,6 +55,12 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     included (PROTOCOL.md §5 Durable runs); a durable ``chain/req`` past it is refused
     before it runs. ``max_parallel`` bounds a session, this what its principal leaves
     behind."""
+    max_request_secrets: int = 16
+    """Secrets one ``chain/req`` may carry in its ``secrets`` (PROTOCOL.md §5 Secrets);
+    a request with more is refused before it runs."""
+    max_secret_bytes: int = 4096
+    """UTF-8 bytes of one value in a ``chain/req``'s ``secrets``; a longer one is refused
+    before it runs (every value is matched in every frame the run sends)."""
 
     def to_dict(self) -> dict[str, int]:
         """The ceilings as a plain dict, e.g. for the handshake's ``chains`` metadata."""
@@ -122,6 +129,7 @@ class SessionLimits:
         if requested <= limit:
             return None
         scope = next(name for name, value in scopes if value == limit)  # broadest on a tie
+        metrics.refused(ceiling, scope)
         where = f" in node {node_id!r}" if node_id else ""
         return ChainLimitExceeded(
             f"{ceiling} is {limit} at {scope} scope, but {requested} was asked{where}",

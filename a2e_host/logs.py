@@ -16,6 +16,10 @@ reader does. At exit the writer gets a short, bounded time to flush.
 Tracebacks are logged without frame locals, in both renderers: a local can hold a
 secret (the configuration's ``auth_token``) or a request's data.
 
+Every rendered line, and everything else written through a :class:`LogWriter` (a
+tool's ``print`` to stderr), has the secret values the process knows replaced by
+``«secret:NAME»`` (:func:`redact_secrets`, :func:`a2e_host.secrets.redact`).
+
 ``log_level = "auto"`` (the default) is ``warning`` for ``a2e-host stdio`` and ``info``
 elsewhere: a spawning agent rarely reads the host's stderr.
 """
@@ -36,10 +40,14 @@ from typing import Any, TextIO
 
 import structlog
 
+from .secrets import redact
+
 __all__ = [
     "configure_logging",
+    "redact_secrets",
     "get_logger",
     "flush_logs",
+    "dropped_log_lines",
     "resolve_level",
     "LogWriter",
     "StderrProxy",
@@ -86,8 +94,9 @@ class LogWriter:
 
     def write(self, text: str) -> None:
         """Queue ``text`` (one or more whole lines, ending in ``\\n``); drop it when the
-        queue is full or stderr is gone. Never blocks on the descriptor."""
-        data = text.encode("utf-8", "replace")
+        queue is full or stderr is gone. Never blocks on the descriptor. Known secret
+        values are redacted first (:func:`a2e_host.secrets.redact`)."""
+        data = redact(text).encode("utf-8", "replace")
         with self._cond:
             if self._broken or self._queued + len(data) > self.max_queued_bytes:
                 self._dropped += 1
@@ -347,7 +356,7 @@ def configure_logging(
         factory = lambda *args: logger  # noqa: E731
         handler = _WriterHandler(writer)
     structlog.configure(
-        processors=[*processors, renderer],
+        processors=[*processors, renderer, redact_secrets],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=factory,
         cache_logger_on_first_use=False,
@@ -362,9 +371,22 @@ def configure_logging(
     root.setLevel(max(numeric, logging.WARNING))
 
 
+def redact_secrets(logger: Any, method_name: str, rendered: Any) -> Any:
+    """The last structlog processor, after the renderer: the rendered line with every
+    secret value the process knows replaced by ``«secret:NAME»`` (the traceback and
+    every field included, whatever their escaping; README "Secrets")."""
+    return redact(rendered) if isinstance(rendered, str) else rendered
+
+
 def get_logger(**bound: Any) -> Any:
     """A structlog logger bound with ``bound`` (e.g. ``conn_id="c1"``)."""
     return structlog.get_logger("a2e_host").bind(**bound)
+
+
+def dropped_log_lines() -> int:
+    """Log lines dropped since the start because stderr was not read fast enough (the
+    ``a2e_log_lines_dropped_total`` metric)."""
+    return sum(w.dropped_total for w in list(_writers.values()))
 
 
 def flush_logs(timeout: float = EXIT_FLUSH_TIMEOUT) -> bool:

@@ -44,7 +44,8 @@ from bench.impl_ours import (
 )
 
 __all__ = ["DURABLE_KEYS", "MAP_SIZES", "QUICK_MAP_SIZES", "RATIO_TARGET", "REPLAY_PAGE",
-           "load", "map_argv", "map_lines", "replay_figure", "report_lines", "store_path"]
+           "load", "map_argv", "map_lines", "replay_figure", "report_lines", "reset",
+           "store_path"]
 
 DURABLE_KEYS = ("a", "b", "c", "d")
 """The workloads whose durable ÷ in-memory ratio has a target (e only sleeps)."""
@@ -66,6 +67,12 @@ class _Accepted(msgspec.Struct):
 
 
 _accepted = msgspec.json.Decoder(_Accepted)
+
+
+def reset() -> None:
+    """Forget this process's host, store and last run: the next :func:`load` opens a new
+    store (in a new temporary directory), as a fresh process would."""
+    _state.update(dir=None, last_run=None, host=None)
 
 
 def store_path() -> str:

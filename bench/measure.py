@@ -16,7 +16,8 @@ a pool of 64 threads instead),
 ``minimal`` (asyncio, readiness counters),
 ``minimal_fast`` (+ dotted-path fast path), ``ours`` (a host, over its in-memory
 connection), ``ours_durable`` (the same host with a SQLite run store, every request
-``durable``; plus the replay figure: ``bench.durable``); optional peers ``chainweaver``
+``durable``; plus the replay figure: ``bench.durable``), ``ours_durable_pg`` (the same
+with the store in PostgreSQL: ``bench.pg``); optional peers ``chainweaver``
 and ``langgraph`` (``bench.peers``: "unavailable" when not installed, "unsupported" for a
 chain they cannot express).
 """
@@ -38,12 +39,12 @@ from typing import Any
 
 from bench.impl_ours import Unavailable
 from bench.peers import PEERS, Unsupported, installed
-from bench.workloads import NAMES, Workload, check_response
+from bench.workloads import NAMES, QUICK_SIZES, Workload, check_response
 
 IMPLS = ["spec", "spec_tick", "spec_pooled_map", "minimal", "minimal_fast", "ours",
-         "ours_durable", *PEERS]
+         "ours_durable", "ours_durable_pg", *PEERS]
 #: The peers join the default run only when their library is installed.
-DEFAULT_IMPLS = ["spec", "minimal", "minimal_fast", "ours", "ours_durable",
+DEFAULT_IMPLS = ["spec", "minimal", "minimal_fast", "ours", "ours_durable", "ours_durable_pg",
                  *[p for p in PEERS if installed(p)]]
 
 Runner = Callable[[bytes, Callable[[bytes], None]], Any]
@@ -70,6 +71,10 @@ def load(impl: str) -> tuple[bool, Runner]:
         from bench import durable
 
         return True, durable.load()
+    if impl == "ours_durable_pg":
+        from bench import pg
+
+        return True, pg.load()
     if impl in PEERS:
         from bench import peers
 
@@ -170,22 +175,45 @@ def measure(impl: str, key: str, runs: int, warmup: int, size: int | None) -> di
     }
 
 
+def _fresh_state(impl: str) -> None:
+    """Before another workload in the same process: a durable host and store of its own
+    (the replay figure reads the last run of *this* workload's store)."""
+    if impl == "ours_durable":
+        from bench import durable
+
+        durable.reset()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.measure",
                          description=__doc__.split("\n")[0], allow_abbrev=False)
     ap.add_argument("impl", choices=IMPLS)
-    ap.add_argument("workload", help="a..e or a workload name", type=str)
+    ap.add_argument("workload", type=str,
+                    help="a..e or a workload name; with --quick-sizes a comma list")
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--size", type=int, default=None, help="a smaller version of the shape")
+    ap.add_argument("--quick-sizes", action="store_true",
+                    help="every workload listed, each at its quick size, one JSON line each, "
+                    "in this one process (the quick check: correctness, not RSS per pair)")
     a = ap.parse_args(argv)
-    key = next((k for k, v in NAMES.items() if a.workload in (k, v)), None)
-    if key is None:
-        ap.error(f"unknown workload {a.workload!r}")
-    res = measure(a.impl, key, a.runs, a.warmup, a.size)
-    json.dump(res, sys.stdout)
-    sys.stdout.write("\n")
-    return 1 if res["status"] == "error" else 0
+    keys = []
+    for part in a.workload.split(",") if a.quick_sizes else [a.workload]:
+        key = next((k for k, v in NAMES.items() if part.strip() in (k, v)), None)
+        if key is None:
+            ap.error(f"unknown workload {part!r}")
+        keys.append(key)
+    failed = False
+    for n, key in enumerate(keys):
+        if n:
+            _fresh_state(a.impl)
+        res = measure(a.impl, key, a.runs, a.warmup,
+                      QUICK_SIZES[key] if a.quick_sizes else a.size)
+        json.dump(res, sys.stdout)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        failed = failed or res["status"] == "error"
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ Writes ``<out>/latest.json`` and ``<out>/latest.md`` (``--quick``: ``quick.json`
 a number) or a reference failed; "unavailable" (the host's API or CLI not there yet) is
 not a failure.
 
-``--quick``: small versions of each workload, 1 run, no warm-up, no micro figures, three
-measurement processes at once (``--jobs``), and end to end one host process per host and
+``--quick``: small versions of each workload, 1 run, no warm-up, no micro figures, one
+measurement process per implementation running every workload in turn (``bench.measure
+--quick-sizes``), three at once (``--jobs``), and end to end one host process per host and
 transport running every workload in turn: a correctness check for CI.
 """
 
@@ -30,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import durable
+from bench import durable, pg, telemetry
 from bench.measure import DEFAULT_IMPLS, IMPLS
 from bench.peers import PEERS
 from bench.workloads import HOST_MAX_CONCURRENCY, NAMES, QUICK_SIZES
@@ -44,6 +45,7 @@ LABELS = {
     "minimal_fast": "minimal + fast path for dotted paths",
     "ours": "**a2e-host, in-process** (in-memory connection)",
     "ours_durable": "a2e-host, durable runs (SQLite store, synchronous=NORMAL)",
+    "ours_durable_pg": "a2e-host, durable runs (PostgreSQL store, synchronous_commit=on)",
     "chainweaver": "chainweaver 0.14.1 (DAGFlow, async lane; events from the node callable)",
     "langgraph": "langgraph 1.2.24 (StateGraph, Send map; events from the node callable)",
 }
@@ -144,7 +146,7 @@ def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bo
         "loadavg_at_start": os.getloadavg(),
         "inprocess": {}, "e2e": [], "micro": None,
     }
-    if jobs > 1:
+    if jobs > 1 or quick:
         return _collect_concurrently(results, keys, impls, runs, warmup, quick, e2e, micro,
                                      e2e_runs, rounds, jobs)
     for k in keys:
@@ -179,12 +181,21 @@ def collect(keys: list[str], impls: list[str], runs: int, warmup: int, quick: bo
                         break  # the same for every workload
     if micro:
         results["micro"] = _run_json(["-m", "bench.micro"])
+    if not quick and {"a", "b", "c", "d"} & set(keys):  # tracing off / on (bench.telemetry)
+        results["telemetry"] = _run_json(
+            ["-m", "bench.telemetry", "--workloads", ",".join(k for k in keys if k != "e")])
     return results
 
 
 def _measure_argv(impl: str, k: str, runs: int, warmup: int, size: int | None) -> list[str]:
     argv = ["-m", "bench.measure", impl, k, "--runs", str(runs), "--warmup", str(warmup)]
     return argv + (["--size", str(size)] if size else [])
+
+
+def _measure_quick_argv(impl: str, keys: list[str], runs: int, warmup: int) -> list[str]:
+    """Every workload, at its quick size, in one ``bench.measure`` process."""
+    return ["-m", "bench.measure", impl, ",".join(keys), "--runs", str(runs), "--warmup",
+            str(warmup), "--quick-sizes"]
 
 
 def _e2e_argv(transport: str, k: str, host: str, e2e_runs: int, warmup: int) -> list[str]:
@@ -229,6 +240,13 @@ def _collect_concurrently(results: dict[str, Any], keys: list[str], impls: list[
         _progress(f"{NAMES[k]:>18} {impl:>13} (round {rnd + 1}): {_brief(res)}")
         return res
 
+    def measure_quick(rnd: int, impl: str) -> list[dict[str, Any]]:
+        """Every workload of one implementation in one process (correctness only)."""
+        found = _run_json_lines(_measure_quick_argv(impl, keys, runs, warmup), len(keys))
+        for k, res in zip(keys, found, strict=True):
+            _progress(f"{NAMES[k]:>18} {impl:>13} (round {rnd + 1}): {_brief(res)}")
+        return found
+
     def end_to_end(host: str, transport: str) -> list[dict[str, Any]]:
         if quick:  # one host process for every workload: correctness only
             return _run_json_lines(_e2e_quick_argv(transport, keys, host, e2e_runs, warmup),
@@ -239,13 +257,20 @@ def _collect_concurrently(results: dict[str, Any], keys: list[str], impls: list[
     ends = [(host, transport) for host in ("reference", "ours")
             for transport in ("stdio", "ws")] if e2e else []
     tasks: list[Callable[[], Any]] = [partial(end_to_end, h, t) for h, t in ends]
-    tasks += [partial(measure, k, rnd, impl) for k, rnd, impl in inproc]
+    if quick:  # one process per implementation and round: ~5 processes, not ~25
+        pairs = [(rnd, impl) for rnd in range(rounds) for impl in impls]
+        tasks += [partial(measure_quick, rnd, impl) for rnd, impl in pairs]
+    else:
+        tasks += [partial(measure, k, rnd, impl) for k, rnd, impl in inproc]
     if micro:
         tasks.append(partial(_run_json, ["-m", "bench.micro"]))
     everything = _run_all(tasks, jobs)
     for (host, transport), found in zip(ends, everything, strict=False):
         _add_e2e(results, host, transport, keys, found)
     measured = everything[len(ends):]
+    if quick:  # back to one result per (workload, round, implementation), as inproc
+        by_pair = dict(zip(pairs, measured[:len(pairs)], strict=True))
+        measured = [by_pair[rnd, impl][keys.index(k)] for k, rnd, impl in inproc]
     for k in keys:
         by_impl: dict[str, list[dict[str, Any]]] = {i: [] for i in impls}
         for (key, _, impl), res in zip(inproc, measured, strict=False):
@@ -294,9 +319,10 @@ def report(r: dict[str, Any]) -> str:
     m = r["machine"]
     rounds = f" × {s['rounds']} interleaved rounds" if s.get("rounds", 1) > 1 else ""
     at_once = (f", {s['jobs']} measurements at once" if s.get("jobs", 1) > 1 else "")
-    kind = (f"quick check: small sizes, one run{at_once}, end to end one host per "
-            "transport for all workloads, correctness only; the times are not comparable "
-            "with a full run" if s["quick"] else "full")
+    kind = (f"quick check: small sizes, one run{at_once}, every workload of an "
+            "implementation in one process, end to end one host per transport for all "
+            "workloads, correctness only; the times are not comparable with a full run"
+            if s["quick"] else "full")
     out = [f"# a2e-host benchmark ({kind})", "",
            f"{r['when']} · {m['platform']} · {m['cpus']} CPUs · Python {m['python']} · "
            f"load average at start {r.get('loadavg_at_start', ['?'])[0]:.2f} · "
@@ -355,6 +381,8 @@ def report(r: dict[str, Any]) -> str:
                 *[f"- **{b}**" for b in bad]]
 
     out += durable.report_lines(inp, keys)
+    out += telemetry.report_lines(r.get("telemetry"))
+    out += pg.report_lines(inp, r.get("postgres"))
     if r.get("durable_map"):
         out += durable.map_lines(r["durable_map"])
     if r["e2e"]:
@@ -400,7 +428,8 @@ def failed(r: dict[str, Any]) -> list[str]:
             st = x.get("status")
             if impl in PEERS and st in ("unavailable", "unsupported"):
                 continue  # optional peers: not installed, or a chain they cannot express
-            if st == "error" or (st != "ok" and impl not in ("ours", "ours_durable")):
+            if st == "error" or (st != "ok" and impl not in ("ours", "ours_durable",
+                                                             "ours_durable_pg")):
                 out.append(f"{impl} on {NAMES[k]}: {st}: {x.get('error')}")
             elif st not in ("ok", "unavailable"):
                 out.append(f"{impl} on {NAMES[k]}: {st}: {x.get('error')}")
@@ -428,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma list of {', '.join(IMPLS)}")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     ap.add_argument("--no-e2e", action="store_true", help="skip the stdio/WebSocket runs")
+    ap.add_argument("--pg", metavar="URL", help="PostgreSQL server for ours_durable_pg "
+                    "(default: a throwaway cluster, where initdb/pg_ctl exist)")
     ap.add_argument("--e2e-runs", type=int, default=None, help="default: 5 (quick 1)")
     ap.add_argument("--no-micro", action="store_true")
     ap.add_argument("--jobs", type=int, default=None,
@@ -444,6 +475,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown workload {part!r}")
         keys.append(k)
     impls = [i.strip() for i in a.impls.split(",") if i.strip()]
+    if a.quick and a.impls == ",".join(DEFAULT_IMPLS):  # quick: no database to start
+        impls.remove("ours_durable_pg")
+    if "ours_durable_pg" in impls:  # one server for every measurement process (bench.pg)
+        pg.ensure_server(a.pg)
     for i in impls:
         if i not in IMPLS:
             ap.error(f"unknown implementation {i!r}")
@@ -457,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         _progress(f"note: --jobs {jobs}: concurrent measurements disturb each other's times")
     r = collect(keys, impls, runs, warmup, a.quick, not a.no_e2e,
                 not (a.quick or a.no_micro), e2e_runs, a.rounds, jobs)
+    if "ours_durable_pg" in impls:  # events/s: one durable run, then 10 at once
+        r["postgres"] = _run_json(["-m", "bench.pg", "--json"])
     if "ours_durable" in impls and "c" in keys:  # the 100,000-item map, memory and store
         sizes = durable.QUICK_MAP_SIZES if a.quick else durable.MAP_SIZES
         r["durable_map"] = _run_json_lines(durable.map_argv(sizes), 2 * len(sizes))

@@ -25,6 +25,7 @@ import anyio.lowlevel
 
 from ..codec import json_kind
 from ..exceptions import NodeError
+from ..telemetry import chain_spans
 from .attempt import STOPPED_ITEM, run_attempt
 from .evaluation import evaluate
 from .interpreter import ContextView
@@ -83,6 +84,7 @@ async def run_map(
     out_cap = limits.max_output_bytes
     prefix = f"{run.prefix}{template.node_id}["
     shared = run.context
+    attempt = chain_spans.item_runner(run_attempt)  # run_attempt when unobserved
 
     async def item_worker(scope: anyio.CancelScope, borrowed: bool) -> None:
         try:
@@ -99,7 +101,7 @@ async def run_map(
             next_item += 1
             item = items[i]
             own = {"item": item, "_item": item, "index": i, "output": None}
-            outcome = await run_attempt(
+            outcome = await attempt(
                 run, f"{prefix}{i}]", template, ContextView(shared, own), item=True
             )
             if outcome.kind is _DONE:

@@ -28,6 +28,7 @@ __all__ = [
     "ChainCancel",
     "ChainDetach",
     "ChainDetached",
+    "TraceContext",
     "DEFAULT_RETENTION",
     "ChainEvent",
     "ChainNode",
@@ -141,6 +142,21 @@ class ChainNode(msgspec.Struct, kw_only=True):
     resume: str = ""
 
 
+class TraceContext(msgspec.Struct, kw_only=True):
+    """*Extension* (PROTOCOL.md §5 Trace context): the agent's W3C trace context, so the
+    host's spans join the agent's trace.
+
+    Attributes:
+        traceparent: a W3C ``traceparent`` header value
+            (``00-<32 hex trace id>-<16 hex span id>-<2 hex flags>``); an invalid one is
+            ignored (the host's spans then start a trace of their own).
+        tracestate: a W3C ``tracestate`` header value; ``""`` for none.
+    """
+
+    traceparent: str = ""
+    tracestate: str = ""
+
+
 class ChainRequest(Message, tag="chain/req", kw_only=True):
     """Agent → host: execute a chain (seed table ``chain/req``).
 
@@ -171,6 +187,15 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
         retention: *extension*, durable runs: int seconds the run's record and events
             are kept after it ends (> 0, within ``max_retention``); 0 (the default) keeps
             them :data:`DEFAULT_RETENTION` seconds or ``max_retention``, the smaller.
+        trace_context: *extension* (PROTOCOL.md §5 Trace context): the agent's W3C trace
+            context (:class:`TraceContext`); the host's spans for this request are its
+            children when tracing is on. None: none.
+        secrets: *extension* (PROTOCOL.md §5 Secrets): secret name → value, filled by
+            the agent's code (never the model): nodes use them as ``{"$secret": "NAME"}``
+            in their static ``input``, for the tools and executables the host's
+            ``[request_secrets]`` allows. The values never reach an event, the response,
+            a log line or the run store (each is replaced by ``«secret:NAME»``).
+            ``{}``: none.
     """
 
     TYPE: ClassVar[str] = "chain/req"
@@ -188,6 +213,8 @@ class ChainRequest(Message, tag="chain/req", kw_only=True):
     durable: bool = False
     idempotency_key: str = ""
     retention: int = 0
+    trace_context: TraceContext | None = None
+    secrets: dict[str, str] = {}
 
     def __post_init__(self) -> None:
         """An empty ``chain_id`` means absent (PROTOCOL.md §4): give it a fresh one."""

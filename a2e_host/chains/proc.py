@@ -57,6 +57,7 @@ import structlog
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from ..exceptions import NodeError, NodeTimeout
+from ..telemetry import tracing
 from ..tools.model import INVALID_INPUT
 from .proc_policy import (
     DEFAULT_MAX_PROCS,
@@ -182,6 +183,8 @@ async def run_proc(
     if exe is None:
         raise NodeError(f"proc: {refusal}", code=INVALID_INPUT)
     env = policy.child_env(spec.env)
+    if tracing.ENABLED:  # the node's span, for a child that traces (W3C TRACEPARENT)
+        env.update(tracing.trace_env())
     if not sys.executable:
         raise NodeError(
             "proc: this host has no Python executable to supervise processes with "

@@ -239,7 +239,8 @@ class ProcPolicy:
         ``proc_env_keys``; a NUL byte in a value.
         """
         if not isinstance(env, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+            isinstance(k, str) and (isinstance(v, str) or _is_secret_ref(v))
+            for k, v in env.items()
         ):
             return "input 'env' must be an object of string values"
         loader = sorted(k for k in env if k.upper().startswith(_LOADER_PREFIXES))
@@ -257,7 +258,7 @@ class ProcPolicy:
                 f"remove it, or have the operator list it in proc_env_keys "
                 f"(A2E_PROC_ENV_KEYS or proc_env_keys in the configuration file)"
             )
-        nul = sorted(k for k, v in env.items() if "\x00" in v)
+        nul = sorted(k for k, v in env.items() if isinstance(v, str) and "\x00" in v)
         if nul:
             return f"env value of {clip(nul[0], SHOWN)} contains a NUL byte; remove it"
         return None
@@ -306,6 +307,11 @@ class ProcPolicy:
         finally:
             os.close(fd)
 
+
+
+def _is_secret_ref(value: Any) -> bool:
+    """``{"$secret": NAME}``: resolved to a string when the process starts (§5 Secrets)."""
+    return type(value) is dict and len(value) == 1 and isinstance(value.get("$secret"), str)
 
 
 def argv_problem(argv: Any) -> str | None:

@@ -48,6 +48,7 @@ from .nodes import Executor, NodeContext
 from .recovery_policy import Recovery, is_guarded, may_retry, progress_data
 from .reports import NodeReports
 from .run_state import RunState
+from .secret_refs import has_secret_refs
 from .step_cache import CacheKey
 
 __all__ = ["backoff", "run_recovering"]
@@ -112,7 +113,8 @@ async def run_recovering(
     key: CacheKey | None = None
     cache = config.step_cache
     if recovery.cache:
-        if cache is None or not cache.enabled or tool is None or not tool.cacheable:
+        if (cache is None or not cache.enabled or tool is None or not tool.cacheable
+                or has_secret_refs(node.input)):  # a key would not hold the value
             report.cache = "off"
         else:
             key = cache.key(node.name, tool.version, args)

@@ -179,6 +179,10 @@ class RunState(Protocol):
         """Why the run ended; None while it runs."""
 
     @property
+    def closed(self) -> bool:
+        """Set once the run's result is taken: no late event is sent after it."""
+
+    @property
     def interrupted(self) -> bool:
         """Whether the run ended before finishing: a result arriving now is discarded."""
 

@@ -58,6 +58,7 @@ import structlog
 
 from ..errors import ChainFailure
 from ..limits import Limits, SessionLimits
+from ..telemetry import chain_spans, metrics
 from ..tools.model import Tool
 from .attempt import run_attempt, run_branch
 from .budget import RequestBudget, RunBudget
@@ -81,6 +82,7 @@ from .recovery_policy import Report
 from .resume import Resumption, Starting, fold_plan
 from .run_state import Clock, KindRunner, RunConfig, SubchainPlanner, logs_debug
 from .step_cache import StepCache
+from .terminal import send_terminal_error
 from .validation import ChainPlan, PlanNode
 from .workers import WorkerPool
 
@@ -225,7 +227,8 @@ class ChainRunner:
         self.context: dict[str, Any] = {"input": initial_input}
         self.outputs: dict[str, Any] = {}
         self.running: dict[str, bool] = {}
-        self.reports: dict[str, Report] = {}
+        self.reports: dict[str, Report] = chain_spans.reports_for_run()
+        self._attempt = chain_spans.attempt_runner(run_attempt)  # run_attempt when unobserved
         self.deadline: float = parent.deadline if parent is not None else math.inf
         self.monotonic_deadline: float | None = (
             parent.monotonic_deadline if parent is not None else None
@@ -279,10 +282,16 @@ class ChainRunner:
         def respond(result: RunResult) -> None:
             if before_response is not None:
                 before_response()
-            sent.append(self._send_response(result, started))
+            sent.append(response := self._send_response(result, started))
+            error = response.error
+            metrics.chain_finished("ok" if error is None else error.code, stream=self.events)
 
         timeout = self.plan.timeout if self._timeout_left is None else self._timeout_left
-        await self.run(max(0.0, timeout), respond)
+        metrics.chain_started(self.events)  # events count from here, as they are sent
+        running: Awaitable[Any] = self.run(max(0.0, timeout), respond)
+        if chain_spans.chain_span_needed():
+            running = chain_spans.traced_chain(self.plan.request, running, sent)
+        await running
         return sent[0]
 
     async def run(
@@ -344,19 +353,7 @@ class ChainRunner:
         was sent already or the run is closed; a node with recovery fields' carries its
         report as ``data`` (PROTOCOL.md §5 Recovery), a resumed one ``resumed: true``
         (§5 Resume); ``failure`` is what a durable run keeps with it."""
-        running = self.running
-        if running.get(shown) is False and not self.closed:
-            running[shown] = True
-            report = self.reports.pop(shown, None) if self.reports else None
-            resume = self.config.resume
-            if resume is not None and shown in resume.resumed:
-                data = {**(report.data(False) if report is not None else {}), "resumed": True}
-                self.events.send_data(shown, "error", data, error=message, failure=failure)
-            elif report is None:
-                self.events.send(shown, "error", error=message, failure=failure)
-            else:
-                self.events.send_data(shown, "error", report.data(False), error=message,
-                                      failure=failure)
+        send_terminal_error(self, shown, message, failure)
 
     def cancel_message(self, *, item: bool = False) -> str:
         """The ``error`` text of a node or item stopped before it finished: why the
@@ -410,7 +407,7 @@ class ChainRunner:
     async def _run_node(self, index: int) -> None:
         pnode = self.plan.nodes[index]
         node_id = pnode.node_id
-        outcome = await run_attempt(
+        outcome = await self._attempt(
             self, self.prefix + node_id, pnode, self._node_context(index)
         )
         kind = outcome.kind

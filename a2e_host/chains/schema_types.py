@@ -217,7 +217,8 @@ def may_be_a_tag(t: SchemaType | None) -> bool:
 
 
 def kind_of(value: Any) -> int:
-    """The kind of a decoded JSON value (:data:`ALL` for anything else)."""
+    """The kind of a decoded JSON value (:data:`ALL` for anything else, and for a
+    ``{"$secret": NAME}`` reference: PROTOCOL.md §5 Secrets)."""
     kind = type(value)
     if kind is str:
         return STRING
@@ -232,6 +233,8 @@ def kind_of(value: Any) -> int:
     if kind is list:
         return ARRAY
     if kind is dict:
+        if len(value) == 1 and isinstance(value.get("$secret"), str):
+            return ALL  # a secret reference: its value is known only when the tool runs
         return OBJECT
     return ALL
 

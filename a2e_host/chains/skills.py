@@ -429,6 +429,10 @@ class _SkillCatalog:
     def skill_names(self) -> Collection[str]:
         return self.registry.names()
 
+    @property
+    def secrets(self) -> Any:  # the host's secrets, which skills may name (§5 Secrets)
+        return getattr(self.inner, "secrets", None)
+
     def resolve_skill(self, ref: str) -> Resolution[SkillVersion]:
         return self.registry.resolve(ref)
 

@@ -20,6 +20,7 @@ from .catalog import Signature
 from .messages import ChainNode
 from .nodes import Executor, NodeContext, current_node
 from .proc import ProcPolicy, run_proc
+from .secret_refs import HostSecrets
 from .signatures import tool_signature
 from .skill_versions import Resolution
 from .skills import SkillRegistry, SkillVersion, load_skills
@@ -50,6 +51,8 @@ class Toolbox:
         self.skills = skills if skills is not None else SkillRegistry()
         self.proc = proc if proc is not None else ProcPolicy()
         self.config: HostConfig | None = None  # from_config's: for pack_providing
+        self.secrets = HostSecrets()
+        """The configured secrets and the request-secret policy (PROTOCOL.md §5 Secrets)."""
         self._other_packs: dict[str, str] | None = None
         self.executors: dict[str, Executor] = {
             "tool": self.run_tool,
@@ -77,6 +80,7 @@ class Toolbox:
             )
         box = cls(load_tools(config), None, ProcPolicy.from_config(config))
         box.config = config
+        box.secrets = HostSecrets(config.secrets, config.request_secrets)  # skills name them
         box.skills = load_skills(config, box)
         box.executors["skill"] = box.skills.run_skill
         return box

@@ -50,6 +50,7 @@ from .node_checks import CONTEXT_KEYS, RESERVED_IDS
 from .problems import CHAIN_INVALID, chain_invalid, problem
 from .recovery_checks import check_recovery
 from .recovery_policy import Recovery, recovery_of
+from .secret_refs import secret_problems
 from .typecheck import TypeChecks
 
 __all__ = [
@@ -272,6 +273,9 @@ class _Validator(GraphChecks):
             if self.is_own(i):
                 self.check_node(i)
         check_recovery(self)
+        for found in secret_problems(self.request, getattr(self.catalog, "secrets", None),
+                                     self.session_limits):
+            self.problems.add(found)
         self.check_templates()
         self.build_control_edges()
         self.build_data_edges()

@@ -39,7 +39,7 @@ class StdioStream:
 
     async def send(self, message: Message) -> None:
         assert self.process.stdin is not None
-        await self.process.stdin.send(encode_line(message))
+        await self.process.stdin.send(encode_line(message, redact=False))
 
     async def receive(self) -> Message:
         assert self._lines is not None

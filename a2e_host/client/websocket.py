@@ -29,7 +29,7 @@ class _WebSocketStream:
         from websockets.exceptions import ConnectionClosed
 
         try:
-            await self.ws.send(encode_message(message).decode("utf-8"))
+            await self.ws.send(encode_message(message, redact=False).decode("utf-8"))
         except ConnectionClosed as exc:
             raise anyio.BrokenResourceError(str(exc)) from exc
 

@@ -69,7 +69,7 @@ def graph_run_main(run_id: str, format: str, *, store: str | None,
     return 0
 
 
-async def read_run(path: Path, run_id: str) -> tuple[ChainRequest, RunTrace, bool]:
+async def read_run(path: Path | str, run_id: str) -> tuple[ChainRequest, RunTrace, bool]:
     """The run's request, its frames folded, and whether it was still running.
 
     Raises:

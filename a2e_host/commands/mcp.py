@@ -200,8 +200,11 @@ def _server(client: Any, host: Any, skills: list[tuple[str, str, dict[str, Any]]
         return ListToolsResult(tools=tools.list())
 
     async def call_tool(ctx: Any, params: Any) -> Any:
+        # over HTTP, the request that carried the call: a client that went away (killed,
+        # network gone) sends no notifications/cancelled, its connection just closes
+        gone = getattr(getattr(ctx, "request", None), "is_disconnected", None)
         return await tools.call(params.name, dict(params.arguments or {}),
-                                ctx.session.report_progress)
+                                ctx.session.report_progress, client_gone=gone)
 
     return Server("a2e-host", version=__version__, on_list_tools=list_tools,
                   on_call_tool=call_tool,

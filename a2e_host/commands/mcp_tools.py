@@ -11,8 +11,8 @@ catalog (its MCP servers' tools included), in a worker thread.
   ``timeout``, …); output the ``chain/resp`` as structured content (and as JSON text),
   ``isError`` when the chain did not succeed. Each ``chain/event`` is sent as an MCP
   progress notification (``progress`` counts the events; ``message`` says
-  ``node: phase``). Cancelling the MCP request (``notifications/cancelled``) sends
-  ``chain/cancel``.
+  ``node: phase``). Cancelling the MCP request (``notifications/cancelled``), or an HTTP
+  client's connection closing before the answer, sends ``chain/cancel``.
 * one tool per active skill, named as the skill (``skill_NAME`` when that name is taken by
   the two above, with characters MCP does not allow as ``_``): input the skill's input
   schema; it runs as a chain of one ``skill`` node, so it reports and cancels the same way;
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -35,10 +36,13 @@ from ..chains.validation import validate_chain
 from ..exceptions import A2EError, ChainInvalid
 from ..limits import SessionLimits
 
-__all__ = ["CANCEL_WAIT", "ChainTools", "chain_body_schema"]
+__all__ = ["CANCEL_WAIT", "CLIENT_POLL", "ChainTools", "chain_body_schema"]
 
 CANCEL_WAIT = 5.0
 """Seconds a cancelled MCP call waits to hand its ``chain/cancel`` to the host."""
+
+CLIENT_POLL = 0.5
+"""Seconds between two checks that an HTTP client is still connected to its call."""
 
 _ENVELOPE = ("type", "id", "version", "ts", "a2e", "session_id", "durable",
              "idempotency_key", "retention")
@@ -111,9 +115,32 @@ class ChainTools:
                               description=description or f"Run the skill {name!r}."))
         return tools
 
-    async def call(self, name: str, arguments: dict[str, Any], report: Any) -> Any:
+    async def call(self, name: str, arguments: dict[str, Any], report: Any,
+                   client_gone: Callable[[], Awaitable[bool]] | None = None) -> Any:
         """Call tool ``name`` with ``arguments``; ``report(progress, total, message)``
-        sends an MCP progress notification. Returns an ``mcp.types.CallToolResult``."""
+        sends an MCP progress notification. Returns an ``mcp.types.CallToolResult``.
+
+        ``client_gone`` (HTTP: the request's ``is_disconnected``) is asked every
+        :data:`CLIENT_POLL` seconds while the call runs; once it says so the call is
+        cancelled as a ``notifications/cancelled`` would (its chain with it): nobody
+        could receive the answer, and no event store keeps it for a reconnect."""
+        if client_gone is None:
+            return await self._call(name, arguments, report)
+        result: Any = None
+        async with anyio.create_task_group() as tg:
+            async def watch() -> None:
+                while not await client_gone():  # noqa: ASYNC110 - HTTP has no event for it
+                    await anyio.sleep(CLIENT_POLL)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            result = await self._call(name, arguments, report)
+            tg.cancel_scope.cancel()
+        if result is None:
+            return _failed("the MCP client went away; the call was cancelled")
+        return result
+
+    async def _call(self, name: str, arguments: dict[str, Any], report: Any) -> Any:
         if name == VALIDATE_CHAIN:
             return await self._validate(arguments)
         if name == RUN_CHAIN:
@@ -149,6 +176,11 @@ class ChainTools:
             raise
         except (ClientError, TimeoutError) as exc:  # e.g. busy: max_parallel chains run
             await run.aclose()
+            if isinstance(exc, ClientError) and exc.code == "busy":
+                limit = self.host.config.limits.max_parallel
+                return _failed(f"the host runs at most {limit} chains at once for its MCP "
+                               f"clients ([limits] max_parallel) and all {limit} are running; "
+                               "call again once one has answered")
             return _failed(f"the host refused or lost the chain: {exc}")
         if response is None:  # pragma: no cover - the client raises instead
             return _failed("the host closed the connection before answering")

@@ -208,6 +208,7 @@ def run_main(
         return EXIT_USAGE
     from ..logs import configure_logging
     from ..runtime.host import Host
+    from ..telemetry.setup import configure_telemetry
     from .common import load_command_config
 
     try:
@@ -229,9 +230,17 @@ def run_main(
         except ValueError as exc:
             print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        display = open_display(request, config.allow_proc, final_only=final_only,
-                               json_out=json_out, events=events)
-        response, signum = anyio.run(_run, request, host, display, recorder)
+        try:  # spans as otel_exporter says (console: on stderr, never stdout)
+            stop_telemetry = configure_telemetry(config)
+        except ValueError as exc:
+            print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            display = open_display(request, config.allow_proc, final_only=final_only,
+                                   json_out=json_out, events=events)
+            response, signum = anyio.run(_run, request, host, display, recorder)
+        finally:
+            stop_telemetry()
     finally:
         if recorder is not None:
             recorder.close()

@@ -87,7 +87,7 @@ def runs_show_main(
     return 0
 
 
-async def _show(path: Path, run_id: str, events: bool, after: int, limit: int | None,
+async def _show(path: Path | str, run_id: str, events: bool, after: int, limit: int | None,
                 json_out: bool) -> None:
     async with open_readonly(path) as store:
         record = await find_run(store, run_id, path)

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +32,8 @@ from ..logs import configure_logging, flush_logs
 from ..plugin import Plugin
 from ..runtime.host import Host
 from ..store import StoreError
+from ..telemetry.endpoints import HostEndpoints
+from ..telemetry.setup import configure_telemetry
 from .common import load_command_config
 
 Plugins = Iterable[Plugin | type[Plugin]] | None
@@ -189,9 +191,21 @@ def _blocking_call(thread: threading.Thread) -> str:
     return thread.name
 
 
+def _telemetry(host: Host, endpoints: HostEndpoints | None) -> Callable[[], None]:
+    """Telemetry as ``host.config`` asks (exit 2 with one line when it cannot be)."""
+    try:
+        return configure_telemetry(host.config, serving_metrics=endpoints is not None,
+                                   gauges=endpoints.gauges if endpoints is not None else None)
+    except ValueError as exc:
+        print(f"a2e-host: configuration error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
 async def _serve(host: Host) -> None:
     from ..transports.websocket import serve_websocket
 
+    endpoints = HostEndpoints(host) if host.config.http_endpoints else None
+    stop_telemetry = _telemetry(host, endpoints)
     try:
         async with host.running(), anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signals, host)
@@ -199,7 +213,8 @@ async def _serve(host: Host) -> None:
                 try:
                     bound_host, port = await server.start(
                         partial(serve_websocket, host.serve_connection, host.config,
-                                stop=host.shutdown_event, log=host.log)
+                                stop=host.shutdown_event, log=host.log,
+                                routes=endpoints.routes() if endpoints is not None else None)
                     )
                 except (OSError, BaseExceptionGroup) as exc:
                     error = _find(exc, OSError)
@@ -213,6 +228,7 @@ async def _serve(host: Host) -> None:
     finally:
         with anyio.CancelScope(shield=True):
             await host.aclose()
+        stop_telemetry()
 
 
 def stdio_main(
@@ -245,6 +261,7 @@ def stdio_main(
 async def _stdio(host: Host, out_fd: int) -> None:
     from ..transports.stdio import serve_stdio
 
+    stop_telemetry = _telemetry(host, None)
     try:
         async with host.running(), anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signals, host)
@@ -257,3 +274,4 @@ async def _stdio(host: Host, out_fd: int) -> None:
     finally:
         with anyio.CancelScope(shield=True):
             await host.aclose()
+        stop_telemetry()

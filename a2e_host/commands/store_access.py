@@ -18,7 +18,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from ..store import RunRecord, RunStatus, RunStore, StoredFrame, StoreError, open_store
+from ..store import (
+    RunRecord,
+    RunStatus,
+    RunStore,
+    StoredFrame,
+    StoreError,
+    backend_of,
+    open_store,
+)
 
 __all__ = [
     "EXIT_NOT_FOUND",
@@ -52,8 +60,9 @@ class StoreAccessError(Exception):
         self.exit_code = exit_code
 
 
-def resolve_store(store: str | None, config_path: str | None) -> Path:
-    """The store file to read: ``store``, else ``A2E_STORE``, else the configuration's.
+def resolve_store(store: str | None, config_path: str | None) -> Path | str:
+    """The store file to read: ``store``, else ``A2E_STORE``, else the configuration's
+    (a ``postgresql://`` URL is returned as it is).
 
     Raises:
         StoreAccessError: none is named (exit 2), the configuration is bad (2), or the
@@ -71,6 +80,8 @@ def resolve_store(store: str | None, config_path: str | None) -> Path:
         raise StoreAccessError(
             "no run store named: pass --store PATH (the file 'a2e-host serve --store' "
             "writes), or set A2E_STORE", EXIT_USAGE)
+    if backend_of(path) != "sqlite":
+        return path
     found = Path(path)
     if not found.exists():
         raise StoreAccessError(f"run store {path!r} does not exist; check the path given "
@@ -82,7 +93,7 @@ def resolve_store(store: str | None, config_path: str | None) -> Path:
 
 
 @asynccontextmanager
-async def open_readonly(path: Path) -> AsyncIterator[RunStore]:
+async def open_readonly(path: Path | str) -> AsyncIterator[RunStore]:
     """The store at ``path``, open for reading only; closed on exit.
 
     Raises:
@@ -100,7 +111,7 @@ async def open_readonly(path: Path) -> AsyncIterator[RunStore]:
         await store.aclose()
 
 
-async def find_run(store: RunStore, run_id: str, path: Path) -> RunRecord:
+async def find_run(store: RunStore, run_id: str, path: Path | str) -> RunRecord:
     """The run ``run_id``.
 
     Raises:

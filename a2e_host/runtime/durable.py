@@ -48,6 +48,7 @@ dropped (logged once). :meth:`send_nowait` still never raises.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -55,7 +56,7 @@ from typing import Any
 import anyio
 
 from ..codec import encode_message
-from ..errors import internal_error_message
+from ..errors import error_message_of, internal_error_message
 from ..logs import get_logger
 from ..messages import Message
 from ..store import RunStatus, RunStore, StoredFrame, StoreError
@@ -143,7 +144,7 @@ class DurableSink(RunSink):
     __slots__ = ("store", "run_id", "req_id", "capability", "committed_position",
                  "delivered", "live", "max_uncommitted", "max_uncommitted_bytes",
                  "page_size", "_frames", "_tickets", "_pending_bytes", "_unsubscribe", "_gen",
-                 "_final", "_start_soon", "_on_store_error", "_failed", "_drained", "_advanced",
+                 "_final", "_start_soon", "_on_store_error", "_failed", "_drained", "_waiters",
                  "_log")
 
     def __init__(
@@ -188,7 +189,9 @@ class DurableSink(RunSink):
         self._on_store_error = on_store_error
         self._failed = False
         self._drained: anyio.Event | None = None
-        self._advanced: anyio.Event | None = None
+        # tasks waiting in committed(): one future each, woken by the next commit report
+        # (a bare future: a map's items each wait here once, so this is paid per item)
+        self._waiters: list[asyncio.Future[None]] = []
         self._log = get_logger().bind(run_id=run_id, req_id=req_id)
 
     @property
@@ -268,9 +271,9 @@ class DurableSink(RunSink):
             if self._failed:
                 raise StoreError(f"the run store failed before frame {target} of run "
                                  f"{self.run_id!r} was stored")
-            if self._advanced is None:
-                self._advanced = anyio.Event()
-            await self._advanced.wait()
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
 
     # ── commits ─────────────────────────────────────────────────────────────
 
@@ -306,13 +309,32 @@ class DurableSink(RunSink):
             unsubscribe, self._unsubscribe = self._unsubscribe, None
             if unsubscribe is not None:
                 unsubscribe()
-        advanced, self._advanced = self._advanced, None
-        if advanced is not None:
-            advanced.set()
+        if self._waiters:
+            self._wake_waiters()
         drained = self._drained
         if drained is not None and not self._over():
             self._drained = None
             drained.set()
+
+    def _wake_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():  # a cancelled waiter's task is gone already
+                waiter.set_result(None)
+
+    def lost(self, error: BaseException) -> None:
+        """The run is no longer this host's to write (a replica sharing the store took
+        it over): as when the store fails, for this run only — nothing more is stored
+        or sent (frames not yet committed never reach the wire), ``on_store_error`` is
+        called — but the attached connection's one error is ``error``'s own (a
+        :class:`~a2e_host.exceptions.RemoteProtocolError` says what happened and how to
+        go on)."""
+        outbox, self._outbox = self._outbox, None
+        self._store_failed(error)
+        self._outbox = outbox
+        if outbox is not None:
+            outbox.send_frame_nowait(encode_message(error_message_of(
+                error, req_id=self.req_id, log=self._log, capability_name=self.capability)))
 
     def _store_failed(self, error: BaseException) -> None:
         if self._failed:
@@ -330,10 +352,10 @@ class DurableSink(RunSink):
         if outbox is not None:
             outbox.send_frame_nowait(encode_message(internal_error_message(
                 req_id=self.req_id, capability_name=self.capability)))
-        for waiting in (self._drained, self._advanced):
-            if waiting is not None:
-                waiting.set()
-        self._drained = self._advanced = None
+        if self._drained is not None:
+            self._drained.set()
+        self._drained = None
+        self._wake_waiters()
         if self._on_store_error is not None:
             try:
                 self._on_store_error(error)

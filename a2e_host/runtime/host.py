@@ -197,7 +197,8 @@ class Host:
             if opens:
                 self.store = await open_store(
                     self.config.store, durability=_durability(self.config),
-                    commit_delay=self.config.store_commit_delay)
+                    commit_delay=self.config.store_commit_delay,
+                    owner=self.config.replica_id, lease=self.config.store_lease)
         if not opens:
             outermost = not self.runs.is_open
             async with self.runs.open():

@@ -43,7 +43,10 @@ class MessageClient:
         Raises:
             anyio.BrokenResourceError: the host closed the connection.
         """
-        self.frames.send(encode_message(message) if isinstance(message, Message) else message)
+        if isinstance(message, Message):  # a request's secrets are meant for the host
+            self.frames.send(encode_message(message, redact=False))
+        else:
+            self.frames.send(message)
 
     def send_eof(self) -> None:
         """End of input: the host finishes work in flight, flushes, then closes."""

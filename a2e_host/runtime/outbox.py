@@ -18,6 +18,7 @@ import anyio
 
 from ..codec import encode_message
 from ..messages import Message
+from ..telemetry import metrics
 
 __all__ = ["Outbox"]
 
@@ -106,6 +107,7 @@ class Outbox:
         queued (returns at once after :meth:`close`, so producers never hang on a dead
         connection)."""
         while self.full and not self._closed:
+            metrics.backpressure_wait()
             if self._writable is None:
                 self._writable = anyio.Event()
             await self._writable.wait()

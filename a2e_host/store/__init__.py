@@ -378,6 +378,13 @@ class RunStore(Protocol):
         ...
 
 
+def backend_of(path: str) -> str:
+    """The backend a ``--store`` value names: ``postgresql`` for a ``postgresql://`` or
+    ``postgres://`` URL, else ``sqlite`` (a file path)."""
+    scheme = path.split("://", 1)[0].lower() if "://" in path else ""
+    return "postgresql" if scheme in ("postgresql", "postgres") else "sqlite"
+
+
 async def open_store(
     path: str,
     *,
@@ -388,11 +395,15 @@ async def open_store(
     max_pending_bytes: int = 64 * 1024 * 1024,
     commit_delay: float = 0.0,
     blob_threshold: int = 4096,
+    lease: float = 10.0,
 ) -> RunStore:
     """Open (creating when absent) the run store at ``path`` on the running event loop.
 
     Args:
-        path: a file path (SQLite; the file and its WAL are created owner-only, 0600).
+        path: a file path (SQLite; the file and its WAL are created owner-only, 0600),
+            or a ``postgresql://`` URL (a :class:`~a2e_host.store.shared.SharedRunStore`,
+            migrated at open;
+            needs the ``postgres`` extra).
         durability: see :data:`Durability`.
         readonly: open for reading only (e.g. the ``runs`` CLI beside a serving host):
             no writer, no lock, no migration; writes raise :class:`StoreError`.
@@ -403,6 +414,8 @@ async def open_store(
             join it (bigger batches, later commits); 0 commits as soon as it can. A
             flush or an awaited write does not wait it out.
         blob_threshold: frames and outputs of more bytes are stored once by sha256.
+        lease: PostgreSQL only: seconds a replica may be silent before another takes its
+            runs over.
 
     Returns:
         The open store.
@@ -412,17 +425,19 @@ async def open_store(
         StoreError: the file cannot be opened, is not a run store, or is locked by
             another host process.
     """
-    backend = importlib.import_module(_BACKENDS["sqlite"])
+    kind = backend_of(path)
+    backend = importlib.import_module(_BACKENDS[kind])
+    extra = {"lease": lease} if kind == "postgresql" else {}
     store: RunStore = await backend.open_store(
         path, durability=durability, readonly=readonly, owner=owner,
         max_pending=max_pending, max_pending_bytes=max_pending_bytes,
-        commit_delay=commit_delay, blob_threshold=blob_threshold,
+        commit_delay=commit_delay, blob_threshold=blob_threshold, **extra,
     )
     return store
 
 
-_BACKENDS = {"sqlite": "a2e_host.store.sqlite"}
+_BACKENDS = {"sqlite": "a2e_host.store.sqlite", "postgresql": "a2e_host.store.postgres"}
 """Backend name → module with an ``open_store`` coroutine. Imported only when a store is
 opened: this interface module stays plain code (plugins and the core import it), and a
 backend's dependencies (anyio's threads, a database driver) load with the backend. A
-``path`` is SQLite today; a URL scheme picks another backend later (``postgresql://``)."""
+``path`` is SQLite; a ``postgresql://`` URL picks PostgreSQL (:func:`backend_of`)."""

@@ -21,7 +21,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from itertools import chain
 from typing import Any
 
 __all__ = ["Writer", "APPEND", "CREATE", "FINISH", "CANCEL", "JOB", "MAX_BATCH"]
@@ -52,10 +51,17 @@ INSERT_PLAIN_EVENT = (
 columns of :data:`INSERT_EVENT` costs the writer about a quarter of its time per event."""
 PLAIN_ROWS = 64
 """Plain event rows inserted by one statement (:data:`INSERT_PLAIN_EVENTS`)."""
-INSERT_PLAIN_EVENTS = (
-    "INSERT INTO events(run, seq, node_id, phase, payload) VALUES "
-    + ", ".join(["(?, ?, ?, ?, ?)"] * PLAIN_ROWS) + " ON CONFLICT(run, seq) DO NOTHING"
-)
+PLAIN_COLUMNS = 5
+"""Values of one plain row (run, seq, node_id, phase, payload)."""
+
+
+def plain_events_sql(rows: int) -> str:
+    """:data:`INSERT_PLAIN_EVENT` for ``rows`` rows in one statement."""
+    return ("INSERT INTO events(run, seq, node_id, phase, payload) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?)"] * rows) + " ON CONFLICT(run, seq) DO NOTHING")
+
+
+INSERT_PLAIN_EVENTS = plain_events_sql(PLAIN_ROWS)
 """:data:`PLAIN_ROWS` rows of :data:`INSERT_PLAIN_EVENT` in one statement: one step of
 the SQLite VM, so the thread releases and takes back the interpreter lock once per
 :data:`PLAIN_ROWS` rows, not per row (executemany steps once per row, and each step hands
@@ -117,6 +123,7 @@ class Writer:
         self._thread = threading.Thread(target=self._main, name="a2e-store-writer", daemon=True)
         self._keys: dict[str, int] = {}  # run_id → runs.id of runs being appended to
         self._unknown: set[str] = set()  # run_ids of dropped frames in this batch
+        self._small: dict[int, str] = {}  # rows → plain_events_sql(rows), rows <= PLAIN_ROWS
 
     def start(self) -> None:
         self._thread.start()
@@ -215,9 +222,11 @@ class Writer:
             ``(token, ok, result_or_exception)`` of every job in it.
         """
         conn = self._conn
+        if len(batch) <= PLAIN_ROWS and self._apply_small(batch):
+            return []
         results: list[tuple[Any, bool, Any]] = []
         rows: list[tuple[Any, ...]] = []  # every column of INSERT_EVENT
-        plain: list[tuple[Any, ...]] = []  # those of INSERT_PLAIN_EVENT
+        plain: list[Any] = []  # the columns of INSERT_PLAIN_EVENT, row after row, flat
         blobs: list[tuple[bytes, bytes]] = []
         keys = self._keys
         threshold = self._threshold
@@ -234,7 +243,8 @@ class Writer:
                 frame = op[7]
                 output = op[8]
                 if output is None and len(frame) <= threshold:
-                    plain.append((run, op[4], op[5], op[6], frame))
+                    plain.append(run)
+                    plain += op[4:8]  # seq, node_id, phase, frame: no tuple per row
                     continue
                 frame_hash = None
                 if len(frame) > threshold:
@@ -269,6 +279,32 @@ class Writer:
         conn.execute("COMMIT")
         return results
 
+    def _apply_small(self, batch: list[tuple[Any, ...]]) -> bool:
+        """Commit a small batch of plain rows of known runs (the usual batch of a chain
+        whose nodes wait for their ``start`` to be committed: a frame or two) as ONE
+        statement, its own transaction (the connection is in autocommit mode): one step
+        of the SQLite VM, so the thread gives up the interpreter lock once, not for a
+        BEGIN, each row and a COMMIT. False (nothing done) for any other batch."""
+        keys = self._keys
+        threshold = self._threshold
+        flat: list[Any] = []
+        for op in batch:
+            if op[0] != APPEND or op[8] is not None or len(op[7]) > threshold:
+                return False
+            run = keys.get(op[3])
+            if run is None:
+                return False
+            flat.append(run)
+            flat += op[4:8]
+        sql = self._small.get(len(batch))
+        if sql is None:
+            sql = self._small[len(batch)] = plain_events_sql(len(batch))
+        written = self._conn.execute(sql, flat).rowcount
+        if written != len(batch):
+            self._log.error("frames were not stored twice: their (run, seq) is stored "
+                            "already", duplicates=len(batch) - written)
+        return True
+
     def _key(self, run_id: str, seq: int) -> int | None:
         """``runs.id`` of a run the writer did not create (a resumed run, one made by
         ``create_or_get``), remembered from now; None (the frame is dropped, logged)
@@ -285,27 +321,30 @@ class Writer:
         self._keys[run_id] = row[0]
         return int(row[0])
 
-    def _insert_events(self, rows: list[tuple[Any, ...]], plain: list[tuple[Any, ...]],
+    def _insert_events(self, rows: list[tuple[Any, ...]], plain: list[Any],
                        blobs: list[tuple[bytes, bytes]]) -> None:
         """Insert the events of ``rows`` (every column) and ``plain`` (inline frame, no
-        output); the order of rows within one transaction does not matter (readers order
-        by ``seq``)."""
+        output: :data:`PLAIN_COLUMNS` values a row, flat); the order of rows within one
+        transaction does not matter (readers order by ``seq``)."""
         conn = self._conn
         if blobs:
             conn.executemany(INSERT_BLOB, blobs)
         written = 0
+        wanted = len(rows) + len(plain) // PLAIN_COLUMNS
         if plain:
-            whole = len(plain) - len(plain) % PLAIN_ROWS
-            for start in range(0, whole, PLAIN_ROWS):
-                written += conn.execute(INSERT_PLAIN_EVENTS, list(
-                    chain.from_iterable(plain[start:start + PLAIN_ROWS]))).rowcount
+            step = PLAIN_ROWS * PLAIN_COLUMNS
+            whole = len(plain) - len(plain) % step
+            for start in range(0, whole, step):
+                written += conn.execute(INSERT_PLAIN_EVENTS, plain[start:start + step]).rowcount
             if whole < len(plain):
-                written += conn.executemany(INSERT_PLAIN_EVENT, plain[whole:]).rowcount
+                rest = iter(plain[whole:])
+                written += conn.executemany(INSERT_PLAIN_EVENT, zip(
+                    rest, rest, rest, rest, rest, strict=True)).rowcount
         if rows:
             written += conn.executemany(INSERT_EVENT, rows).rowcount
-        if written != len(rows) + len(plain):
+        if written != wanted:
             self._log.error("frames were not stored twice: their (run, seq) is stored "
-                            "already", duplicates=len(rows) + len(plain) - written)
+                            "already", duplicates=wanted - written)
 
     def _job(self, fn: Callable[[sqlite3.Connection], Any], token: Any
              ) -> tuple[Any, bool, Any]:

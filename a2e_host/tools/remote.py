@@ -32,22 +32,26 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
+import dataclasses
 import fnmatch
 import importlib.util
 import inspect
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 import anyio
-import anyio.to_thread
+import anyio.lowlevel
 import msgspec
 import structlog
 
 from ..chains.nodes import NodeContext, current_node
-from ..exceptions import NodeError
+from ..exceptions import ChainLimitExceeded, NodeError
+from ..runtime.limiters import loop_limiter
+from ..sizes import JsonSizer
 
 
 class _Markable(Protocol):
@@ -62,6 +66,7 @@ _T = TypeVar("_T", bound=_Markable)
 
 __all__ = [
     "FORCE_CANCEL_AFTER",
+    "MAX_IN_FLIGHT",
     "REMOTE_UNAVAILABLE",
     "REMOTE_WORKER_LOST",
     "check_available",
@@ -84,6 +89,15 @@ REMOTE_UNAVAILABLE = "remote_unavailable"
 FORCE_CANCEL_AFTER = 2.0
 """Seconds a cancelled Ray task has to stop on its ``KeyboardInterrupt`` before it is
 cancelled with ``force=True``, which kills its worker process."""
+
+MAX_IN_FLIGHT = 256
+"""Ray tasks one host process (one event loop) has in flight at most; further remote
+calls wait in the host, before anything is sent to Ray, until one ends. Each chain's
+``max_concurrency`` bounds its own nodes, but not the sum over chains and sessions: this
+bounds what the host queues in Ray's scheduler and object store."""
+
+_in_flight: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
+    "a2e_host_remote_in_flight")
 
 _LOST = (
     "WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "OutOfMemoryError",
@@ -180,63 +194,150 @@ async def run_remote(name: str, fn: Callable[..., Any], value: Any, call_kwargs:
     ray, task = await _connected(name)
     arg = msgspec.structs.asdict(value) if call_kwargs else value
     ctx = current_node.get()
-    try:
-        ref = task.remote(fn, arg, call_kwargs, _context_data(ctx))
-    except Exception as exc:  # noqa: BLE001 - Ray serializes the call here, in the host
-        raise NodeError(
-            f"tool {name!r} cannot be sent to Ray ({type(exc).__name__}: {_first_line(exc)}); "
-            "a remote tool's function and input must be picklable: make it a module-level "
-            "function importable on the workers"
-        ) from None
-    try:
-        return await ref  # an asyncio future of the result: the loop never blocks
-    except anyio.get_cancelled_exc_class():
-        _cancel(ref)
-        if ctx is not None:
-            ctx.mark_cancelled()
-        raise
-    except ray.exceptions.RayTaskError as exc:
-        cause = exc.cause
-        if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
-            raise cause from None
-        raise NodeError(f"tool {name!r} failed in its Ray task: {_first_line(exc)}") from None
-    except ray.exceptions.RayError as exc:
-        if isinstance(exc, _lost_types(ray)):
+    async with loop_limiter(_in_flight, MAX_IN_FLIGHT):
+        try:
+            ref = task.remote(fn, arg, call_kwargs, _context_data(ctx))
+        except Exception as exc:  # noqa: BLE001 - Ray serializes the call here, in the host
             raise NodeError(
-                f"tool {name!r} lost its Ray worker ({type(exc).__name__}: "
-                f"{_first_line(exc)}); a node retry runs it again",
-                code=REMOTE_WORKER_LOST, retryable=True,
+                f"tool {name!r} cannot be sent to Ray ({type(exc).__name__}: "
+                f"{_first_line(exc)}); a remote tool's function and input must be "
+                "picklable: make it a module-level function importable on the workers"
             ) from None
-        raise NodeError(
-            f"Ray could not run tool {name!r}: {type(exc).__name__}: {_first_line(exc)}"
-        ) from None
+        try:
+            out = await ref  # an asyncio future of the result: the loop never blocks
+        except anyio.get_cancelled_exc_class():
+            _cancel(ref)
+            if ctx is not None:
+                ctx.mark_cancelled()
+            raise
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, _Failure):
+                raise NodeError(cause.message) from None
+            if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
+                raise cause from None
+            raise NodeError(f"tool {name!r} failed in its Ray task: {_first_line(exc)}") from None
+        except ray.exceptions.RayError as exc:
+            if isinstance(exc, _lost_types(ray)):
+                raise NodeError(
+                    f"tool {name!r} lost its Ray worker ({type(exc).__name__}: "
+                    f"{_first_line(exc)}); a node retry runs it again",
+                    code=REMOTE_WORKER_LOST, retryable=True,
+                ) from None
+            raise NodeError(
+                f"Ray could not run tool {name!r}: {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
+    if isinstance(out, _Oversize):
+        raise _oversize_error(name, out, ctx)
+    return out
+
+
+class _Oversize:
+    """What the task returns instead of an output over the node's ``max_output_bytes``:
+    its size so far (a lower bound), so the output never leaves the worker."""
+
+    __slots__ = ("size", "cap")
+
+    def __init__(self, size: int, cap: int) -> None:
+        self.size = size
+        self.cap = cap
+
+
+class _Failure(Exception):
+    """An exception the tool raised, as its ``"<type>: <message>"`` sentence: always
+    picklable (the tool's own exception may hold a lock, a socket …), and the sentence an
+    in-process tool's failure gives. An :class:`~a2e_host.exceptions.A2EError` that
+    pickles crosses as it is, keeping its code."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Failure, (self.message,))
+
+
+def _oversize_error(name: str, out: _Oversize, ctx: NodeContext | None) -> Exception:
+    message = (
+        f"tool {name!r} returned at least {out.size} bytes of output in its Ray task, over "
+        f"max_output_bytes {out.cap}; it was left in the worker: ask for less"
+    )
+    limits = None if ctx is None else ctx.limits
+    refusal = None if limits is None else limits.refusal("max_output_bytes", out.size)
+    if refusal is None or ctx is None:
+        return NodeError(message)
+    return ChainLimitExceeded(message, node_id=ctx.node_id, details=refusal.details)
 
 
 def _context_data(ctx: NodeContext | None) -> dict[str, Any] | None:
+    """The tool context as the task's data. The run key is not sent, only the node's
+    idempotency key derived from it: a session's run key holds its unguessable
+    ``session_id``, which a Ray cluster (its object store, its task records) has no
+    need to see."""
     if ctx is None:
         return None
     left = None if ctx.deadline is None else ctx.deadline - time.monotonic()
     return {
         "node_id": ctx.node_id, "chain_id": ctx.chain_id, "req_id": ctx.req_id,
-        "depth": ctx.depth, "max_output_bytes": ctx.max_output_bytes, "run_key": ctx.run_key,
-        "seconds_left": left,
+        "depth": ctx.depth, "max_output_bytes": ctx.max_output_bytes,
+        "key": ctx.idempotency_key, "seconds_left": left,
     }
 
 
+@dataclasses.dataclass(slots=True)
+class _WorkerContext(NodeContext):
+    """The tool context in a Ray worker: its idempotency key given, its run key empty."""
+
+    key: str = ""
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.key
+
+
 def _call_in_worker(fn: Any, arg: Any, kwargs: bool, data: dict[str, Any] | None) -> Any:
-    """The Ray task: ``fn`` on ``arg`` in the worker, with the tool context rebuilt."""
+    """The Ray task: ``fn`` on ``arg`` in the worker, with the tool context rebuilt; an
+    output over the node's ``max_output_bytes`` stays here (:class:`_Oversize` is sent
+    instead), and an exception that would not pickle crosses as a :class:`_Failure`."""
     token = None
+    cap = None
     if data is not None:
         left = data.pop("seconds_left")
-        ctx = NodeContext(**data, deadline=None if left is None else time.monotonic() + left)
+        ctx = _WorkerContext(
+            **data, deadline=None if left is None else time.monotonic() + left)
+        cap = ctx.max_output_bytes
         token = current_node.set(ctx)
     try:
         if inspect.iscoroutinefunction(fn):
-            return asyncio.run(fn(**arg) if kwargs else fn(arg))
-        return fn(**arg) if kwargs else fn(arg)
+            out = asyncio.run(fn(**arg) if kwargs else fn(arg))
+        else:
+            out = fn(**arg) if kwargs else fn(arg)
+    except Exception as exc:  # noqa: BLE001 - sent back to the host, which reports it
+        raise _portable(exc) from None
     finally:
         if token is not None:
             current_node.reset(token)
+    if cap is not None:
+        sizer = JsonSizer(out, cap)
+        try:
+            while not sizer.advance(1 << 16):
+                pass
+        except (TypeError, ValueError, OverflowError):
+            return out  # not JSON: the host's own check says so
+        if sizer.over:
+            return _Oversize(sizer.size, cap)
+    return out
+
+
+def _portable(exc: Exception) -> Exception:
+    """``exc`` if it survives pickling (as Ray will send it), else its sentence."""
+    cloudpickle: Any = importlib.import_module("ray.cloudpickle")  # what Ray pickles with
+
+    try:
+        cloudpickle.loads(cloudpickle.dumps(exc))
+    except Exception:  # noqa: BLE001 - any failure to round-trip
+        return _Failure(f"{type(exc).__name__}: {exc}")
+    return exc
 
 
 async def _connected(tool_name: str) -> tuple[Any, Any]:
@@ -246,8 +347,12 @@ async def _connected(tool_name: str) -> tuple[Any, Any]:
     connected = thread.connected
     if connected.done() and connected.exception() is None:
         return connected.result()
-    try:
-        return await anyio.to_thread.run_sync(connected.result, abandon_on_cancel=True)
+    if not thread.restores_sigterm:  # once connected, even if no call waits by then
+        thread.restores_sigterm = True
+        loop = asyncio.get_running_loop()
+        connected.add_done_callback(lambda _: _on_loop(loop, _restore_sigterm))
+    try:  # shielded: a cancelled wait must not cancel the connection the thread makes
+        return await asyncio.shield(asyncio.wrap_future(connected))
     except Exception as exc:  # noqa: BLE001 - any failure to reach Ray is this one error
         raise NodeError(
             f"remote tool {tool_name!r} could not reach Ray at "
@@ -255,6 +360,26 @@ async def _connected(tool_name: str) -> tuple[Any, Any]:
             "check ray_address and that the cluster is up",
             code=REMOTE_UNAVAILABLE, retryable=True,
         ) from None
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+    try:
+        loop.call_soon_threadsafe(fn)
+    except RuntimeError:  # the loop is closed: nothing left to stop gracefully
+        pass
+
+
+def _restore_sigterm() -> None:
+    """Give SIGTERM back to the host's own handler (on the main thread, where Python
+    handles signals). Ray's core worker installs a crash handler for SIGTERM when it
+    connects; it dumps a stack and kills the process on the spot, skipping the host's
+    graceful stop and ``ray.shutdown`` at exit, which left Ray's agent processes of a
+    local instance running after the host was gone."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    handler = signal.getsignal(signal.SIGTERM)
+    if handler is not None:
+        signal.signal(signal.SIGTERM, handler)
 
 
 def _ray_thread() -> _RayThread:
@@ -286,6 +411,7 @@ class _RayThread:
     def __init__(self, address: str) -> None:
         self.connected: concurrent.futures.Future[tuple[Any, Any]] = concurrent.futures.Future()
         self.cancels: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.restores_sigterm = False
         self._address = address
         threading.Thread(target=self._main, name="a2e-host ray", daemon=True).start()
 

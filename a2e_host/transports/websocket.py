@@ -19,18 +19,27 @@ run under anyio's asyncio backend.
   with ``Retry-After`` and a sentence naming the ceiling, and the host logs a
   ``connection refused`` warning (at most one a second, with the count of the others).
   The opening handshake (TCP accept to upgrade) is bounded by ``handshake_timeout`` too.
+- Plain HTTP ``GET`` (and ``HEAD``: headers only) requests for a path in ``routes`` (the
+  host's ``/healthz``, ``/readyz``, ``/metrics``) are answered by the route's callable,
+  before admission counts anything; the transport only sends the bytes it is handed.
+  Any other method on such a path gets 405 (``Allow: GET, HEAD``).
+- Once ``stop`` is set the server *drains*: upgrades are refused with HTTP 503 (``host
+  shutting down``), the routes keep answering (so ``/readyz`` can say 503 to a load
+  balancer), and the port closes when the last connection has ended.
 """
 
 from __future__ import annotations
 
+import email.utils
 import math
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 
 import anyio
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
@@ -40,7 +49,10 @@ from ..config import HostConfig
 from ..logs import get_logger
 from . import BinaryFrame, CloseCode, ConnectionHandler, Incoming
 
-__all__ = ["SUBPROTOCOL", "WebSocketTransport", "serve_websocket"]
+__all__ = ["HttpRoute", "SUBPROTOCOL", "WebSocketTransport", "serve_websocket"]
+
+HttpRoute = Callable[[], tuple[int, str, bytes]]
+"""A plain HTTP ``GET`` route: returns ``(status, Content-Type, body bytes)``."""
 
 SUBPROTOCOL = Subprotocol("a2e.v1")
 CLOSE_TIMEOUT = 5.0
@@ -111,14 +123,32 @@ class _Admission:
 
     LOG_EVERY = 1.0  # seconds between two "connection refused" warnings
 
-    def __init__(self, config: HostConfig, log: Any) -> None:
+    def __init__(self, config: HostConfig, log: Any,
+                 routes: Mapping[str, HttpRoute] | None = None) -> None:
         self.log = log
+        self.routes = dict(routes or {})
+        self.draining = False
         self.retry_after = str(math.ceil(config.handshake_timeout))
         self.limiter = ConnectionLimiter(config.max_connections, config.max_connections_per_peer)
         self._logged_at = -math.inf
         self._unlogged = 0
 
     def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
+        route = self.routes.get(request.path.partition("?")[0]) if self.routes else None
+        if route is not None:
+            if request.method == "GET":
+                return _http_response(*route())
+            if request.method == "HEAD":  # the GET answer's headers, no body
+                status, content_type, body = route()
+                return _http_response(status, content_type, body, head=True)
+            return _http_response(
+                HTTPStatus.METHOD_NOT_ALLOWED, "text/plain; charset=utf-8",
+                f"method {request.method} is not allowed here; use GET or HEAD\n".encode())
+        if self.draining:
+            response = connection.respond(HTTPStatus.SERVICE_UNAVAILABLE,
+                                          "host shutting down; connect to another host\n")
+            response.headers["Retry-After"] = self.retry_after
+            return response
         peer = _peer(connection)
         refusal = self.limiter.acquire(connection, peer)
         if refusal is not None and self.limiter.prune(_is_gone):
@@ -157,6 +187,20 @@ class _Admission:
         self._unlogged = 0
 
 
+def _http_response(status: int, content_type: str, body: bytes, *, head: bool = False
+                   ) -> Response:
+    headers = Headers([
+        ("Date", email.utils.formatdate(usegmt=True)),
+        ("Connection", "close"),
+        ("Content-Length", str(len(body))),
+        ("Content-Type", content_type),
+        ("Cache-Control", "no-store"),
+    ])
+    if status == HTTPStatus.METHOD_NOT_ALLOWED:
+        headers["Allow"] = "GET, HEAD"
+    return Response(status, HTTPStatus(status).phrase, headers, b"" if head else body)
+
+
 def _is_gone(token: Hashable) -> bool:
     transport = getattr(token, "transport", None)
     return transport is None or bool(transport.is_closing())
@@ -174,6 +218,7 @@ async def serve_websocket(
     *,
     stop: anyio.Event,
     log: Any = None,
+    routes: Mapping[str, HttpRoute] | None = None,
     task_status: anyio.abc.TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``handler`` over WebSocket on ``config.host:config.port`` until ``stop`` is
@@ -184,8 +229,11 @@ async def serve_websocket(
         handler: serves one accepted connection until it ends (``host.serve_connection``).
         config: the address, frame cap, connection ceilings, keepalive, origins and
             compression.
-        stop: the stop signal (e.g. set by ``Host.shutdown``).
+        stop: the stop signal (e.g. set by ``Host.shutdown``): upgrades are refused
+            from then on; the port closes once every connection has ended.
         log: a structlog logger; None takes the package's.
+        routes: path → :data:`HttpRoute` for plain HTTP ``GET`` requests (the query
+            string is ignored); None or empty: none.
         task_status: receives ``(bound_host, bound_port)`` once listening (``port = 0``
             picks a free port).
 
@@ -193,13 +241,20 @@ async def serve_websocket(
         OSError: the address cannot be bound (e.g. the port is in use).
     """
     log = log if log is not None else get_logger()
-    admission = _Admission(config, log)
+    admission = _Admission(config, log, routes)
+    serving = 0
+    drained = anyio.Event()
 
     async def serve_one(ws: ServerConnection) -> None:
+        nonlocal serving
+        serving += 1
         try:
             await handler(WebSocketTransport(ws))
         finally:
             admission.release(ws)
+            serving -= 1
+            if serving == 0 and admission.draining:
+                drained.set()
 
     origins: list[Any] = [None, *config.allowed_origins]
     async with serve(
@@ -223,6 +278,9 @@ async def serve_websocket(
         log.info("websocket server started", url=f"ws://{_url_host(bound[0])}:{bound[1]}")
         task_status.started((bound[0], bound[1]))
         await stop.wait()
+        admission.draining = True
+        if serving:
+            await drained.wait()
         server.close(close_connections=False)
         await server.wait_closed()
 

@@ -45,7 +45,9 @@ from a2e_host.chains.messages import (
     ChainRequest,
     ChainResponse,
 )
+from a2e_host.chains.problems import chain_invalid
 from a2e_host.chains.scheduler import ChainRunner
+from a2e_host.chains.secret_refs import request_secret_problems
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.chains.validation import ChainPlan, expression_chars, validate_chain
 from a2e_host.config import HostConfig
@@ -60,6 +62,7 @@ from a2e_host.exceptions import (
 from a2e_host.messages import Message
 from a2e_host.plugin import Plugin, PluginContext, RunHandle, SessionInfo
 from a2e_host.runtime.limiters import loop_limiter
+from a2e_host.secrets import register, unregister
 
 from .counting import check_total_nodes, worst_case_node_count
 from .durable_handlers import DurableChains, forget_durable_runs
@@ -118,6 +121,8 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         "chain/node.fallback",
         "chain/cache",
         "chain/event.report",
+        "chain/req.trace_context",
+        "chain/req.secrets",
     )
 
     def __init__(self, config: HostConfig, toolbox: Toolbox | None = None) -> None:
@@ -128,6 +133,8 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         every plugin of the host (:func:`~a2e_chains.shared.step_cache_for`)."""
         # per session (its limits and grants shape validation): (skill, nodes id) → plan
         self._skill_plans: dict[str, dict[tuple[str, int], ChainPlan]] = {}
+        # the configured secrets are redacted from every frame and log line while it lives
+        self._secrets_token = register({n: s.value for n, s in config.secrets.items()})
 
     def gates(self) -> tuple[str, ...]:
         """``skill``, and ``proc`` when ``config.allow_proc`` names an executable (§8)."""
@@ -156,10 +163,16 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 no run of this principal, an expired one, or a ``since_seq`` outside it.
         """
         if isinstance(message, ChainRequest):
-            if message.durable:
-                await self._start_durable(message, ctx)
-            else:
-                self._start(message, ctx)
+            if message.secrets and self._refuse_secrets(message, ctx):
+                return  # refused before a value is registered, stored or run
+            token = register(message.secrets)  # redacted from here on (the stored request)
+            try:
+                if message.durable:
+                    await self._start_durable(message, ctx)
+                else:
+                    self._start(message, ctx)
+            finally:
+                unregister(token)  # the run registers them for its own lifetime
         elif isinstance(message, ChainCancel):
             await self._cancel(message, ctx)
         elif isinstance(message, ChainAttach):
@@ -170,6 +183,14 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
             raise InvalidMessage(
                 f"{message.TYPE!r} is sent by hosts, not agents; send chain/req or chain/cancel"
             )
+
+    def _refuse_secrets(self, request: ChainRequest, ctx: PluginContext) -> bool:
+        """Answer a request whose own ``secrets`` are malformed (too many, too short, too
+        long, shadowing) with its refusal, before anything else; whether it did."""
+        found = request_secret_problems(request, self.toolbox.secrets, ctx.session.limits)
+        if found:
+            ctx.outbox.send_nowait(_refusal(request, chain_invalid(found), time.monotonic()))
+        return bool(found)
 
     def _start(self, request: ChainRequest, ctx: PluginContext) -> None:
         self._check_admission(request, ctx)
@@ -226,6 +247,8 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         responded = False
         durable = self.durable  # looked up once: emit runs per event
         live = durable.live.get(run_id) if run_id else None
+        secrets = self.toolbox.secrets.resolver_for(request)
+        secrets_token = register(secrets.values()) if secrets is not None else None
 
         def emit(message: Message) -> None:
             if live is None:
@@ -266,7 +289,8 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 return
             runner = ChainRunner(
                 plan,
-                executors=self.toolbox.executors,
+                executors=self.toolbox.executors if secrets is None
+                else secrets.wrap(self.toolbox.executors),
                 limits=session.limits,
                 emit=emit,
                 wait_writable=sink.wait_writable,
@@ -303,6 +327,8 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
             stage = "running" if runner is not None else "validating"
             respond(_answer(request, started, chain_failure_of(exc, stage=stage)))
         finally:
+            if secrets_token is not None:
+                unregister(secrets_token)
             if live is not None:
                 await self.durable.ended(live)
 
@@ -436,6 +462,7 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         """The host is stopping: close the run store (committing what is queued)."""
         forget_durable_runs(self.config)
         forget_engine(self.config)
+        unregister(self._secrets_token)
 
 
 def _refusal(request: ChainRequest, exc: ChainInvalid, started: float) -> ChainResponse:

@@ -41,6 +41,7 @@ from .durable import (
     request_fingerprint,
     stored_fingerprint,
 )
+from .replicas import TAILS, shared_store
 
 __all__ = ["DurableChains", "durable_runs_for", "forget_durable_runs", "shared_durable_runs"]
 
@@ -162,6 +163,10 @@ class DurableChains:
         durable = self.durable
         if isinstance(found, RunRecord):
             check_not_expired(found)  # a resubmitted key of an expired run
+            shared = shared_store(durable.store)
+            if found.status is RunStatus.RUNNING and shared is not None:
+                TAILS.attach(shared, found, ctx, since_seq, attach_id)  # another replica's
+                return
             if found.status is RunStatus.RUNNING:
                 raise Busy(
                     f"durable run {found.run_id!r} is stored as running but no task on "
@@ -178,6 +183,8 @@ class DurableChains:
         """``chain/detach``: stop streaming the run here; it runs on."""
         found = await self.durable.find(ctx.session.principal, message.run_id,
                                         message.req_id)
+        if not isinstance(found, LiveRun) and TAILS.detach(ctx, found.run_id, message.id):
+            return
         if not isinstance(found, LiveRun) or not ctx.detach_run(found.handle):
             raise InvalidMessage(
                 f"durable run {_run_id(found)!r} is not streaming to this connection; "
@@ -201,8 +208,17 @@ class DurableChains:
             found = await durable.find(ctx.session.principal, message.run_id, "")
         else:  # only a run in flight can be cancelled: no store read for a stray req_id
             found = durable.live_by_req(ctx.session.principal, message.req_id)
+            if found is None and shared_store(durable.store) is not None:
+                try:  # replicas: it may run on another one
+                    found = await durable.find(ctx.session.principal, "", message.req_id)
+                except UnknownRun:
+                    return False
             if found is None:
                 return False
+        shared = shared_store(durable.store)
+        if isinstance(found, RunRecord) and found.status is RunStatus.RUNNING and shared:
+            shared.request_cancel(found.run_id)  # its owner stops it (NOTIFY, heartbeat)
+            return True
         if not isinstance(found, LiveRun) or found.ended:
             raise InvalidMessage(
                 f"durable run {_run_id(found)!r} has ended already; nothing to cancel"

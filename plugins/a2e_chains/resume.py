@@ -59,6 +59,8 @@ from a2e_host.plugin import HostRuns, RunHandle
 from a2e_host.runtime.durable import DurableSink
 from a2e_host.store import RunRecord, RunStore, StoredFrame, StoreError
 
+from .replicas import follow_replicas, shared_store
+
 __all__ = ["RESUME_FEATURE", "ResumedChains", "checkpoint_for", "plan_hash_of", "start_hold"]
 
 RESUME_FEATURE = "chain/resume"
@@ -107,14 +109,23 @@ def start_hold(sink: DurableSink, toolbox: Toolbox, stopping: Callable[[], bool]
     the host stops before the ``start`` was stored."""
     tools = toolbox.tools
     declared = toolbox.skills.declared
+    # id(plan node) → (the node, whether it may run again): decided once per node (a
+    # map's template once for all its items); the node is kept so its id is not reused
+    decided: dict[int, tuple[PlanNode, bool]] = {}
 
-    async def hold(pnode: PlanNode) -> None:
+    def free(pnode: PlanNode) -> bool:
         name = pnode.node.name
         spec = kinds.NODE_KINDS.get(pnode.kind)
         registry = spec.registry if spec is not None else None
         idempotent = registry == "tool" and bool(getattr(tools.get(name), "idempotent", False))
-        if may_rerun(pnode, idempotent=idempotent,
-                     declared_skill=registry == "skill" and name in declared):
+        rerun = may_rerun(pnode, idempotent=idempotent,
+                          declared_skill=registry == "skill" and name in declared)
+        decided[id(pnode)] = (pnode, rerun)
+        return rerun
+
+    async def hold(pnode: PlanNode) -> None:
+        known = decided.get(id(pnode))
+        if known[1] if known is not None else free(pnode):
             return
         await sink.committed()
         if stopping():
@@ -168,9 +179,16 @@ class ResumedChains:
         return plan_hash_of(request, self.toolbox)
 
     async def host_started(self, runs: HostRuns) -> None:
-        """Claim and resume every run the store holds as ``running`` (oldest first)."""
+        """Claim and resume every run the store holds as ``running`` (oldest first); with
+        a store replicas share, every run this replica takes over from a silent one
+        (:func:`~a2e_chains.replicas.follow_replicas`), from now on."""
         store: RunStore | None = self.store
         if store is None:
+            return
+        shared = shared_store(store)
+        if shared is not None:  # replicas: resume what this one takes over, when it does
+            follow_replicas(self.durable, shared,  # type: ignore[attr-defined]
+                            lambda record: self._resume_run(runs, shared, record))
             return
         for record in await store.unfinished():
             claimed = await store.claim(record.run_id)

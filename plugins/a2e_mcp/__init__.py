@@ -118,7 +118,8 @@ class McpPlugin(Plugin):
 
     def _start(self, server: ServerSettings) -> ServerLink:
         assert self._runs is not None
-        link = ServerLink(server, self.settings, self.tools, self.log)
+        link = ServerLink(server, self.settings, self.tools, self.log,
+                          max_line_bytes=self.config.limits.max_message_bytes)
         self.links[server.name] = link
         self._runs.start_service(link.supervise, name=f"mcp:{server.name}")
         return link

@@ -12,7 +12,8 @@ registered but fail at once with that reason, and it is restarted with exponenti
 backoff (tenacity: ``restart_initial_delay`` doubling up to ``restart_max_delay``; a
 connection that stayed up that long starts the backoff over). Leaving the link's
 ``supervise`` (the host stopping) closes the session and stops the server: the SDK closes
-its stdin, then terminates its process group.
+its stdin, then terminates its process group; whatever is left of the group once the
+server exited (children it left behind) is killed (:mod:`a2e_mcp.groups`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from a2e_host.exceptions import NodeError, NodeTimeout
 from a2e_host.tools import NodeContext, ToolRegistry
 
+from .groups import Spawns, kill_groups, recording
 from .settings import McpSettings, ServerSettings
 from .tools import build_tool, output_of
 
@@ -91,6 +93,9 @@ class ServerLink:
         mcp: the ``[mcp]`` settings (timeouts, backoff).
         registry: the host's tool registry, where ``NAME.tool`` tools are registered.
         log: a structlog logger.
+        max_line_bytes: the longest line a stdio server may write (the host's
+            ``max_message_bytes``); a longer one ends its connection
+            (:mod:`a2e_mcp.groups`).
 
     Attributes:
         status: ``connecting``, ``ready``, ``error`` or ``disconnected``.
@@ -100,8 +105,10 @@ class ServerLink:
     """
 
     def __init__(self, server: ServerSettings, mcp: McpSettings, registry: ToolRegistry,
-                 log: Any) -> None:
+                 log: Any, max_line_bytes: int = 16 * 1024 * 1024) -> None:
         self.server = server
+        self.max_line_bytes = max_line_bytes
+        self._spawns: Spawns | None = None
         self.mcp = mcp
         self.registry = registry
         self.log = log.bind(mcp_server=server.name)
@@ -141,12 +148,21 @@ class ServerLink:
                 self._went_down(self._last_down, self.mcp.restart_initial_delay)
                 await anyio.sleep(self.mcp.restart_initial_delay)
                 self.restarts += 1
-        self.status, self.error = "disconnected", "stopped"
-        self._session = None
+        self._stopped()
 
     def stop(self) -> None:
-        """Stop the server (its tools stay registered until :meth:`forget_tools`)."""
+        """Stop the server (its tools stay registered until :meth:`forget_tools`); from
+        now on it is ``disconnected``, and whoever waits for :attr:`started` (a
+        registration) is answered at once."""
         self._scope.cancel()
+        self._stopped()
+
+    def _stopped(self) -> None:
+        self._session = None
+        self.status = "disconnected"
+        self.error = (f"MCP server {self.server.name!r} was stopped (unregistered, or the "
+                      "host is stopping)")
+        self.started.set()
 
     def forget_tools(self) -> None:
         """Remove every tool it registered (the server was unregistered)."""
@@ -182,8 +198,15 @@ class ServerLink:
 
         params = StdioServerParameters(command=server.command[0], args=list(server.command[1:]),
                                        env=dict(server.env), cwd=server.cwd or None)
-        async with stdio_client(params, errlog=_errlog()) as streams:
-            yield streams[0], streams[1]
+        self._spawns = spawns = Spawns(self.max_line_bytes)
+        try:
+            async with AsyncExitStack() as stack:
+                with recording(spawns):
+                    streams = await stack.enter_async_context(
+                        stdio_client(params, errlog=_errlog()))
+                yield streams[0], streams[1]
+        finally:
+            kill_groups(spawns)  # the children it left behind
 
     async def _serve_once(self) -> None:
         """Connect, initialize, list and register the tools, then watch the server until
@@ -250,10 +273,21 @@ class ServerLink:
 
     def _sync_tools(self, tools: list[Any]) -> None:
         """Register the listed tools (those ``tool_allow_list`` allows) as ``NAME.tool``;
-        unregister the ones the server no longer lists."""
+        unregister the ones the server no longer lists. A tool whose name MCP does not
+        allow (empty, over 128 characters, anything but ``A-Z a-z 0-9 _ - .``: a space, a
+        slash, a newline, non-ASCII) is left out with a warning: its ``NAME.tool`` would
+        not be a name a chain, a listing or a log line could carry safely."""
+        from mcp.shared.tool_name_validation import validate_tool_name
+
         allow = set(self.server.tool_allow_list)
-        wanted = {f"{self.server.name}.{t.name}": t for t in tools
-                  if not allow or t.name in allow}
+        listed = [t for t in tools if not allow or t.name in allow]
+        bad = [t.name for t in listed if not validate_tool_name(t.name).is_valid]
+        if bad:
+            self.log.warning("an MCP server lists tools whose names MCP does not allow (1 to "
+                             "128 of A-Z a-z 0-9 _ - .); they are left out",
+                             tools=[name[:140] for name in bad[:20]], count=len(bad))
+        wanted = {f"{self.server.name}.{t.name}": t for t in listed
+                  if validate_tool_name(t.name).is_valid}
         if len(wanted) > MAX_TOOLS:
             self.log.warning("an MCP server lists more tools than the host takes from one "
                              "server; the rest are left out (name them in tool_allow_list)",
@@ -295,6 +329,8 @@ class ServerLink:
                 raise self._mark_down(f"it did not answer a ping within "
                                       f"{self.mcp.ping_timeout:g} s (hung)") from None
             except MCPError as exc:
+                if self._spawns is not None and self._spawns.overflow:
+                    raise self._mark_down(f"it {self._spawns.overflow}") from None
                 raise self._mark_down(f"the connection closed ({exc.error.message})") from None
             self.last_ping_ms = (anyio.current_time() - started) * 1000
 
@@ -352,7 +388,9 @@ class ServerLink:
                                   details=self._details("timeout")) from None
             if exc.code == CONNECTION_CLOSED:
                 self._check_now.set()
-                raise NodeError(f"MCP server {self.server.name!r} closed the connection during "
+                why = (self._spawns.overflow if self._spawns is not None
+                       and self._spawns.overflow else "closed the connection")
+                raise NodeError(f"MCP server {self.server.name!r} {why} during "
                                 f"the call of {name!r}; it is restarted",
                                 code=UNAVAILABLE, retryable=True,
                             details=self._details(UNAVAILABLE)) from None

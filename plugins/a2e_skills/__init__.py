@@ -27,6 +27,7 @@ import anyio
 from a2e_chains import ChainPlugin
 
 from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest
+from a2e_host.chains.observed import observed_run
 from a2e_host.chains.outcome import RunResult
 from a2e_host.chains.scheduler import ChainRunner
 from a2e_host.chains.skill_messages import (
@@ -186,9 +187,11 @@ class SkillPlugin(Plugin):
                 respond(_refusal(request, _call_refusal(exc)))
                 return
             events = _EventRelay(sink, request.id)
+            secrets = self.toolbox.secrets.resolver_for(chain)  # a skill's own references
             runner = ChainRunner(
                 plan,
-                executors=self.toolbox.executors,
+                executors=self.toolbox.executors if secrets is None
+                else secrets.wrap(self.toolbox.executors),
                 limits=session.limits,
                 emit=events.emit,
                 wait_writable=sink.wait_writable,
@@ -208,7 +211,11 @@ class SkillPlugin(Plugin):
 
             log.info("skill call started", skill=f"{found.name}@{found.version}")
             try:
-                result = await runner.run(plan.timeout, on_end)
+                result = await observed_run(
+                    runner.run(plan.timeout, on_end), "a2e.skill.call",
+                    {"a2e.req_id": request.id, "a2e.chain_id": chain.chain_id,
+                     "a2e.node.kind": "skill", "a2e.tool.name": found.name,
+                     "a2e.skill.version": found.version})
             except anyio.get_cancelled_exc_class():
                 log.info("skill call finished", success=False, code="cancelled")
                 raise

@@ -1,7 +1,7 @@
 """The ``bench`` tool pack: ``noop`` and ``sleep_ms``, for measuring the scheduler.
 
 Both are async and take "any object" input (no validation work), so a chain of them
-measures the host's own overhead.
+measures the host's own overhead. Both are pure and declared ``idempotent``.
 
 * ``noop``: {"x": any} → x unchanged (null when absent).
 * ``sleep_ms``: {"ms": number, "x"?: any} → waits ``ms`` milliseconds, then x (or null).
@@ -32,8 +32,11 @@ async def _sleep_ms(args: dict[str, Any]) -> Any:
     return args.get("x")
 
 
-noop = Tool("noop", _noop, description="Return input field x unchanged.")
-sleep_ms = Tool("sleep_ms", _sleep_ms, description="Wait ms milliseconds, then return x (or null).")
+# Both are pure, so both are declared idempotent: a durable run resumed after a crash may
+# run an in-flight one again (PROTOCOL.md §5 Resume) and need not hold its start.
+noop = Tool("noop", _noop, description="Return input field x unchanged.", idempotent=True)
+sleep_ms = Tool("sleep_ms", _sleep_ms, description="Wait ms milliseconds, then return x (or null).",
+                idempotent=True)
 noop.input_schema = {"type": "object", "properties": {"x": {}}}
 sleep_ms.input_schema = {
     "type": "object",

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from a2e_chains.shared import toolbox_for
 
+from a2e_host.chains.secret_refs import HostSecrets
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.config import HostConfig, ToolGrant
 from a2e_host.exceptions import (
@@ -82,6 +83,8 @@ class ToolsPlugin(Plugin):
         super().__init__(config)
         self.toolbox = Toolbox(tools if tools is not None else toolbox_for(config).tools)
         self.toolbox.config = config  # the "enable pack X" hint of an unknown tool
+        # configured secrets resolve in a call's arguments as in a tool node's input
+        self.toolbox.secrets = HostSecrets(config.secrets, config.request_secrets)
         self.catalog = ToolCatalog(self.toolbox.tools)
 
     def serves(self) -> bool:

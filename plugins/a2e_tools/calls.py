@@ -121,9 +121,11 @@ async def run_call(
         log.error("the tool call failed inside the host while checking it", exc_info=exc)
         respond(_failed(name, chain_failure_of(exc, stage="validating"), started))
         return
+    executors = {**toolbox.executors, "tool": run_tool}
+    secrets = toolbox.secrets.resolver_for(chain)  # None on a host without secrets
     runner = ChainRunner(
         plan,
-        executors={**toolbox.executors, "tool": run_tool},
+        executors=executors if secrets is None else secrets.wrap(executors),
         limits=session.limits,
         emit=emit,
         wait_writable=sink.wait_writable,

@@ -9,6 +9,7 @@ events, responses and ``mcp/server/list``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,14 +31,15 @@ WAIT = 30.0
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One host for the module: the test server twice, pinged often, restarted after 1 s:
     ``test`` (calls time out after 3 s), and ``flaky``, which the tests crash and hang;
-    agents may register the test server's command."""
+    agents may register the test server's command; messages (and an MCP server's lines)
+    of at most 1 MiB."""
     text = toml_of([], {"start_timeout": 20, "ping_interval": 1, "ping_timeout": 3,
                         "restart_initial_delay": 1, "restart_max_delay": 1,
                         "register_commands": [TEST_SERVER]}, {
-        "test": {"command": TEST_SERVER, "timeout": 3},
+        "test": {"command": TEST_SERVER, "timeout": 3, "env": {"A2E_MCP_TEST": "given"}},
         "flaky": {"command": TEST_SERVER, "timeout": 20,
-                  "tool_allow_list": ["crash", "hang", "stats"]},
-    })
+                  "tool_allow_list": ["big", "crash", "hang", "stats"]},
+    }) + "\n[limits]\nmax_message_bytes = 1048576\n"
     with serving_mcp_host(tmp_path_factory.mktemp("mcp-test"), text) as served:
         yield served
 
@@ -159,7 +161,7 @@ async def test_a_crashed_server_is_unavailable_then_restarted_with_its_tools(url
         if refused["success"] is False:  # unless the restart already won the race
             assert refused["error"]["details"]["mcp_error"] == "mcp_server_unavailable"
         up = await _wait_status(ws, "flaky", "ready")
-        assert up["tools_count"] == 3 and up["error"] == ""
+        assert up["tools_count"] == 4 and up["error"] == ""
         _, again = await _run(ws, chain("e", [tool("e", "flaky.stats", input={})]))
     assert again["success"] is True, again
     assert again["final_output"]["pid"] != pid  # a new process
@@ -209,3 +211,65 @@ async def test_an_agent_registers_an_allowed_server_uses_its_tools_then_unregist
                                                      input={"value": "hi"})]))
         assert unknown["error"]["code"] == "chain_invalid"
         assert [s["name"] for s in (await list_servers(ws))["servers"]] == ["flaky", "test"]
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.asyncio
+async def test_an_unregistered_servers_leftover_children_are_killed(url: str) -> None:
+    async with await _session(url) as ws:
+        config = {"name": "parent", "transport": "stdio", "cmd": TEST_SERVER,
+                  "tool_allow_list": ["spawn"], "timeout": 10}
+        await send(ws, {"type": "mcp/server/register/req", "id": "r", "config": config})
+        with anyio.fail_after(WAIT):
+            registered = await receive(ws)
+        assert registered["ok"] is True, registered
+        _, spawned = await _run(ws, chain("s", [tool("s", "parent.spawn", input={})]))
+        child = spawned["final_output"]["pid"]
+        assert _alive(child)
+        await send(ws, {"type": "mcp/server/unregister/req", "id": "u", "server_id": "parent"})
+        assert (await receive(ws))["ok"] is True
+    # the server exits at once on its closed stdin; its child is killed with its group
+    with anyio.fail_after(WAIT):
+        while _alive(child):  # noqa: ASYNC110 - another process's end has no event
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.asyncio
+async def test_a_server_line_over_max_message_bytes_fails_the_call_and_restarts_the_server(
+        url: str) -> None:
+    async with await _session(url) as ws:
+        _, first = await _run(ws, chain("a", [tool("a", "flaky.stats", input={})]))
+        _, big = await _run(ws, chain("b", [tool("b", "flaky.big",
+                                                 input={"size": 2 * 1024 * 1024})]))
+        assert big["success"] is False
+        assert big["error"]["message"] == (
+            "node 'b' failed: MCP server 'flaky' wrote a line longer than 1048576 bytes "
+            "([limits] max_message_bytes) during the call of 'big'; it is restarted")
+        assert big["error"]["details"]["mcp_error"] == "mcp_server_unavailable"
+        up = await _wait_status(ws, "flaky", "ready")
+        assert up["error"] == ""
+        _, small = await _run(ws, chain("s", [tool("s", "flaky.big", input={"size": 1000})]))
+        _, again = await _run(ws, chain("e", [tool("e", "flaky.stats", input={})]))
+    assert small["final_output"] == {"result": "x" * 1000}, str(small)[:300]
+    assert again["final_output"]["pid"] != first["final_output"]["pid"]
+
+
+@pytest.mark.asyncio
+async def test_a_stdio_server_gets_its_env_and_none_of_the_hosts_own_environment(
+        url: str) -> None:
+    # the host inherited this test process's environment, PYTEST_CURRENT_TEST included
+    values = {}
+    async with await _session(url) as ws:
+        for name in ("A2E_MCP_TEST", "PYTEST_CURRENT_TEST", "HOME"):
+            _, resp = await _run(ws, chain("g", [tool("g", "test.getenv", input={"name": name})]))
+            values[name] = resp["final_output"]["value"]
+    assert values == {"A2E_MCP_TEST": "given", "PYTEST_CURRENT_TEST": None,
+                      "HOME": os.environ["HOME"]}

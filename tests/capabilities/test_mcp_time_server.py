@@ -123,3 +123,23 @@ async def test_agents_cannot_register_a_server_unless_the_configuration_allows_c
     resp = await _call(url, {"type": "mcp/server/unregister/req", "id": "u", "server_id": "time"})
     assert_sdk_accepts(resp)
     assert (resp["ok"], resp["server_id"]) == (False, "time")  # a configured server stays
+
+
+@pytest.mark.asyncio
+async def test_tool_call_calls_an_mcp_tool_directly_and_its_server_refuses_missing_input(
+        url: str) -> None:
+    resp = await _call(url, {"type": "tool/call/req", "id": "c", "tool_name": "time.convert_time",
+                             "arguments": {"source_timezone": "UTC", "time": "12:00",
+                                           "target_timezone": "Asia/Tokyo"}})
+    assert_sdk_accepts(resp)
+    assert resp["type"] == "tool/call/resp" and resp["data"]["success"] is True, resp
+    output = resp["data"]["data"]
+    assert (output["time_difference"], output["target"]["timezone"]) == ("+9.0h", "Asia/Tokyo")
+    assert output["target"]["datetime"].endswith("T21:00:00+09:00")
+    missing = await _call(url, {"type": "tool/call/req", "id": "m",
+                                "tool_name": "time.convert_time", "arguments": {"time": "12:00"}})
+    assert missing["data"]["success"] is False, missing
+    # the server checks its own input (its inputSchema only describes it to the host)
+    assert missing["data"]["error_code"] == "tool_error", missing
+    assert missing["data"]["error"].startswith("MCP tool time.convert_time failed: ")
+    assert "source_timezone" in missing["data"]["error"], missing

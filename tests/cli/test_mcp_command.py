@@ -141,6 +141,16 @@ async def test_cancelling_an_mcp_call_cancels_its_chain(tmp_path: Path) -> None:
     assert line["success"] is False and line["nodes_run"] == 1
 
 
+async def _http_url(process: Any) -> tuple[str, bytes]:
+    """The URL ``a2e-host mcp --port 0`` announced on stderr, and the stderr read so far."""
+    assert process.stderr is not None
+    seen = b""
+    with anyio.fail_after(WAIT):
+        while not (found := re.search(rb"listening on (http://\S+/mcp)", seen)):
+            seen += await process.stderr.receive()
+    return found.group(1).decode(), seen
+
+
 @pytest.mark.asyncio
 async def test_mcp_over_streamable_http_runs_a_chain(tmp_path: Path) -> None:
     process = await anyio.open_process(
@@ -148,11 +158,7 @@ async def test_mcp_over_streamable_http_runs_a_chain(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO, env=host_env())
     try:
         assert process.stderr is not None
-        seen = b""
-        with anyio.fail_after(WAIT):
-            while not (found := re.search(rb"listening on (http://\S+/mcp)", seen)):
-                seen += await process.stderr.receive()
-        url = found.group(1).decode()
+        url, _ = await _http_url(process)
         async with streamable_http_client(url) as (read, write, *_), \
                 ClientSession(read, write) as session:
             with anyio.fail_after(WAIT):
@@ -192,3 +198,85 @@ async def test_sigterm_stops_the_stdio_server_while_its_stdin_stays_open() -> No
         err = b"".join([chunk async for chunk in process.stderr])
     assert code == 0, err[-2000:]
     assert b"Fatal Python error" not in err and b"Traceback" not in err, err[-2000:]
+
+
+@pytest.mark.asyncio
+async def test_an_http_client_that_disconnects_mid_run_has_its_chain_cancelled(
+        tmp_path: Path) -> None:
+    # a client that goes away (killed, network gone) sends no notifications/cancelled:
+    # its connection closing is all the server sees
+    import httpx2 as httpx
+
+    process = await anyio.open_process(
+        [sys.executable, *ARGS, "--port", "0"], stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO, env=host_env())
+    headers = {"accept": "application/json, text/event-stream",
+               "content-type": "application/json", "mcp-protocol-version": "2025-11-25"}
+    try:
+        url, log = await _http_url(process)
+        async with httpx.AsyncClient(timeout=WAIT, headers=headers) as http:
+            init = await http.post(url, json={
+                "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"}}})
+            assert init.status_code == 200, init.text
+            if "mcp-session-id" in init.headers:
+                http.headers["mcp-session-id"] = init.headers["mcp-session-id"]
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "run_chain", "_meta": {"progressToken": "p"}, "arguments": {
+                    "nodes": [{"node_id": "s", "kind": "tool", "name": "sleep",
+                               "input": {"seconds": 60}}],
+                    "entry_node": "s", "timeout": 120}}}
+            with anyio.fail_after(WAIT):
+                async with http.stream("POST", url, json=call) as streamed:
+                    async for line in streamed.aiter_lines():
+                        if "s: start" in line:
+                            break  # leaving the block closes the connection mid-answer
+        assert process.stderr is not None
+        with anyio.fail_after(WAIT):
+            while b'"chain finished"' not in log:
+                log += await process.stderr.receive()
+    finally:
+        process.terminate()
+        with anyio.fail_after(WAIT):
+            await process.wait()
+    (finished,) = [json.loads(line) for line in log.splitlines() if b'"chain finished"' in line]
+    assert (finished["code"], finished["nodes_run"]) == ("cancelled", 1), finished
+
+
+@pytest.mark.asyncio
+async def test_a_call_past_max_parallel_running_chains_is_refused_in_mcp_terms(
+        tmp_path: Path) -> None:
+    async with mcp_session(tmp_path / "stderr.log") as session:
+        started: list[str] = []
+        all_started = anyio.Event()
+
+        async def note(value: float, total: float | None, message: str | None) -> None:
+            if message == "s: start":
+                started.append("s")
+                if len(started) == 4:  # max_parallel's default
+                    all_started.set()
+
+        chain = {"nodes": [{"node_id": "s", "kind": "tool", "name": "sleep",
+                            "input": {"seconds": 60}}], "entry_node": "s", "timeout": 120}
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(lambda: session.call_tool("run_chain", chain,
+                                                        progress_callback=note))
+            with anyio.fail_after(WAIT):
+                await all_started.wait()
+                refused = await session.call_tool("run_chain", _echo_chain("one more"))
+            tg.cancel_scope.cancel()
+        assert refused.is_error is True
+        assert refused.content[0].text == (  # type: ignore[union-attr]
+            "the host runs at most 4 chains at once for its MCP clients ([limits] max_parallel) "
+            "and all 4 are running; call again once one has answered")
+        with anyio.fail_after(WAIT):  # the cancelled ones freed their places
+            while True:
+                after = await session.call_tool("run_chain", _echo_chain("now"))
+                if not after.is_error:
+                    break
+                await anyio.sleep(0.1)
+        assert after.structured_content is not None
+        assert after.structured_content["final_output"] == {"text": "NOW"}

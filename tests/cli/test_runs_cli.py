@@ -1,5 +1,6 @@
-"""``a2e-host runs list|show`` and ``a2e-host graph --run`` read a run store file: the real
-CLI, as a subprocess, on a store written through the store's own API with known runs."""
+"""``a2e-host runs list|show`` and ``a2e-host graph --run`` read a run store file: the
+CLI's own ``main`` (in this process; spawned for the tests of its environment) on a store
+written through the store's own API with known runs."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from a2e_host.errors import ChainFailure
 from a2e_host.store import RunRecord, RunStatus
+from tests.support.cli_inprocess import run_cli
 from tests.support.run_store import StoredRun, request_bytes, response, write_store
 
 CLI = [sys.executable, "-m", "a2e_host"]
@@ -90,6 +92,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``a2e-host *args``: in this process (:func:`run_cli`), or spawned with ``env`` as
+    its whole environment (the tests of where the store's path comes from)."""
+    if env is None:
+        return run_cli(*args)
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60, env=env)
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from tests.support.cli_inprocess import run_cli
 from tests.support.process import CLI, open_host
 from tests.support.requests import chain, tool
 from tests.support.stdio import Client, handshake, stdio_process
@@ -28,9 +28,10 @@ async def _durable(client: Client, message: dict[str, Any]) -> tuple[str, dict[s
             return accepted["run_id"], got
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "a2e_host", *args], capture_output=True,
-                          text=True, timeout=60)
+async def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``a2e-host *args`` by the CLI's ``main`` in a worker thread of this process (the
+    command runs its own event loop), reading the store beside the host process."""
+    return await anyio.to_thread.run_sync(lambda: run_cli(*args))
 
 
 @pytest.mark.asyncio
@@ -55,13 +56,11 @@ async def test_runs_list_and_graph_show_what_a_real_host_stored(tmp_path: Path) 
         started = await client.host.receive()
         assert (started["node_id"], started["phase"]) == ("s", "start"), started
         # read beside the serving host: the run in flight, its node running
-        live = await anyio.to_thread.run_sync(
-            cli, "runs", "list", "--status", "running", "--json", "--store", str(store))
+        live = await cli("runs", "list", "--status", "running", "--json", "--store", str(store))
         assert live.returncode == 0, live.stderr
         assert [(r["run_id"], r["req_id"], r["status"]) for r in
                 json.loads(live.stdout)["runs"]] == [(accepted["run_id"], "slow", "running")]
-        drawn = await anyio.to_thread.run_sync(
-            cli, "graph", "--run", accepted["run_id"], "--store", str(store))
+        drawn = await cli("graph", "--run", accepted["run_id"], "--store", str(store))
         assert drawn.returncode == 0, drawn.stderr
         assert "    class s running" in drawn.stdout.splitlines()
         await client.send({"type": "chain/cancel", "id": "x", "req_id": "slow"})
@@ -69,7 +68,7 @@ async def test_runs_list_and_graph_show_what_a_real_host_stored(tmp_path: Path) 
         assert cancelled["type"] == "chain/resp" and cancelled["error"]["code"] == "cancelled"
         slow_run = accepted["run_id"]
 
-    listed = cli("runs", "list", "--store", str(store), "--json")
+    listed = await cli("runs", "list", "--store", str(store), "--json")
     assert listed.returncode == 0, listed.stderr
     runs = json.loads(listed.stdout)["runs"]
     assert [(r["run_id"], r["req_id"], r["status"]) for r in runs] == [
@@ -77,14 +76,14 @@ async def test_runs_list_and_graph_show_what_a_real_host_stored(tmp_path: Path) 
         (ok_run, "ok", "succeeded")]
     assert [r["last_seq"] for r in runs] == [2, 4, 4]
 
-    shown = cli("runs", "show", bad_run, "--events", "--store", str(store))
+    shown = await cli("runs", "show", bad_run, "--events", "--store", str(store))
     assert shown.returncode == 0, shown.stderr
     events = shown.stdout.split("events:\n")[1].splitlines()
     assert [line.split()[1:3] for line in events] == [
         ["a", "start"], ["a", "done"], ["b", "start"], ["b", "error"]]
     assert "response:        failed (chain_node_error) at node 'b'" in shown.stdout
 
-    drawn = cli("graph", "--run", bad_run, "--store", str(store))
+    drawn = await cli("graph", "--run", bad_run, "--store", str(store))
     assert drawn.returncode == 0, drawn.stderr
     assert [line.strip() for line in drawn.stdout.splitlines()
             if line.strip().startswith("class ")] == ["class a done", "class b error",
@@ -123,14 +122,14 @@ async def test_graph_and_runs_show_a_node_a_restart_interrupted(tmp_path: Path) 
             resp = await client.reply()
         assert resp["type"] == "chain/resp" and resp["success"] is False, resp
 
-    drawn = cli("graph", "--run", run_id, "--store", str(store))
+    drawn = await cli("graph", "--run", run_id, "--store", str(store))
     assert drawn.returncode == 0, drawn.stderr
     assert [line.strip() for line in drawn.stdout.splitlines()
             if line.strip().startswith("class ")] == ["class a done", "class s interrupted"]
-    shown = cli("runs", "show", run_id, "--events", "--store", str(store))
+    shown = await cli("runs", "show", run_id, "--events", "--store", str(store))
     assert shown.returncode == 0, shown.stderr
     last = shown.stdout.splitlines()[-1].split(None, 3)
     assert last[:3] == ["4", "s", "error"], last
     assert last[3].startswith("error [interrupted]: ") and last[3].endswith("(resumed)")
-    listed = cli("runs", "list", "--store", str(store), "--json")
+    listed = await cli("runs", "list", "--store", str(store), "--json")
     assert [r["status"] for r in json.loads(listed.stdout)["runs"]] == ["interrupted"]

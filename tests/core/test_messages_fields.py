@@ -21,6 +21,7 @@ from a2e_host.chains.messages import (
     ChainRequest,
     ChainResponse,
     RetryPolicy,
+    TraceContext,
     chain_codec,
 )
 from a2e_host.chains.run_messages import RunGet, RunGetResponse, RunList, RunListResponse
@@ -67,6 +68,8 @@ TABLES: dict[type[Any], list[tuple[str, Any, Any]]] = {
         ("durable", bool, False),  # extension (PROTOCOL.md §5 Durable runs)
         ("idempotency_key", str, ""),  # extension
         ("retention", int, 0),  # extension
+        ("trace_context", TraceContext | None, None),  # extension (§5 Trace context)
+        ("secrets", dict[str, str], {}),  # extension (PROTOCOL.md §5 Secrets)
     ],
     ChainEvent: ENVELOPE + [
         ("kind", str, "status"),

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.support import REPO
+from tests.support.durable import SERVE_CONFORMANCE
 from tests.support.ws import serving_sync
 
-HOST = [sys.executable, "-m", "a2e_host", "serve", "--port", "0", "--tools", "conformance"]
 KIT = [sys.executable, "-m", "conformance"]
 DURABLE_CASES = {
     "durable-accepted-first", "durable-attach-after-disconnect",
@@ -35,7 +35,7 @@ def _kit(url: str, *flags: str) -> dict[str, Any]:
 def test_the_durable_cases_pass_against_a_host_with_a_store(tmp_path: Path) -> None:
     config = tmp_path / "host.toml"
     config.write_text("[store]\nprune_interval = 1\n", encoding="utf-8")
-    argv = [*HOST, "--store", str(tmp_path / "runs.db"), "--config", str(config)]
+    argv = [*SERVE_CONFORMANCE, "--store", str(tmp_path / "runs.db"), "--config", str(config)]
     with serving_sync(argv) as url:
         report = _kit(url, "--fast-prune")
     assert {c["id"]: c["status"] for c in report["cases"]} == dict.fromkeys(
@@ -43,14 +43,14 @@ def test_the_durable_cases_pass_against_a_host_with_a_store(tmp_path: Path) -> N
 
 
 def test_the_run_expired_case_is_skipped_unless_the_host_prunes_quickly(tmp_path: Path) -> None:
-    with serving_sync([*HOST, "--store", str(tmp_path / "runs.db")]) as url:
+    with serving_sync([*SERVE_CONFORMANCE, "--store", str(tmp_path / "runs.db")]) as url:
         report = _kit(url)
     assert {c["id"]: c["status"] for c in report["cases"]} == {
         **dict.fromkeys(DURABLE_CASES, "passed"), "durable-run-expired": "skipped"}
 
 
 def test_the_durable_cases_are_skipped_by_a_host_without_a_store() -> None:
-    with serving_sync(HOST) as url:
+    with serving_sync(SERVE_CONFORMANCE) as url:
         report = _kit(url)
     assert {c["id"]: c["status"] for c in report["cases"]} == dict.fromkeys(
         DURABLE_CASES, "skipped")

@@ -5,17 +5,15 @@ exactly, by ``run/list`` and ``run/get``."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
 from a2e_host.client import connect_ws
+from tests.support.durable import SERVE_CONFORMANCE
 from tests.support.process import WAIT
 from tests.support.ws import serving_argv
-
-HOST = [sys.executable, "-m", "a2e_host", "serve", "--port", "0", "--tools", "conformance"]
 
 
 @pytest.mark.asyncio
@@ -24,7 +22,8 @@ async def test_run_list_shows_a_timed_out_run_as_timeout_and_a_capped_one_as_bud
 ) -> None:
     slow = [{"node_id": "s", "kind": "tool", "name": "sleep", "input": {"seconds": 30}}]
     big = [{"node_id": "b", "kind": "tool", "name": "big", "input": {"bytes": 5000}}]
-    async with serving_argv([*HOST, "--store", str(tmp_path / "runs.db")]) as (url, _host):
+    argv = [*SERVE_CONFORMANCE, "--store", str(tmp_path / "runs.db")]
+    async with serving_argv(argv) as (url, _host):
         with anyio.fail_after(WAIT * 2):
             async with connect_ws(url, agent_caps=["chains", "runs"],
                                   limits={"max_output_bytes": 1000}) as client:

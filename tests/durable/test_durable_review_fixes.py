@@ -24,11 +24,11 @@ from a2e_host.chains.messages import (
 )
 from a2e_host.codec import encode_message
 from a2e_host.config import ANONYMOUS_PRINCIPAL, HostConfig
-from a2e_host.messages import ErrorMessage, Message
+from a2e_host.messages import ErrorMessage
 from a2e_host.runtime.memory import open_memory_client
 from a2e_host.store import RunRecord, RunStatus, StoredFrame, StoreError, open_store
 from a2e_host.tools import Tool, tool
-from tests.support.durable import GATED, Gates, durable_host, handshake_as
+from tests.support.durable import GATED, Gates, durable_host, handshake_as, until_response
 
 WAIT = 30
 
@@ -67,13 +67,6 @@ class _Witnesses(Gates):
         return [*super().tools(), effect, lookup]
 
 
-async def _until_response(client: Any) -> list[Message]:
-    got: list[Message] = []
-    while True:
-        message = await client.receive()
-        got.append(message)
-        if isinstance(message, ChainResponse | ErrorMessage):
-            return got
 
 
 @pytest.mark.asyncio
@@ -93,7 +86,7 @@ async def test_a_node_that_may_not_rerun_executes_only_after_its_start_is_commit
                 await handshake_as(client)
                 client.send(ChainRequest(id="r", nodes=nodes, entry_node="l", durable=True))
                 assert isinstance(await client.receive(), ChainAccepted)
-                got = await _until_response(client)
+                got = await until_response(client)
     assert isinstance(got[-1], ChainResponse) and got[-1].success
     # the idempotent lookup ran at once (a resume may run it again: no wait paid) …
     assert witnesses.seen["lookup"] == []
@@ -205,7 +198,7 @@ async def test_a_resumed_run_whose_resume_raises_ends_interrupted_with_one_respo
             async with open_memory_client(host) as client:
                 await handshake_as(client)
                 client.send(ChainAttach(id="att", run_id="d" * 32))
-                got = await _until_response(client)
+                got = await until_response(client)
     assert isinstance(got[0], ChainAccepted) and got[0].last_seq == 0
     response = got[-1]
     assert isinstance(response, ChainResponse) and response.error is not None
@@ -248,7 +241,7 @@ async def test_a_cancel_by_req_id_from_the_starting_session_is_recorded_in_the_s
                 assert isinstance(accepted, ChainAccepted)
                 await gates.reached("g").wait()
                 client.send(ChainCancel(id="c", req_id="long"))
-                got = await _until_response(client)
+                got = await until_response(client)
     response = got[-1]
     assert isinstance(response, ChainResponse) and response.error is not None
     assert response.error.code == "cancelled"
@@ -287,7 +280,7 @@ async def test_a_cancel_still_cancels_and_answers_no_error_when_the_store_cannot
                 await gates.reached("g").wait()
                 client.send(ChainCancel(id="c", run_id=accepted.run_id) if by == "run_id"
                             else ChainCancel(id="c", req_id="long"))
-                got = await _until_response(client)
+                got = await until_response(client)
     assert [m for m in got if isinstance(m, ErrorMessage)] == []
     response = got[-1]
     assert isinstance(response, ChainResponse) and response.error is not None
@@ -379,7 +372,7 @@ async def test_an_attach_is_told_only_the_last_committed_seq(tmp_path: Path) -> 
                 assert _committed_events(path)[-1][0] == 3
                 second.send(ChainAttach(id="att", run_id=accepted.run_id))
                 again = await second.receive()
-                rest = await _until_response(second)
+                rest = await until_response(second)
     assert isinstance(again, ChainAccepted)
     assert (again.run_id, again.last_seq) == (accepted.run_id, 3)
     assert [(m.node_id, m.phase, m.seq) for m in rest if isinstance(m, ChainEvent)] == [

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -27,9 +26,15 @@ from a2e_host.limits import limits_from_mapping
 from a2e_host.messages import ErrorMessage, Message
 from a2e_host.runtime.memory import open_memory_client
 from a2e_host.store import RunStatus
-from tests.support.durable import GATED, Gates, durable_host, handshake_as
-
-WAIT = 20
+from tests.support.durable import (
+    GATED,
+    WAIT,
+    Gates,
+    durable_host,
+    durable_session,
+    handshake_as,
+    until_response,
+)
 
 
 def _response(code: str = "") -> ChainResponse:
@@ -50,11 +55,6 @@ def test_each_ending_is_stored_as_its_status(code: str, status: RunStatus) -> No
     assert status_of(_response(code)) is status
 
 
-async def _until_response(client: Any) -> list[Message]:
-    got: list[Message] = []
-    while not got or not isinstance(got[-1], ChainResponse | ErrorMessage):
-        got.append(await client.receive())
-    return got
 
 
 @pytest.mark.asyncio
@@ -89,7 +89,7 @@ async def test_a_cancel_by_request_id_from_another_connection_ends_the_run(
                 first.send(ChainRequest(id="job", nodes=GATED, entry_node="a", durable=True))
                 await gates.reached("g").wait()
                 second.send(ChainCancel(id="c", req_id="job"))
-                got = await _until_response(first)
+                got = await until_response(first)
     response = got[-1]
     assert isinstance(response, ChainResponse) and response.req_id == "job"
     assert response.error is not None and response.error.code == "cancelled"
@@ -112,7 +112,7 @@ async def test_the_newest_attach_takes_the_run_over_from_the_connection_that_had
                 second.send(ChainAttach(id="att", run_id=accepted.run_id, since_seq=3))
                 assert isinstance(await second.receive(), ChainAccepted)
                 gates.gate("g").set()
-                rest = await _until_response(second)
+                rest = await until_response(second)
                 first.send(ChainAttach(id="back", run_id=accepted.run_id, since_seq=7))
                 refused = await first.receive()
     assert [m.seq for m in head if isinstance(m, ChainEvent)] == [1, 2, 3]
@@ -124,27 +124,25 @@ async def test_the_newest_attach_takes_the_run_over_from_the_connection_that_had
 
 
 @pytest.mark.asyncio
-async def test_run_get_pages_through_the_events(tmp_path: Path) -> None:
+async def test_run_get_pages_through_theevents_of(tmp_path: Path) -> None:
     gates = Gates()
     gates.gate("g").set()
     with anyio.fail_after(WAIT):
-        async with durable_host(tmp_path / "runs.db", gates) as host:
-            async with open_memory_client(host) as client:
-                await handshake_as(client)
-                client.send(ChainRequest(id="r", nodes=GATED, entry_node="a", durable=True))
-                accepted = (await _until_response(client))[0]
-                assert isinstance(accepted, ChainAccepted)
-                pages: list[RunGetResponse] = []
-                since = 0
-                while True:
-                    client.send(RunGet(id=f"g{since}", run_id=accepted.run_id, events=True,
-                                       since_seq=since, limit=4))
-                    page = await client.receive()
-                    assert isinstance(page, RunGetResponse)
-                    pages.append(page)
-                    if not page.next_since_seq:
-                        break
-                    since = page.next_since_seq
+        async with durable_session(tmp_path / "runs.db", gates) as (host, client):
+            client.send(ChainRequest(id="r", nodes=GATED, entry_node="a", durable=True))
+            accepted = (await until_response(client))[0]
+            assert isinstance(accepted, ChainAccepted)
+            pages: list[RunGetResponse] = []
+            since = 0
+            while True:
+                client.send(RunGet(id=f"g{since}", run_id=accepted.run_id, events=True,
+                                   since_seq=since, limit=4))
+                page = await client.receive()
+                assert isinstance(page, RunGetResponse)
+                pages.append(page)
+                if not page.next_since_seq:
+                    break
+                since = page.next_since_seq
     assert [[e["seq"] for e in p.events] for p in pages] == [[1, 2, 3, 4], [5, 6]]
     assert [p.next_since_seq for p in pages] == [4, 0]
 
@@ -156,25 +154,23 @@ async def test_an_expired_run_refuses_attach_and_resubmission_and_shows_its_stat
     gates = Gates()
     gates.gate("g").set()
     with anyio.fail_after(WAIT):
-        async with durable_host(tmp_path / "runs.db", gates) as host:
-            async with open_memory_client(host) as client:
-                await handshake_as(client)
-                client.send(ChainRequest(id="r", nodes=GATED, entry_node="a", durable=True,
-                                         idempotency_key="k"))
-                accepted = (await _until_response(client))[0]
-                assert isinstance(accepted, ChainAccepted)
-                store = host.plugins[0].store
-                assert await store.prune(time.time() + 10**7) == 1  # its retention passed
-                answers: list[Message] = []
-                for message in (
-                    ChainAttach(id="att", run_id=accepted.run_id),
-                    ChainRequest(id="again", nodes=GATED, entry_node="a", durable=True,
-                                 idempotency_key="k"),
-                    RunGet(id="ev", run_id=accepted.run_id, events=True),
-                    RunGet(id="rec", run_id=accepted.run_id),
-                ):
-                    client.send(message)
-                    answers.append(await client.receive())
+        async with durable_session(tmp_path / "runs.db", gates) as (host, client):
+            client.send(ChainRequest(id="r", nodes=GATED, entry_node="a", durable=True,
+                                     idempotency_key="k"))
+            accepted = (await until_response(client))[0]
+            assert isinstance(accepted, ChainAccepted)
+            store = host.plugins[0].store
+            assert await store.prune(time.time() + 10**7) == 1  # its retention passed
+            answers: list[Message] = []
+            for message in (
+                ChainAttach(id="att", run_id=accepted.run_id),
+                ChainRequest(id="again", nodes=GATED, entry_node="a", durable=True,
+                             idempotency_key="k"),
+                RunGet(id="ev", run_id=accepted.run_id, events=True),
+                RunGet(id="rec", run_id=accepted.run_id),
+            ):
+                client.send(message)
+                answers.append(await client.receive())
     assert [(a.req_id, a.code) for a in answers if isinstance(a, ErrorMessage)] == [
         ("att", "run_expired"), ("again", "run_expired"), ("ev", "run_expired")]
     record = answers[-1]
@@ -206,25 +202,23 @@ async def test_run_list_pages_newest_first_and_refuses_a_cursor_it_did_not_give(
     gates = Gates()
     gates.gate("g").set()
     with anyio.fail_after(WAIT):
-        async with durable_host(tmp_path / "runs.db", gates) as host:
-            async with open_memory_client(host) as client:
-                await handshake_as(client)
-                run_ids = []
-                for n in range(3):
-                    client.send(ChainRequest(id=f"r{n}", nodes=GATED, entry_node="a",
-                                             durable=True))
-                    accepted = (await _until_response(client))[0]
-                    assert isinstance(accepted, ChainAccepted)
-                    run_ids.append(accepted.run_id)
-                client.send(RunList(id="p1", limit=2))
-                first = await client.receive()
-                assert isinstance(first, RunListResponse) and first.next_cursor
-                client.send(RunList(id="p2", limit=2, cursor=first.next_cursor))
-                second = await client.receive()
-                client.send(RunList(id="bad", cursor="not-a-cursor"))
-                refused = await client.receive()
-                client.send(RunList(id="big", limit=501))
-                too_many = await client.receive()
+        async with durable_session(tmp_path / "runs.db", gates) as (host, client):
+            run_ids = []
+            for n in range(3):
+                client.send(ChainRequest(id=f"r{n}", nodes=GATED, entry_node="a",
+                                         durable=True))
+                accepted = (await until_response(client))[0]
+                assert isinstance(accepted, ChainAccepted)
+                run_ids.append(accepted.run_id)
+            client.send(RunList(id="p1", limit=2))
+            first = await client.receive()
+            assert isinstance(first, RunListResponse) and first.next_cursor
+            client.send(RunList(id="p2", limit=2, cursor=first.next_cursor))
+            second = await client.receive()
+            client.send(RunList(id="bad", cursor="not-a-cursor"))
+            refused = await client.receive()
+            client.send(RunList(id="big", limit=501))
+            too_many = await client.receive()
     assert isinstance(second, RunListResponse)
     assert [r.run_id for r in first.runs] == run_ids[:0:-1]  # newest first
     assert ([r.run_id for r in second.runs], second.next_cursor) == ([run_ids[0]], "")
@@ -242,14 +236,12 @@ async def test_a_host_that_stops_leaves_its_durable_runs_running_in_the_store(
 
     gates = Gates()
     with anyio.fail_after(WAIT):
-        async with durable_host(tmp_path / "runs.db", gates) as host:
-            async with open_memory_client(host) as client:
-                await handshake_as(client)
-                client.send(ChainRequest(id="long", nodes=GATED, entry_node="a",
-                                         durable=True))
-                accepted = await client.receive()
-                assert isinstance(accepted, ChainAccepted)
-                await gates.reached("g").wait()
+        async with durable_session(tmp_path / "runs.db", gates) as (host, client):
+            client.send(ChainRequest(id="long", nodes=GATED, entry_node="a",
+                                     durable=True))
+            accepted = await client.receive()
+            assert isinstance(accepted, ChainAccepted)
+            await gates.reached("g").wait()
             # the host stops (its runs are cancelled) with the run waiting in g
         store = await open_store(str(tmp_path / "runs.db"))
         try:

@@ -6,7 +6,6 @@ apart."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -23,24 +22,18 @@ from a2e_host.chains.messages import (
 )
 from a2e_host.chains.run_messages import RunGet, RunGetResponse, RunList, RunListResponse
 from a2e_host.config import HostConfig
-from a2e_host.messages import ErrorMessage, Message
+from a2e_host.messages import ErrorMessage
 from a2e_host.runtime.memory import open_memory_client
-from tests.support.durable import GATED, Gates, durable_host, handshake_as
-
-WAIT = 20
-
-
-def _events(messages: list[Message]) -> list[tuple[str, str, int]]:
-    return [(m.node_id, m.phase, m.seq) for m in messages if isinstance(m, ChainEvent)]
-
-
-async def _until_response(client: Any) -> list[Message]:
-    got: list[Message] = []
-    while True:
-        message = await client.receive()
-        got.append(message)
-        if isinstance(message, ChainResponse | ErrorMessage):
-            return got
+from tests.support.durable import (
+    GATED,
+    WAIT,
+    Gates,
+    durable_host,
+    durable_session,
+    events_of,
+    handshake_as,
+    until_response,
+)
 
 
 @pytest.mark.asyncio
@@ -57,7 +50,7 @@ async def test_a_durable_run_outlives_its_connection_and_an_attach_resumes_it(
                 assert isinstance(accepted, ChainAccepted)
                 assert accepted.req_id == "long" and len(accepted.run_id) == 32
                 seen = [await first.receive() for _ in range(3)]
-                assert _events(seen) == [("a", "start", 1), ("a", "done", 2), ("g", "start", 3)]
+                assert events_of(seen) == [("a", "start", 1), ("a", "done", 2), ("g", "start", 3)]
             await gates.reached("g").wait()
             assert len(host.runs) == 1  # it runs on, with no connection
 
@@ -69,10 +62,10 @@ async def test_a_durable_run_outlives_its_connection_and_an_attach_resumes_it(
                 assert (again.req_id, again.run_id, again.attach_id, again.last_seq) == (
                     "long", accepted.run_id, "att", 3)
                 replayed = await second.receive()
-                assert _events([replayed]) == [("g", "start", 3)]
+                assert events_of([replayed]) == [("g", "start", 3)]
                 gates.gate("g").set()
-                rest = await _until_response(second)
-    assert _events(rest) == [("g", "done", 4), ("b", "start", 5), ("b", "done", 6)]
+                rest = await until_response(second)
+    assert events_of(rest) == [("g", "done", 4), ("b", "start", 5), ("b", "done", 6)]
     response = rest[-1]
     assert isinstance(response, ChainResponse) and response.success
     assert response.req_id == "long"
@@ -86,21 +79,19 @@ async def test_a_finished_run_replays_from_the_store_and_lists_its_status(
     gates = Gates()
     gates.gate("g").set()
     with anyio.fail_after(WAIT):
-        async with durable_host(tmp_path / "runs.db", gates) as host:
-            async with open_memory_client(host) as client:
-                await handshake_as(client)
-                client.send(ChainRequest(id="r1", nodes=GATED, entry_node="a", durable=True))
-                first = await _until_response(client)
-                accepted = first[0]
-                assert isinstance(accepted, ChainAccepted)
-                client.send(ChainAttach(id="att", run_id=accepted.run_id, since_seq=4))
-                replay = await _until_response(client)
-                client.send(RunList(id="ls"))
-                listed = await client.receive()
-                client.send(RunGet(id="get", run_id=accepted.run_id, events=True))
-                got = await client.receive()
+        async with durable_session(tmp_path / "runs.db", gates) as (host, client):
+            client.send(ChainRequest(id="r1", nodes=GATED, entry_node="a", durable=True))
+            first = await until_response(client)
+            accepted = first[0]
+            assert isinstance(accepted, ChainAccepted)
+            client.send(ChainAttach(id="att", run_id=accepted.run_id, since_seq=4))
+            replay = await until_response(client)
+            client.send(RunList(id="ls"))
+            listed = await client.receive()
+            client.send(RunGet(id="get", run_id=accepted.run_id, events=True))
+            got = await client.receive()
     assert isinstance(replay[0], ChainAccepted) and replay[0].attach_id == "att"
-    assert _events(replay) == [("b", "start", 5), ("b", "done", 6)]
+    assert events_of(replay) == [("b", "start", 5), ("b", "done", 6)]
     assert isinstance(replay[-1], ChainResponse) and replay[-1].req_id == "r1"
     assert isinstance(listed, RunListResponse)
     assert [(r.run_id, r.status, r.last_seq) for r in listed.runs] == [
@@ -139,7 +130,7 @@ async def test_another_principal_cannot_see_attach_cancel_or_get_a_run(
                 bob.send(RunList(id="x7"))
                 listed = await bob.receive()
                 gates.gate("g").set()
-                done = await _until_response(alice)
+                done = await until_response(alice)
     assert [(a.req_id, a.code) for a in answers if isinstance(a, ErrorMessage)] == [
         ("x1", "unknown_run"), ("x2", "unknown_run"), ("x3", "unknown_run"),
         ("x4", "unknown_run"), ("x5", "unknown_run"), ("x6", "unknown_run")]
@@ -173,22 +164,20 @@ async def test_a_durable_request_on_a_host_without_a_store_names_the_store_optio
 async def test_detach_stops_the_stream_and_the_run_goes_on(tmp_path: Path) -> None:
     gates = Gates()
     with anyio.fail_after(WAIT):
-        async with durable_host(tmp_path / "runs.db", gates) as host:
-            async with open_memory_client(host) as client:
-                await handshake_as(client)
-                client.send(ChainRequest(id="r", nodes=GATED, entry_node="a", durable=True))
-                accepted = await client.receive()
-                assert isinstance(accepted, ChainAccepted)
-                first = [await client.receive() for _ in range(3)]
-                client.send(ChainDetach(id="det", run_id=accepted.run_id))
-                detached = await client.receive()
-                gates.gate("g").set()
-                [run] = list(host.runs)
-                await run.done.wait()
-                client.send(ChainAttach(id="att", run_id=accepted.run_id, since_seq=3))
-                rest = await _until_response(client)
-    assert _events(first) == [("a", "start", 1), ("a", "done", 2), ("g", "start", 3)]
+        async with durable_session(tmp_path / "runs.db", gates) as (host, client):
+            client.send(ChainRequest(id="r", nodes=GATED, entry_node="a", durable=True))
+            accepted = await client.receive()
+            assert isinstance(accepted, ChainAccepted)
+            first = [await client.receive() for _ in range(3)]
+            client.send(ChainDetach(id="det", run_id=accepted.run_id))
+            detached = await client.receive()
+            gates.gate("g").set()
+            [run] = list(host.runs)
+            await run.done.wait()
+            client.send(ChainAttach(id="att", run_id=accepted.run_id, since_seq=3))
+            rest = await until_response(client)
+    assert events_of(first) == [("a", "start", 1), ("a", "done", 2), ("g", "start", 3)]
     assert isinstance(detached, ChainDetached)
     assert (detached.req_id, detached.run_id, detached.last_seq) == ("det", accepted.run_id, 3)
     assert isinstance(rest[0], ChainAccepted)
-    assert _events(rest) == [("g", "done", 4), ("b", "start", 5), ("b", "done", 6)]
+    assert events_of(rest) == [("g", "done", 4), ("b", "start", 5), ("b", "done", 6)]

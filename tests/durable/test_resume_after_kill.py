@@ -89,7 +89,9 @@ async def _start_and_kill(argv: list[str], nodes: list[dict[str, Any]], fifos: F
     """Start the durable chain on a fresh host, wait for both blocking nodes to start,
     stop the host with ``how`` (``kill -9`` by default). Returns the run id and the events
     the client saw."""
-    host = await open_host(argv)
+    # SIGTERM: the running chains get shutdown_grace to finish before they are cancelled;
+    # the blocked tools never finish, so a short grace only ends the wait sooner
+    host = await open_host(argv, A2E_SHUTDOWN_GRACE="0.2")
     seen: list[ChainEvent] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(host.collect_stderr)

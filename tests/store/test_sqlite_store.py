@@ -17,12 +17,14 @@ import pytest
 
 from a2e_host.store import (
     RunStatus,
+    RunStore,
     StoredFrame,
     StoreError,
     StoreVersionError,
     open_store,
 )
 from a2e_host.store.sqlite import SQLiteRunStore, open_sqlite_store
+from tests.support.postgres import require_cluster
 from tests.support.store import frame, frame_bytes, record, stored_seqs
 
 WAIT = 10  # seconds: the bound on every wait
@@ -33,9 +35,18 @@ def path(tmp_path: Path) -> str:
     return str(tmp_path / "runs.db")
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store contract holds for both backends: an SQLite file, a PostgreSQL database
+    (of the throwaway test cluster, tests/support/postgres.py)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "runs.db")
+    return require_cluster().database("store")
+
+
 @pytest.mark.asyncio
-async def test_frames_come_back_after_a_seq_in_order_and_paged(path: str) -> None:
-    store = await open_store(path)
+async def test_frames_come_back_after_a_seq_in_order_and_paged(location: str) -> None:
+    store = await open_store(location)
     try:
         store.create(record("r1"))
         for seq in range(1, 201):
@@ -78,8 +89,8 @@ async def test_big_frames_and_outputs_are_stored_once_by_content_hash(path: str)
 
 
 @pytest.mark.asyncio
-async def test_finish_records_the_outcome_and_retention_counts_from_the_end(path: str) -> None:
-    store = await open_store(path)
+async def test_finish_records_the_outcome_and_retention_counts_from_the_end(location: str) -> None:
+    store = await open_store(location)
     try:
         store.create(record("r1", created=1000.0, retention_until=1060.0))
         store.append("r1", frame("r1", 1))
@@ -103,7 +114,7 @@ async def test_finish_records_the_outcome_and_retention_counts_from_the_end(path
 
 
 async def _committed_get(store: object, run_id: str):  # type: ignore[no-untyped-def]
-    assert isinstance(store, SQLiteRunStore)
+    assert isinstance(store, RunStore)
     await store.flush()
     found = await store.get(run_id)
     assert found is not None
@@ -111,8 +122,8 @@ async def _committed_get(store: object, run_id: str):  # type: ignore[no-untyped
 
 
 @pytest.mark.asyncio
-async def test_an_idempotency_key_is_unique_per_principal(path: str) -> None:
-    store = await open_store(path)
+async def test_an_idempotency_key_is_unique_per_principal(location: str) -> None:
+    store = await open_store(location)
     try:
         first, created = await store.create_or_get(record("r1", idempotency_key="k"))
         assert created and first.run_id == "r1"
@@ -133,8 +144,8 @@ async def test_an_idempotency_key_is_unique_per_principal(path: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_list_pages_every_run_once_newest_first_with_filters(path: str) -> None:
-    store = await open_store(path)
+async def test_list_pages_every_run_once_newest_first_with_filters(location: str) -> None:
+    store = await open_store(location)
     try:
         for i in range(23):
             store.create(record(f"r{i:02}", "alice" if i % 3 else "bob"))
@@ -232,8 +243,8 @@ async def test_prune_deletes_a_long_log_over_several_bounded_calls(
 
 
 @pytest.mark.asyncio
-async def test_many_interleaved_runs_each_keep_their_own_gapless_log(path: str) -> None:
-    store = await open_store(path)
+async def test_many_interleaved_runs_each_keep_their_own_gapless_log(location: str) -> None:
+    store = await open_store(location)
     runs = [f"r{i}" for i in range(40)]
     try:
         for run_id in runs:
@@ -335,10 +346,10 @@ async def test_a_flush_commits_every_batch_at_once_despite_a_commit_delay(
 
 @pytest.mark.asyncio
 async def test_commit_callbacks_run_on_the_loop_with_the_highest_committed_ticket(
-        path: str) -> None:
+        location: str) -> None:
     import threading
 
-    store = await open_store(path)
+    store = await open_store(location)
     seen: list[tuple[int, bool]] = []
     loop_thread = threading.get_ident()
     try:
@@ -359,13 +370,13 @@ async def test_commit_callbacks_run_on_the_loop_with_the_highest_committed_ticke
 
 
 @pytest.mark.asyncio
-async def test_claim_takes_an_unfinished_run_over_with_a_new_epoch(path: str) -> None:
-    store = await open_sqlite_store(path, owner="old-host")
+async def test_claim_takes_an_unfinished_run_over_with_a_new_epoch(location: str) -> None:
+    store = await open_store(location, owner="old-host")
     store.create(record("r1"))
     store.create(record("r2"))
     store.finish("r2", RunStatus.FAILED, b"{}", 0)
     await store.aclose()
-    store = await open_sqlite_store(path, owner="new-host")
+    store = await open_store(location, owner="new-host")
     try:
         assert [r.owner for r in await store.unfinished()] == ["old-host"]
         claimed = await store.claim("r1")

@@ -63,3 +63,35 @@ async def test_frames_appended_again_are_stored_once_with_their_first_bytes(
     assert [f.frame for f in stored] == (
         [frame_bytes("r1", s) for s in range(1, FRAMES + 1)]
         + [frame_bytes("r1", s, 120) for s in range(FRAMES + 1, FRAMES + 6)])
+
+
+@pytest.mark.asyncio
+async def test_small_batches_committed_one_at_a_time_store_each_frame_once(
+        tmp_path: Path) -> None:
+    # a chain whose nodes wait for their start to be committed: a frame or two per
+    # batch, each committed as one statement once the run is known; a frame appended
+    # again, a frame keeping an output and a frame of no run still take the full path
+    path = str(tmp_path / "runs.db")
+    store = await open_sqlite_store(path)
+    try:
+        store.create(record("r1"))
+        await store.flush()
+        for seq in range(1, 6):
+            store.append("r1", frame("r1", seq))
+            if seq % 2:
+                store.append("r1", frame("r1", seq + 100))
+            await store.flush()
+        store.append("r1", frame("r1", 3, size=120))  # stored already: the first stays
+        await store.flush()
+        store.append("r1", frame("r1", 6, output=b'{"x":6}'))
+        store.append("ghost", frame("ghost", 1))  # no such run: dropped, logged
+        await store.flush()
+        stored = await store.frames("r1", after=0, limit=1000)
+        assert store.error is None
+    finally:
+        await store.aclose()
+    seqs = [1, 2, 3, 4, 5, 6, 101, 103, 105]
+    assert stored_seqs(path, "r1") == seqs
+    assert [(f.seq, f.frame, f.output) for f in stored] == [
+        (s, frame_bytes("r1", s), b'{"x":6}' if s == 6 else None) for s in seqs]
+    assert stored_seqs(path, "ghost") == []

@@ -3,6 +3,7 @@ runs), and a gate tool a test opens when it decides."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,13 +12,22 @@ from typing import Any
 import anyio
 from a2e_chains import ChainPlugin, RunsPlugin
 
+from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.config import HostConfig
-from a2e_host.messages import HandshakeRequest, HandshakeResponse
+from a2e_host.messages import ErrorMessage, HandshakeRequest, HandshakeResponse, Message
 from a2e_host.runtime.host import Host
+from a2e_host.runtime.memory import open_memory_client
 from a2e_host.store import open_store
 from a2e_host.tools import Tool, tool
 from a2e_host.tools.registry import ToolRegistry
+
+WAIT = 20
+"""Seconds an in-process durable test may take at most (a bound against a hang)."""
+
+SERVE_CONFORMANCE = [sys.executable, "-m", "a2e_host", "serve", "--port", "0",
+                     "--tools", "conformance"]
+"""``a2e-host serve`` on a free port with the conformance tools (add ``--store PATH``)."""
 
 
 class Gates:
@@ -96,3 +106,30 @@ GATED = [
     {"node_id": "b", "kind": "tool", "name": "echo", "input": {"v": 2}},
 ]
 """a → g (waits on gate ``g``) → b: 6 events and a response."""
+
+
+@asynccontextmanager
+async def durable_session(
+    path: Path, gates: Gates, *, config: HostConfig | None = None, token: str = "",
+) -> AsyncIterator[tuple[Host, Any]]:
+    """:func:`durable_host` with one in-memory client handshaken (with ``token``):
+    ``(host, client)``."""
+    async with durable_host(path, gates, config=config) as host:
+        async with open_memory_client(host) as client:
+            await handshake_as(client, token)
+            yield host, client
+
+
+async def until_response(client: Any) -> list[Message]:
+    """Receive until a ``chain/resp`` or an ``error`` (included, last)."""
+    got: list[Message] = []
+    while True:
+        message = await client.receive()
+        got.append(message)
+        if isinstance(message, ChainResponse | ErrorMessage):
+            return got
+
+
+def events_of(messages: list[Message]) -> list[tuple[str, str, int]]:
+    """``(node_id, phase, seq)`` of the ``chain/event`` messages, in order."""
+    return [(m.node_id, m.phase, m.seq) for m in messages if isinstance(m, ChainEvent)]

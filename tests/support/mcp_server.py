@@ -13,11 +13,17 @@ Tools:
     fail(message) -> an ``isError`` result with ``message``.
     crash() -> the process exits at once with status 3.
     hang() -> blocks the server's event loop for 60 s (it answers nothing, pings included).
+    getenv(name) -> {"value": the variable's value in the server's environment, or null}.
+    big(size) -> a text result of ``size`` characters ``x`` (one long line on the wire).
+    spawn() -> {"pid": the pid of a child it started in its process group, which sleeps
+        for 10 minutes and outlives the server unless something kills it}.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import anyio
@@ -90,9 +96,28 @@ async def hang() -> str:
     return "woke"
 
 
-if __name__ == "__main__":
-    import sys
+@server.tool()
+def getenv(name: str) -> dict[str, str | None]:
+    """The environment variable ``name`` (null when unset)."""
+    return {"value": os.environ.get(name)}
 
+
+@server.tool()
+def big(size: int) -> str:
+    """``size`` characters."""
+    return "x" * size
+
+
+@server.tool()
+def spawn() -> dict[str, int]:
+    """Start a child that outlives the server (it ignores the closed stdin)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    return {"pid": child.pid}
+
+
+if __name__ == "__main__":
     if sys.argv[1:2] == ["--http"]:  # streamable HTTP on 127.0.0.1:PORT/mcp
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:

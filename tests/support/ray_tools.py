@@ -7,10 +7,15 @@ host is built with them (the real chain plugin over ``load_tools`` with ``remote
   writes ``interrupted`` instead. With one step as long as the nap it never sees it in
   time and only ``ray.cancel(force=True)``, killing its worker, stops it.
 - ``crash_once``: the first call (no file ``marker`` yet) creates ``marker`` and kills its
-  own worker process (``os._exit``); later ones return ``{"value", "key", "left"}``: the
-  tool context's ``idempotency_key`` and seconds left before the node's deadline.
+  own worker process (``os._exit``); later ones return ``{"value", "key", "left", "run_key"}``:
+  the tool context's ``idempotency_key``, seconds left before the node's deadline, and
+  run key.
 - ``noop``: returns its input; remote or in-process as ``remote_tools`` says.
 - ``locked`` (``Tool(remote=True)``): a closure over a lock, which cannot be pickled.
+- ``flood`` (``Tool(remote=True)``): ``{"items": [a 1,000-character string] * count}``,
+  about ``count`` KB of JSON.
+- ``grumpy`` (``Tool(remote=True)``): raises :class:`Grumpy`, an exception holding a
+  lock (it cannot be pickled).
 
 ``nap`` and ``crash_once`` are remote through the configuration (:data:`REMOTE_TOOLS`), not
 the attribute.
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from a2e_chains import ChainPlugin
+from a2e_tools import ToolsPlugin
 
 from a2e_host.chains.toolbox import Toolbox
 from a2e_host.config import HostConfig
@@ -57,7 +63,24 @@ def crash_once(marker: str, value: int) -> dict[str, Any]:
         os._exit(1)
     ctx = context()
     assert ctx is not None and ctx.deadline is not None
-    return {"value": value, "key": ctx.idempotency_key, "left": ctx.deadline - time.monotonic()}
+    return {"value": value, "key": ctx.idempotency_key, "left": ctx.deadline - time.monotonic(),
+            "run_key": ctx.run_key}
+
+
+def flood(count: int) -> dict[str, list[str]]:
+    return {"items": ["x" * 1000] * count}
+
+
+class Grumpy(Exception):
+    """An exception Ray cannot pickle: it holds a lock."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+def grumpy(x: int) -> dict[str, int]:
+    raise Grumpy(f"no {x}")
 
 
 def noop(args: dict[str, Any]) -> dict[str, Any]:
@@ -73,14 +96,16 @@ def _tools(config: HostConfig) -> list[Tool]:
             return {"x": x}
 
     return [tool(square, remote=True), tool(nap), tool(crash_once), tool(noop, blocking=False),
-            tool(locked, remote=True)]
+            tool(locked, remote=True), tool(flood, remote=True), tool(grumpy, remote=True)]
 
 
 PACK = ToolPack("raytest", "tools for the Ray tests", _tools)
 
 
 def ray_host(remote_tools: tuple[str, ...] = REMOTE_TOOLS) -> Host:
-    """A host whose chain plugin has the ``raytest`` pack, marked by ``remote_tools``."""
+    """A host whose chain and tools plugins (``chain/req``, ``tool/call/req``) have the
+    ``raytest`` pack, marked by ``remote_tools``."""
     config = HostConfig(tools=("raytest",), remote_tools=remote_tools)
-    toolbox = Toolbox(load_tools(config, packs={"raytest": PACK}))
-    return Host(config, plugins=[ChainPlugin(config, toolbox=toolbox)])
+    registry = load_tools(config, packs={"raytest": PACK})
+    return Host(config, plugins=[ChainPlugin(config, toolbox=Toolbox(registry)),
+                                 ToolsPlugin(config, tools=registry)])

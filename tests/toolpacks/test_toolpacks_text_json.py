@@ -88,6 +88,13 @@ def test_bench_noop_returns_x_and_sleep_ms_waits(tools: ToolRegistry) -> None:
         call(tools, "sleep_ms", {"ms": "1"})
 
 
+def test_bench_tools_are_pure_so_declared_idempotent(tools: ToolRegistry) -> None:
+    # a durable run may then re-run them on resume without holding their start
+    pack = [tools.get("noop"), tools.get("sleep_ms")]
+    assert [(t.name, t.side_effects, t.idempotent) for t in pack if t is not None] == [
+        ("noop", "none", True), ("sleep_ms", "none", True)]
+
+
 def test_json_value_returns_its_value_unchanged(tools: ToolRegistry) -> None:
     assert call(tools, "json_value", {"value": {"a": [1, None, "é"]}}) == {"a": [1, None, "é"]}
     assert call(tools, "json_value", {"value": 3}) == 3

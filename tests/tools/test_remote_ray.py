@@ -148,6 +148,7 @@ async def test_remote_tools_run_on_ray_stop_on_timeout_or_cancel_and_survive_a_l
         assert out["value"] == 3
         assert out["key"] == idempotency_key(f"{client.session_id}/{run.req_id}", "c")
         assert 0 < out["left"] <= 120
+        assert out["run_key"] == ""  # the session id never reaches the worker
 
         # a function Ray cannot pickle fails its node with a sentence saying so
         locked = [{"node_id": "l", "kind": "tool", "name": "locked", "input": {"x": 1}}]
@@ -156,16 +157,38 @@ async def test_remote_tools_run_on_ray_stop_on_timeout_or_cancel_and_survive_a_l
         assert "cannot be sent to Ray" in resp.error.message
         assert "must be picklable" in resp.error.message
 
+        # tool/call/req runs a remote tool too, through the same path
+        call = await client.call_tool("square", {"x": 7}, timeout=60).result()
+        assert call.success, call.error
+        assert call.data["square"] == 49 and call.data["pid"] != os.getpid()
+
+        # an output over max_output_bytes (8 MiB) stays in the worker: only its size
+        # crosses, and the node fails with the ceiling's chain_limit
+        flood = [{"node_id": "f", "kind": "tool", "name": "flood", "input": {"count": 9000}}]
+        resp = await client.run_chain(flood, "f", timeout=60).result()
+        assert resp.error is not None and resp.error.node_id == "f"
+        assert resp.error.code == "chain_limit", resp.error
+        assert resp.error.details["ceiling"] == "max_output_bytes"
+        assert resp.error.details["requested"] > 8 * 1024 * 1024
+        assert "left in the worker" in resp.error.message
+
+        # an exception that cannot be pickled fails its node with its own sentence
+        grumpy = [{"node_id": "g", "kind": "tool", "name": "grumpy", "input": {"x": 5}}]
+        resp = await client.run_chain(grumpy, "g", timeout=60).result()
+        assert resp.error is not None and resp.error.node_id == "g"
+        assert "Grumpy: no 5" in resp.error.message, resp.error.message
+
 
 def test_remote_tools_are_marked_by_name_or_pack_glob_on_copies() -> None:
     config = HostConfig(tools=("raytest",), remote_tools=("nap", "raytest.crash_*"))
     registry = load_tools(config, packs={"raytest": PACK})
     remote = {t.name: t.remote for t in registry}
     assert remote == {"square": True, "nap": True, "crash_once": True, "noop": False,
-                      "locked": True}
+                      "locked": True, "flood": True, "grumpy": True}
     plain = load_tools(HostConfig(tools=("raytest",)), packs={"raytest": PACK})
     assert {t.name: t.remote for t in plain} == {
-        "square": True, "nap": False, "crash_once": False, "noop": False, "locked": True}
+        "square": True, "nap": False, "crash_once": False, "noop": False, "locked": True,
+        "flood": True, "grumpy": True}
 
 
 def test_remote_settings_are_read_from_the_environment_and_toml(tmp_path: Path) -> None:

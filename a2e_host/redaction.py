@@ -1,0 +1,168 @@
+"""Redaction: known secret values replaced by ``«secret:NAME»`` in text, JSON frames and
+JSON values (README "Secrets"; PROTOCOL.md §5 Secrets).
+
+Layer: core (plain code: no anyio, no I/O). A :class:`Redactor` is immutable and built
+once per set of secrets: one compiled alternation of every form a value may take once
+written — itself, JSON-escaped (as msgspec writes it, and as ``json.dumps`` writes it
+with ASCII escapes), as Python's ``repr`` writes it inside quotes, and JSON-escaped twice
+(a frame logged as a JSON string) — longest first, so a value that contains another is
+replaced whole. When forms overlap (``abcdef`` and ``defghi`` in ``abcdefghi``), the
+leftmost match wins and the rest of the other one stays: never a whole value.
+
+Matching costs one pass of the compiled pattern over the text; a run without secrets
+never builds a redactor at all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+__all__ = ["PLACEHOLDER", "Redactor", "placeholder"]
+
+PLACEHOLDER = "«secret:{}»"
+"""What a secret value is replaced by, ``{}`` its name."""
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+_LS, _PS = "\u2028".encode(), "\u2029".encode()
+
+
+def placeholder(name: str) -> str:
+    """``«secret:NAME»``: what the value of the secret ``name`` is replaced by."""
+    return PLACEHOLDER.format(name)
+
+
+def _text_forms(value: str) -> set[str]:
+    """Every form ``value`` may take once written: as is, JSON-escaped (msgspec's and
+    ``json.dumps``' ASCII escapes), inside a Python ``repr``, and each of those
+    JSON-escaped once more (a line logged as a JSON string)."""
+    once = {value, _encode(value).decode("utf-8")[1:-1], json.dumps(value)[1:-1],
+            repr(value)[1:-1]}
+    forms = set(once)
+    for form in once - {value}:
+        forms.add(json.dumps(form)[1:-1])
+        forms.add(json.dumps(form, ensure_ascii=False)[1:-1])
+    return {form for form in forms if form}
+
+
+def _frame_forms(value: str) -> set[bytes]:
+    """The forms of ``value`` inside an encoded frame (codec.encode_message's bytes): each
+    text form, as msgspec writes it inside a JSON string."""
+    forms: set[bytes] = set()
+    for text in _text_forms(value):
+        once = _encode(text)[1:-1]
+        forms.add(once)
+        forms.add(once.replace(_LS, b"\\u2028").replace(_PS, b"\\u2029"))
+    return {form for form in forms if form}
+
+
+class Redactor:
+    """Replaces known secret values by ``«secret:NAME»``.
+
+    Args:
+        secrets: secret name → value, or (name, value) pairs (a name may come twice,
+            with two values); every value non-empty. Two names with one value: the
+            first name is shown.
+
+    Attributes:
+        names: the secret names, sorted.
+    """
+
+    __slots__ = ("names", "_text", "_text_names", "_frame", "_frame_names")
+
+    def __init__(self, secrets: Mapping[str, str] | Iterable[tuple[str, str]]) -> None:
+        pairs = list(secrets.items() if isinstance(secrets, Mapping) else secrets)
+        self.names = tuple(sorted({name for name, _ in pairs}))
+        text: dict[str, str] = {}
+        frame: dict[bytes, bytes] = {}
+        for name, value in pairs:
+            shown = placeholder(name)
+            for form in _text_forms(value):
+                text.setdefault(form, shown)
+            for raw in _frame_forms(value):
+                frame.setdefault(raw, shown.encode("utf-8"))
+        self._text_names = text
+        self._frame_names = frame
+        self._text = re.compile("|".join(
+            re.escape(f) for f in sorted(text, key=len, reverse=True)))
+        self._frame = re.compile(b"|".join(
+            re.escape(f) for f in sorted(frame, key=len, reverse=True)))
+
+    def __repr__(self) -> str:
+        return f"Redactor(names={list(self.names)!r})"
+
+    def redact(self, text: str) -> str:
+        """``text`` with every known value (in any of its written forms) replaced.
+
+        Returns:
+            ``text`` itself when it holds none.
+        """
+        names = self._text_names
+        out, count = self._text.subn(lambda m: names[m.group()], text)
+        return out if count else text
+
+    def redact_frame(self, data: bytes) -> bytes:
+        """An encoded JSON frame with every known value replaced inside its strings.
+
+        The result is always valid JSON: when a replacement fell outside a string (a
+        number that equals a secret, say), the frame is decoded, its strings redacted one
+        by one, and encoded again.
+
+        Returns:
+            ``data`` itself when it holds none.
+        """
+        names = self._frame_names
+        out, count = self._frame.subn(lambda m: names[m.group()], data)
+        if not count:
+            return data
+        try:
+            _decode(out)
+        except msgspec.DecodeError:
+            again = _encode(self._scrub_decoded(_decode(data)))
+            return again.replace(_LS, b"\\u2028").replace(_PS, b"\\u2029")
+        return out
+
+    def scrub(self, value: Any) -> Any:
+        """A JSON-like value (a node's output) with every string holding a known value
+        redacted; ``value`` itself when none does (the common case costs one encode and
+        one search). A value that is not JSON-encodable is returned as it is.
+        """
+        try:
+            data = _encode(value)
+        except (TypeError, ValueError, OverflowError):
+            return value
+        if self._frame.search(data) is None:
+            return value
+        return self._scrub_decoded(_decode(data))
+
+    def _scrub_decoded(self, value: Any) -> Any:
+        """Redact every string (keys too) of freshly decoded JSON, iteratively (no
+        recursion limit: the depth is the decoder's)."""
+        if isinstance(value, str):
+            return self.redact(value)
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, list):
+                for i, element in enumerate(item):
+                    if isinstance(element, str):
+                        item[i] = self.redact(element)
+                    elif isinstance(element, list | dict):
+                        stack.append(element)
+            elif isinstance(item, dict):
+                for key in list(item):
+                    element = item[key]
+                    if isinstance(element, str):
+                        element = item[key] = self.redact(element)
+                    elif isinstance(element, list | dict):
+                        stack.append(element)
+                    shown = self.redact(key)
+                    if shown is not key:
+                        del item[key]
+                        item[shown] = element
+        return value
