@@ -5,6 +5,7 @@ scanned byte by byte in the store's files."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from a2e_host.client import connect_memory
 from a2e_host.config import load_config
 from a2e_host.errors import ChainFailure, chain_failure_of
 from a2e_host.exceptions import NodeError
+from a2e_host.redaction import Redactor
 from a2e_host.runtime.host import Host
 from a2e_host.secrets import Secret
 from tests.support.secret_values import HOST_VALUE, leaks, store_bytes
@@ -143,3 +145,29 @@ def test_a_checkpoint_holds_no_registered_secret() -> None:
     failure = msgspec.json.decode(error)
     assert failure["message"] == "saw «secret:K»"
     assert failure["details"] == {"why": "«secret:K»"}
+
+
+def test_registering_a_requests_longest_secrets_costs_about_as_much_as_short_ones() -> None:
+    """Every request's secrets are compiled into the process-wide redactor on the event
+    loop: 16 values of 4 KiB (``max_request_secrets`` × ``max_secret_bytes``) once cost
+    ~0.5 s of it per registration (every form compiled whole)."""
+    def build(chars: int) -> float:
+        values = {f"K{i}": (f"{i:02d}" + "Zq-9" * chars)[:chars] for i in range(16)}
+        started = time.perf_counter()
+        redactor = Redactor(values)
+        took = time.perf_counter() - started
+        assert redactor.redact(f"<{values['K7']}>") == "<«secret:K7»>"
+        return took
+
+    build(16)  # warm
+    short, long = build(16), build(4096)
+    assert long < 20 * short + 0.1, (short, long)
+
+
+def test_the_longest_form_starting_at_a_place_is_replaced_whole() -> None:
+    redactor = Redactor({"SHORT": "abcdefgh", "LONG": "abcdefghijkl", "OTHER": "zzzzzzzz"})
+    assert redactor.redact("x abcdefghijkl abcdefghXY zzzzzzzzz abcdefg") == (
+        "x «secret:LONG» «secret:SHORT»XY «secret:OTHER»z abcdefg")
+    assert redactor.redact_frame(b'["abcdefghijkl","zzzzzzzz"]') == (
+        '["«secret:LONG»","«secret:OTHER»"]'.encode())
+    assert redactor.scrub({"k": "nothing here"}) == {"k": "nothing here"}
