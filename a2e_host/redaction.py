@@ -149,9 +149,10 @@ class Redactor:
 
     Attributes:
         names: the secret names, sorted.
+        longest: UTF-8 bytes of the longest text form of a value.
     """
 
-    __slots__ = ("names", "_text", "_text_names", "_frame", "_frame_names")
+    __slots__ = ("names", "longest", "_text", "_text_names", "_frame", "_frame_names")
 
     def __init__(self, secrets: Mapping[str, str] | Iterable[tuple[str, str]]) -> None:
         pairs = list(secrets.items() if isinstance(secrets, Mapping) else secrets)
@@ -166,6 +167,7 @@ class Redactor:
                 frame.setdefault(raw, shown.encode("utf-8"))
         self._text_names = text
         self._frame_names = frame
+        self.longest = max((len(form.encode("utf-8")) for form in text), default=0)
         self._text: _Matcher[str] = _Matcher(text)
         self._frame: _Matcher[bytes] = _Matcher(frame)
 

@@ -18,6 +18,7 @@ from a2e_tools import ToolsPlugin
 
 from a2e_host import secrets
 from a2e_host.chains.messages import ChainEvent, ChainNode, ChainRequest, ChainResponse
+from a2e_host.chains.proc import _Capture
 from a2e_host.chains.resume import checkpoint_of
 from a2e_host.chains.secret_refs import SecretResolver
 from a2e_host.client import connect_memory
@@ -171,3 +172,21 @@ def test_the_longest_form_starting_at_a_place_is_replaced_whole() -> None:
     assert redactor.redact_frame(b'["abcdefghijkl","zzzzzzzz"]') == (
         '["«secret:LONG»","«secret:OTHER»"]'.encode())
     assert redactor.scrub({"k": "nothing here"}) == {"k": "nothing here"}
+
+
+@pytest.mark.asyncio
+async def test_a_process_output_cut_at_its_cap_keeps_no_part_of_a_secret() -> None:
+    async def chunks() -> Any:
+        for chunk in (b"0123456789", HOST_VALUE.encode(), b" and more after it"):
+            yield chunk
+
+    token = secrets.register({"K": HOST_VALUE})
+    try:
+        capture = _Capture(15)  # the value starts at byte 10: the cut falls inside it
+        await capture.drain(chunks())  # type: ignore[arg-type]
+        kept = capture.text()
+    finally:
+        secrets.unregister(token)
+    assert capture.truncated is True
+    assert kept == "0123456789«sec" and len(kept.encode()) <= 15
+    assert HOST_VALUE[:3] not in kept
