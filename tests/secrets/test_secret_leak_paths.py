@@ -14,6 +14,7 @@ import anyio
 import msgspec
 import pytest
 from a2e_chains import ChainPlugin
+from a2e_mcp.errlog import errlog
 from a2e_tools import ToolsPlugin
 
 from a2e_host import secrets
@@ -190,3 +191,25 @@ async def test_a_process_output_cut_at_its_cap_keeps_no_part_of_a_secret() -> No
     assert capture.truncated is True
     assert kept == "0123456789«sec" and len(kept.encode()) <= 15
     assert HOST_VALUE[:3] not in kept
+
+
+def test_a_stdio_mcp_servers_stderr_reaches_the_hosts_redacted(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A server's stderr went to descriptor 2 as it was: a server printing the arguments
+    of a call (a resolved ``$secret``) wrote the value past every redaction."""
+    token = secrets.register({"K": HOST_VALUE})
+    try:
+        pipe = errlog()
+        pipe.write(f"server got token={HOST_VALUE}\npartial line {HOST_VALUE}")
+        pipe.write(" ends here\n")
+        pipe.flush()
+        seen = ""
+        deadline = time.monotonic() + 10
+        while "ends here" not in seen and time.monotonic() < deadline:
+            seen += capfd.readouterr().err
+            time.sleep(0.01)
+    finally:
+        secrets.unregister(token)
+    assert "server got token=«secret:K»\npartial line «secret:K» ends here\n" in seen
+    assert leaks(seen.encode(), HOST_VALUE) == []
