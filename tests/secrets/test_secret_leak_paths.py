@@ -213,3 +213,21 @@ def test_a_stdio_mcp_servers_stderr_reaches_the_hosts_redacted(
         secrets.unregister(token)
     assert "server got token=«secret:K»\npartial line «secret:K» ends here\n" in seen
     assert leaks(seen.encode(), HOST_VALUE) == []
+
+
+@pytest.mark.asyncio
+async def test_a_requests_secrets_leave_the_registry_when_its_run_ends(
+    durable_host: tuple[Host, ChainPlugin],
+) -> None:
+    host, _ = durable_host
+    before = secrets.redactor()
+    assert before is not None and "HOSTKEY" in before.names
+    plain = [{"node_id": "n", "kind": "tool", "name": "secret_echo",
+              "input": {"a": "x", "b": "y"}}]
+    for fields in ({}, {"durable": True}):
+        _, response = await _run(host, plain, secrets={"REQKEY": "req-value-123456"},
+                                 **fields)
+        assert response.success, response.error
+        after = secrets.redactor()
+        assert after is not None and "HOSTKEY" in after.names
+        assert "REQKEY" not in after.names, fields
