@@ -56,6 +56,7 @@ import msgspec
 import structlog
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
+from .. import secrets as _secrets
 from ..exceptions import NodeError, NodeTimeout
 from ..telemetry import tracing
 from ..tools.model import INVALID_INPUT
@@ -122,27 +123,41 @@ def _parse(args: dict[str, Any]) -> ProcInput:
 
 
 class _Capture:
-    """Keeps the first ``cap`` bytes of a stream, drains the rest."""
+    """Keeps the first ``cap`` bytes of a stream, drains the rest.
 
-    __slots__ = ("cap", "data", "truncated")
+    The text kept never ends in part of a secret value the process knows (README
+    "Secrets"): a few more bytes than ``cap`` are kept (the longest written form of a
+    registered value), redacted whole, and only then cut to ``cap``; cut anywhere else, a
+    value's first characters would be in the output, where no whole value is to redact.
+    """
+
+    __slots__ = ("cap", "keep", "data", "truncated")
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
+        current = _secrets.active_redactor
+        self.keep = cap + (current.longest if current is not None else 0)
         self.data = bytearray()
         self.truncated = False
 
     async def drain(self, stream: ByteReceiveStream) -> None:
         async for chunk in stream:
-            room = self.cap - len(self.data)
+            room = self.keep - len(self.data)
             if room >= len(chunk):
                 self.data += chunk
             else:
                 if room > 0:
                     self.data += chunk[:room]
                 self.truncated = True
+        if len(self.data) > self.cap:
+            self.truncated = True
 
     def text(self) -> str:
-        return self.data.decode("utf-8", errors="replace")
+        """What was kept, as text (invalid UTF-8 replaced), secret values redacted."""
+        text = _secrets.redact(self.data.decode("utf-8", errors="replace"))
+        if len(self.data) <= self.cap:
+            return text
+        return text.encode("utf-8")[:self.cap].decode("utf-8", errors="ignore")
 
 
 async def _feed(stream: ByteSendStream, data: bytes) -> None:

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from .. import secrets as _secrets
 from ..errors import ChainFailure, chain_failure_of
 from ..exceptions import ChainError, NodeInterrupted
 from . import kinds
@@ -186,13 +187,16 @@ def checkpoint_of(phase: str, output: Any = None, failure: ChainFailure | None =
     a ``done`` node's output as JSON, an ``error`` node's failure as JSON
     (``{code, message, node_id, retryable, details}``), None for a ``skip``.
 
+    Like every frame, it holds no secret value the process knows: each is replaced by
+    ``«secret:NAME»`` (:func:`a2e_host.secrets.redact_frame`; README "Secrets").
+
     Raises:
         TypeError: the output cannot be encoded (a checked output always can).
     """
     if phase == "done":
-        return _encoder.encode(output)
+        return _secrets.redact_frame(_encoder.encode(output))
     if phase == "error" and failure is not None:
-        return _encoder.encode(failure)
+        return _secrets.redact_frame(_encoder.encode(failure))
     return None
 
 

@@ -31,7 +31,8 @@ from typing import Any
 
 import msgspec
 
-from ..exceptions import A2EError, NodeError
+from ..errors import failure_message_of
+from ..exceptions import A2EError, ChainError, NodeError
 from ..limits import SessionLimits
 from ..redaction import Redactor, placeholder
 from ..secrets import (
@@ -338,6 +339,9 @@ class SecretResolver:
                 output = await executor(node, args, ctx)
             except Exception as exc:
                 self.scrub_exception(exc)
+                shown = self.redacted_failure(exc)
+                if shown is not None:
+                    raise NodeError(shown) from None
                 raise
             return self.redactor.scrub(output)
 
@@ -390,6 +394,23 @@ class SecretResolver:
             raise NodeError(f"request secret {name!r} is not kept across a host restart "
                             f"(node {node.node_id!r}); send the chain again with it")
         return secret.value
+
+    def redacted_failure(self, exc: BaseException) -> str | None:
+        """The redacted failure message of ``exc`` when, scrubbed, it still shows a
+        secret value (``str(exc)`` is not its string ``args``: an ``OSError``'s
+        ``filename``, a ``CalledProcessError``'s ``cmd``, a list in ``args``); None when
+        it shows none or ``exc`` is a chain error (its failure is its scrubbed
+        ``message``). The caller raises a :class:`~a2e_host.exceptions.NodeError` with
+        it instead: the same code, retry decision and sentence, minus the value, for
+        the failure checkpoint a durable run stores as it is (no frame encoder)."""
+        if isinstance(exc, ChainError):
+            return None
+        try:
+            text = failure_message_of(exc)
+        except Exception:  # noqa: BLE001 — a __str__ that raises shows nothing
+            return f"{type(exc).__name__}: (its message could not be read)"
+        shown = self.redactor.redact(text)
+        return None if shown is text else shown
 
     def scrub_exception(self, exc: BaseException) -> None:
         """Redact, in place, the message, ``args`` and ``detail`` of ``exc`` and of the

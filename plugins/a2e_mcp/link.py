@@ -18,11 +18,10 @@ server exited (children it left behind) is killed (:mod:`a2e_mcp.groups`).
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, TextIO
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -31,6 +30,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from a2e_host.exceptions import NodeError, NodeTimeout
 from a2e_host.tools import NodeContext, ToolRegistry
 
+from .errlog import errlog
 from .groups import Spawns, kill_groups, recording
 from .settings import McpSettings, ServerSettings
 from .tools import build_tool, output_of
@@ -51,15 +51,6 @@ PROTOCOL_ERROR = "mcp_protocol_error"
 
 class ServerDown(Exception):
     """The server is not serving (it exited, hung, or never started); the message is why."""
-
-
-def _errlog() -> TextIO:
-    """Where a stdio server's stderr goes: the host's stderr (a real file descriptor)."""
-    try:
-        sys.stderr.fileno()
-        return sys.stderr
-    except (AttributeError, OSError, ValueError):  # replaced by an in-memory stream
-        return sys.__stderr__ if sys.__stderr__ is not None else sys.stderr
 
 
 def _find_down(exc: BaseException) -> ServerDown | None:
@@ -203,7 +194,7 @@ class ServerLink:
             async with AsyncExitStack() as stack:
                 with recording(spawns):
                     streams = await stack.enter_async_context(
-                        stdio_client(params, errlog=_errlog()))
+                        stdio_client(params, errlog=errlog()))
                 yield streams[0], streams[1]
         finally:
             kill_groups(spawns)  # the children it left behind

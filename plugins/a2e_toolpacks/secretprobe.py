@@ -6,6 +6,9 @@ host's redaction).
   "pair": [a, b]}``: echoes both values into its output.
 * ``secret_fail``: ``{"a": str, "b": str}`` → fails with both values in its error
   message, after printing them to stderr.
+* ``secret_open``: ``{"a": str, "b": str}`` → opens the file ``missing/<a>`` of the root,
+  which is not there: fails with Python's ``FileNotFoundError``, whose text shows the
+  path (its ``filename``, not one of its ``args``).
 
 Each first appends one JSON line ``{"tool", "a", "b"}`` — the sha256 hex digests of what
 it received, never the values — to ``secretprobe.jsonl`` in the configuration's
@@ -44,7 +47,7 @@ def _digest(value: str) -> str:
 
 
 def make_tools(config: HostConfig) -> list[Tool]:
-    """``secret_echo`` and ``secret_fail``, recording into ``config.root_path``."""
+    """``secret_echo``, ``secret_fail`` and ``secret_open``, recording into ``config.root_path``."""
     record = config.root_path / RECORD_FILE
     lock = threading.Lock()
 
@@ -66,7 +69,14 @@ def make_tools(config: HostConfig) -> list[Tool]:
         print(f"secret_fail got a={a} b={b}", file=sys.stderr, flush=True)
         raise NodeError(f"secret_fail refuses a={a!r} and b={json.dumps(b)}")
 
-    return [secret_echo, secret_fail]
+    @tool(name="secret_open", blocking=False, cacheable=False)
+    def secret_open(a: str, b: str) -> None:
+        """Open a file named by ``a`` that is not there (its error shows the path)."""
+        note("secret_open", a, b)
+        with open(str(config.root_path / "missing" / a), encoding="utf-8"):
+            pass
+
+    return [secret_echo, secret_fail, secret_open]
 
 
 def _append(path: Path, line: str) -> None:
