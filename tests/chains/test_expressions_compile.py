@@ -153,7 +153,7 @@ _VALUES = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     context=st.dictionaries(_KEYS, _VALUES, max_size=5),
     path=st.lists(_KEYS, min_size=1, max_size=5),

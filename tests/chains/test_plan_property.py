@@ -48,7 +48,7 @@ def chains(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[str]]:
     return nodes, outcome
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(chains(), st.randoms(use_true_random=False), st.booleans())
 def test_readiness_on_random_dags_follows_the_rules(
     chain: tuple[list[dict[str, Any]], list[str]], rnd: Any, flag: bool

@@ -85,7 +85,7 @@ any_bytes = st.one_of(
 )
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(any_bytes)
 @example(b'{"type":"chain/req","version":"2.0"}')
 @example(b'{"type":"ping","id":"\\ud800"}')
@@ -121,7 +121,7 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(json_values)
 @example("\u2028\u2029\n\r\U0001f600")
 @example(-(10**4299 - 1))

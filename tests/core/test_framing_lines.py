@@ -145,7 +145,7 @@ def _model(data: bytes, cap: int) -> list[bytes | LineTooLong]:
     return out
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_stream, st.lists(st.integers(min_value=0, max_value=700), max_size=20),
        st.integers(min_value=1, max_value=30))
 def test_any_chunking_of_the_input_gives_the_same_result(

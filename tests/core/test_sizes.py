@@ -34,7 +34,7 @@ values = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(values)
 def test_the_count_equals_the_encoded_length_for_any_json_value(value: Any) -> None:
     expected = len(encode_value(value))
@@ -42,7 +42,7 @@ def test_the_count_equals_the_encoded_length_for_any_json_value(value: Any) -> N
     assert json_size_at_most(value, 1 << 40) == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(values, st.integers(min_value=0, max_value=400))
 def test_a_value_over_the_limit_gives_none_and_a_lower_bound_above_the_limit(
     value: Any, limit: int
@@ -140,7 +140,7 @@ def test_leaves_of_other_types_are_measured_by_encoding_them() -> None:
     assert json_size_at_most(value, 1000) == len(encode_value(value))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(values)
 def test_the_quick_count_of_a_small_value_equals_the_encoded_length(value: Any) -> None:
     quick = quick_json_size(value)
