@@ -24,11 +24,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import RunRecord
+from . import RunRecord, StoreError
 from . import _pg_queries as q
 from ._pg_notify import Listener, Watch
 
-__all__ = ["Ownership"]
+__all__ = ["Ownership", "hold_replica_id"]
 
 
 class Ownership:
@@ -146,3 +146,27 @@ class Ownership:
                         callback(record)
                     except Exception as exc:  # noqa: BLE001
                         self.log.error("a claimed-run callback failed", exc_info=exc)
+
+
+_REPLICA_LOCK_PREFIX = "a2e-host replica "
+
+
+async def hold_replica_id(conn: Any, owner: str, where: str) -> None:
+    """Take the session advisory lock of replica id ``owner`` on the writer's connection,
+    held while the store is open (PostgreSQL drops it when the process dies).
+
+    Two live processes under one id would heartbeat one ``replicas`` row, so the runs of
+    one that dies would never be taken over, and each would claim the other's runs as
+    its own leftovers: the second is refused.
+
+    Raises:
+        StoreError: another open store holds ``owner``.
+    """
+    cur = await conn.execute(  # per schema: stores in two schemas are two stores
+        "SELECT pg_try_advisory_lock(hashtextextended(%s || current_schema(), 0))",
+        (_REPLICA_LOCK_PREFIX + owner + " in ",))
+    row = await cur.fetchone()
+    if not row[0]:
+        raise StoreError(f"replica id {owner!r} is in use by another running replica of "
+                         f"the run store {where}; give each replica its own --replica-id")
+
