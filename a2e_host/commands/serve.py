@@ -201,6 +201,13 @@ def _telemetry(host: Host, endpoints: HostEndpoints | None) -> Callable[[], None
         raise SystemExit(2) from None
 
 
+def _store_unready(host: Host) -> str | None:
+    """Why the host's run store makes it not ready (a shared store that failed or cannot
+    be reached: the store's ``unready()``), or None."""
+    unready = getattr(host.store, "unready", None)
+    return unready() if callable(unready) else None
+
+
 async def _serve(host: Host) -> None:
     from ..transports.websocket import serve_websocket
 
@@ -208,6 +215,8 @@ async def _serve(host: Host) -> None:
     stop_telemetry = _telemetry(host, endpoints)
     try:
         async with host.running(), anyio.create_task_group() as tg:
+            if endpoints is not None:
+                endpoints.readiness_checks.append(partial(_store_unready, host))
             tg.start_soon(_stop_on_signals, host)
             async with anyio.create_task_group() as server:
                 try:
