@@ -7,9 +7,8 @@ a run store. Every ``lease / 5`` seconds the heartbeat task, on a pooled connect
 
 1. updates this replica's ``replicas`` row (``heartbeat_at`` := the database's now);
 2. reads the epoch and cancel flag of every run this replica owns: a run whose epoch
-   moved on was taken over (*lost*: :meth:`Ownership.on_lost`), a cancel asked on
-   another replica whose notification was missed is delivered
-   (:meth:`Ownership.on_cancel`);
+   moved on was taken over (*lost*: :meth:`Ownership.on_lost`), a cancel asked for
+   a run still running is delivered again (:meth:`Ownership.on_cancel`);
 3. while a resumer is registered (:meth:`Ownership.on_claimed`), claims up to 16 runs
    whose owner has been silent past the lease (``FOR UPDATE SKIP LOCKED``) and hands
    each to it.
@@ -76,8 +75,10 @@ class Ownership:
         return self._register(self._losers, callback)
 
     def on_cancel(self, callback: Callable[[str], None]) -> Callable[[], None]:
-        """Call ``callback(run_id)`` once when a cancel is asked (from any replica) for
-        a run this replica owns."""
+        """Call ``callback(run_id)`` when a cancel is asked (from any replica) for a run
+        this replica owns, and again at each heartbeat while the run is still running:
+        a notification that came while the run was not live here yet (being taken
+        over) is not lost. ``callback`` must be idempotent."""
         return self._register(self._cancellers, callback)
 
     def watch(self, run_id: str) -> Watch:
@@ -85,8 +86,8 @@ class Ownership:
         replica's). Make it before reading, so no commit falls between."""
         return self._listener.watch(run_id)
 
-    def _cancel_asked(self, run_id: str) -> None:
-        if run_id in self._owned and run_id not in self._cancels_told:
+    def _cancel_asked(self, run_id: str, *, again: bool = False) -> None:
+        if run_id in self._owned and (again or run_id not in self._cancels_told):
             self._cancels_told.add(run_id)
             for callback in list(self._cancellers.values()):
                 try:
@@ -128,8 +129,8 @@ class Ownership:
                 run_id, mine = by_key[key]
                 if epoch != mine and self._owned.get(run_id) == (key, mine):
                     self._lost([run_id])
-                elif cancel and status == "running":
-                    self._cancel_asked(run_id)
+                elif cancel and status == "running":  # told again: see on_cancel
+                    self._cancel_asked(run_id, again=True)
         if self._claimers and self._running():
             claimed = await q.claim_orphans(conn, self.owner, self.lease,
                                             self._opened, time.time())
