@@ -229,3 +229,25 @@ async def test_migrations_are_versioned_and_a_newer_or_foreign_schema_is_refused
         await _open(other, "A")
     with pytest.raises(StoreError, match="cannot open the run store"):
         await _open("postgresql://a2e@127.0.0.1:1/none", "A")
+
+
+@pytest.mark.asyncio
+async def test_replicas_starting_together_on_an_empty_database_migrate_it_once(
+        url: str) -> None:
+    opened: list[PostgresRunStore] = []
+
+    async def start(owner: str) -> None:
+        opened.append(await _open(url, owner))
+
+    try:
+        with anyio.fail_after(WAIT * 3):
+            async with anyio.create_task_group() as tg:
+                for owner in ("A", "B", "C", "D"):
+                    tg.start_soon(start, owner)
+        assert sorted(s.owner for s in opened) == ["A", "B", "C", "D"]
+        async with await psycopg.AsyncConnection.connect(url) as conn:
+            cur = await conn.execute("SELECT version FROM schema_version")
+            assert await cur.fetchall() == [(1,)]
+    finally:
+        for store in opened:
+            await store.aclose()
