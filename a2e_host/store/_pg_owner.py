@@ -44,7 +44,7 @@ class Ownership:
     _cancels_told: set[str]
     _listener: Listener
     _url: str
-    _opened: float
+    _leftovers: list[int]
 
     def _register(self, table: dict[int, Any], callback: Any) -> Callable[[], None]:
         raise NotImplementedError
@@ -133,7 +133,8 @@ class Ownership:
                     self._cancel_asked(run_id, again=True)
         if self._claimers and self._running():
             claimed = await q.claim_orphans(conn, self.owner, self.lease,
-                                            self._opened, time.time())
+                                            self._leftovers, time.time())
+            self._leftovers = [k for k in self._leftovers if k not in {c[0] for c in claimed}]
             for key, epoch, run_id in claimed:
                 self._owned[run_id] = (key, epoch)
             for _key, _epoch, run_id in claimed:
@@ -152,9 +153,11 @@ class Ownership:
 _REPLICA_LOCK_PREFIX = "a2e-host replica "
 
 
-async def hold_replica_id(conn: Any, owner: str, where: str) -> None:
+async def hold_replica_id(conn: Any, owner: str, where: str) -> list[int]:
     """Take the session advisory lock of replica id ``owner`` on the writer's connection,
-    held while the store is open (PostgreSQL drops it when the process dies).
+    held while the store is open (PostgreSQL drops it when the process dies); return
+    the ``runs.id`` of the running runs ``owner`` holds then: a previous process's under
+    this id, which this one claims as a silent replica's (no clock is compared).
 
     Two live processes under one id would heartbeat one ``replicas`` row, so the runs of
     one that dies would never be taken over, and each would claim the other's runs as
@@ -170,4 +173,7 @@ async def hold_replica_id(conn: Any, owner: str, where: str) -> None:
     if not row[0]:
         raise StoreError(f"replica id {owner!r} is in use by another running replica of "
                          f"the run store {where}; give each replica its own --replica-id")
+    cur = await conn.execute("SELECT id FROM runs WHERE owner = %s AND status = 'running'",
+                             (owner,))
+    return [int(r[0]) for r in await cur.fetchall()]
 

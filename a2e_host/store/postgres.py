@@ -117,12 +117,12 @@ async def open_postgres_store(
                          "'a2e-host[postgres]'") from exc
     where = _where(url)
     owner = owner or default_replica_id()
-    writer_conn = None
+    writer_conn, leftovers = None, []
     try:
         if not readonly:
             writer_conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
             await migrate(writer_conn, where)
-            await hold_replica_id(writer_conn, owner, where)
+            leftovers = await hold_replica_id(writer_conn, owner, where)
             await prepare(writer_conn)
         else:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -143,6 +143,7 @@ async def open_postgres_store(
                              max_pending=max_pending, max_pending_bytes=max_pending_bytes,
                              lease=lease, commit_delay=commit_delay,
                              blob_threshold=blob_threshold)
+    store._leftovers = leftovers
     if writer_conn is not None:
         store._start(writer_conn)
         try:  # a watch made after open is woken by the next commit
@@ -182,7 +183,6 @@ class PostgresRunStore(Ownership, Reads):
         self.log = get_logger().bind(store=where, replica=owner)
         self._url = url
         self._pool = pool
-        self._opened = time.time()
         self._delay = commit_delay
         self._threshold = blob_threshold
         self._state = _OPEN

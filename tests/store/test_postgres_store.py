@@ -251,3 +251,31 @@ async def test_replicas_starting_together_on_an_empty_database_migrate_it_once(
     finally:
         for store in opened:
             await store.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_restarted_replica_claims_its_previous_process_runs_whatever_the_clocks(
+        url: str) -> None:
+    """The process before wrote under a clock an hour ahead (another machine, same
+    ``--replica-id``): its running run is still this id's leftover, claimed at once; a
+    run this process creates is never claimed by it."""
+    import time
+
+    before = await _open(url, "A")
+    ahead = time.time() + 3600
+    before.create(record("left", created=ahead, updated=ahead))
+    await before.flush()
+    await before.aclose()
+    claimed = anyio.Event()
+    got: list[Any] = []
+    now = await _open(url, "A")
+    try:
+        now.create(record("new"))
+        await now.flush()
+        now.on_claimed(lambda r: (got.append(r), claimed.set()))
+        with anyio.fail_after(WAIT):
+            await claimed.wait()
+        await anyio.sleep(LEASE / 2)  # more beats: nothing more is claimed
+        assert [(r.run_id, r.owner, r.epoch) for r in got] == [("left", "A", 1)]
+    finally:
+        await now.aclose()
