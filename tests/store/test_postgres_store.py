@@ -279,3 +279,29 @@ async def test_a_restarted_replica_claims_its_previous_process_runs_whatever_the
         assert [(r.run_id, r.owner, r.epoch) for r in got] == [("left", "A", 1)]
     finally:
         await now.aclose()
+
+
+@pytest.mark.asyncio
+async def test_run_ids_keys_and_principals_are_data_never_sql(url: str) -> None:
+    hostile = "x'); DROP TABLE runs; --"
+    store = await _open(url, "A")
+    try:
+        made, created = await store.create_or_get(
+            record(hostile, principal=hostile, idempotency_key=hostile))
+        assert created and made.run_id == hostile
+        store.append(hostile, frame(hostile, 1))
+        store.request_cancel(hostile)
+        await store.flush()
+        got = await store.by_idempotency_key(hostile, hostile)
+        assert got is not None and (got.run_id, got.principal, got.cancel_requested) == (
+            hostile, hostile, True)
+        assert [f.seq for f in await store.frames(hostile)] == [1]
+        assert await store.get("' OR '1'='1") is None
+        page, _ = await store.list(principal="' OR '1'='1")
+        assert page == []
+        with pytest.raises(ValueError, match="cursor"):
+            await store.list(cursor="r1; DROP TABLE runs")
+        page, _ = await store.list(principal=hostile)
+        assert [r.run_id for r in page] == [hostile]
+    finally:
+        await store.aclose()
