@@ -1,6 +1,7 @@
 """A replica's health on a shared PostgreSQL run store (issue 18, "Operations"): one
-process per replica id, and ``/readyz`` says no once the replica's store connection is
-gone (its store failed), so a load balancer sends the work elsewhere."""
+process per replica id; once the replica's store connection is gone (the database
+restarted: its store failed) ``/readyz`` says no, so a load balancer sends the work
+elsewhere, and the replica stops (exit status 3) so its supervisor starts it again."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ async def test_a_store_whose_connections_were_cut_says_why_it_is_not_ready(url: 
 
 
 @pytest.mark.asyncio
-async def test_readyz_of_a_replica_whose_store_failed_is_503_and_its_runs_fail_clearly(
+async def test_a_replica_whose_store_failed_is_not_ready_fails_its_runs_clearly_and_exits_3(
         url: str) -> None:
     async with replicas(url, "A", lease=10.0) as hosts:
         http = "http" + hosts["A"].url[2:] + "/readyz"
@@ -92,10 +93,18 @@ async def test_readyz_of_a_replica_whose_store_failed_is_503_and_its_runs_fail_c
                 nodes = [{"node_id": "e", "kind": "tool", "name": "echo", "input": {"v": 1}}]
                 with pytest.raises(HostError) as refused:  # accepted, then the store failed
                     await session.run_chain(nodes, "e", durable=True).result()
+                # while this connection is open the replica is at most stopping (its
+                # grace): not ready, for its store or for its stop
+                status, body = await anyio.to_thread.run_sync(_http_get, http)
         said = refused.value.error
         assert said.code == "runtime_error" and said.retryable
         assert said.message.startswith("the run store failed (") and (
             "attach to it then with the last seq you have" in said.message)
-        status, body = await anyio.to_thread.run_sync(_http_get, http)
-    assert status == 503
-    assert body.startswith("not ready: the run store postgresql://") and "failed" in body
+        assert status == 503 and body.startswith("not ready: the "), body
+        replica = hosts["A"].host
+        with anyio.fail_after(WAIT * 2):  # it stops on its own, for its supervisor
+            said_why = await replica.wait_stderr(r"a2e-host: the run store \S+ failed .*; "
+                                                 "stopping this replica so that its "
+                                                 "supervisor starts it again")
+            await replica.process.wait()
+        assert replica.process.returncode == 3, said_why
