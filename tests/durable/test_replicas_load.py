@@ -3,10 +3,7 @@
 and the store holds every run, succeeded, once.
 
 Each chain is small (one ``echo`` node) and carries a value unique to its client and
-turn, so a response delivered to the wrong request, or twice, cannot pass. The chains
-do not stream (``streaming: false``): their events are stored all the same, and the
-store's count of succeeded runs is checked, but the wire carries only responses — the
-suite's time goes to the replicas and the store, not to frames nobody checks.
+turn, so a response delivered to the wrong request, or twice, cannot pass.
 """
 
 from __future__ import annotations
@@ -47,9 +44,7 @@ async def test_200_clients_over_three_replicas_get_every_response_exact(tmp_path
                     value = f"{n}-{turn}"
                     nodes = [{"node_id": "e", "kind": "tool", "name": "echo",
                               "input": {"v": value}}]
-                    # the response is what is checked: no event frames on the wire
-                    # (each is still stored and committed), a quarter of the CPU less
-                    run = session.run_chain(nodes, "e", durable=True, streaming=False)
+                    run = session.run_chain(nodes, "e", durable=True)
                     response = await run.result()
                     if not isinstance(response, ChainResponse) or not response.success:
                         failures.append(f"{value}: {response!r}"[:200])
