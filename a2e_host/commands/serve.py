@@ -93,7 +93,7 @@ def serve_main(
     config = _setup(config_path, overrides)
     host = _host(config, plugins)
     try:
-        anyio.run(_serve, host, backend="asyncio")
+        code = anyio.run(_serve, host, backend="asyncio")
     except (_CannotListen, StoreError, BaseExceptionGroup) as exc:
         _exit_if_store_failed(exc)
         failed = _find(exc, _CannotListen)
@@ -101,7 +101,9 @@ def serve_main(
             raise
         print(f"a2e-host: {_bind_message(config, failed.error)}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    _exit_despite_stuck_threads(0)
+    _exit_despite_stuck_threads(code)
+    if code:
+        raise SystemExit(code)
 
 
 def _exit_if_store_failed(exc: BaseException) -> None:
@@ -201,14 +203,46 @@ def _telemetry(host: Host, endpoints: HostEndpoints | None) -> Callable[[], None
         raise SystemExit(2) from None
 
 
-async def _serve(host: Host) -> None:
+def _store_unready(host: Host) -> str | None:
+    """Why the host's run store makes it not ready (a shared store that failed or cannot
+    be reached: the store's ``unready()``), or None."""
+    unready = getattr(host.store, "unready", None)
+    return unready() if callable(unready) else None
+
+
+STORE_FAILED_EXIT = 3
+"""``serve``'s exit status after it stopped because its shared run store failed."""
+
+
+async def _stop_if_shared_store_fails(host: Host, failed: list[bool]) -> None:
+    """A replica whose shared run store failed (e.g. the database restarted) records no
+    durable run until it restarts: check every second, and then stop gracefully, with
+    one line on stderr, so its supervisor starts it again (exit status 3)."""
+    from ..store.shared import SharedRunStore
+
+    while True:
+        await anyio.sleep(1.0)
+        store = host.store
+        if isinstance(store, SharedRunStore) and store.error is not None:
+            failed.append(True)
+            print(f"a2e-host: {_store_unready(host)}; stopping this replica so that its "
+                  "supervisor starts it again", file=sys.stderr, flush=True)
+            host.shutdown(host.config.shutdown_grace)
+            return
+
+
+async def _serve(host: Host) -> int:
     from ..transports.websocket import serve_websocket
 
     endpoints = HostEndpoints(host) if host.config.http_endpoints else None
     stop_telemetry = _telemetry(host, endpoints)
+    failed: list[bool] = []
     try:
         async with host.running(), anyio.create_task_group() as tg:
+            if endpoints is not None:
+                endpoints.readiness_checks.append(partial(_store_unready, host))
             tg.start_soon(_stop_on_signals, host)
+            tg.start_soon(_stop_if_shared_store_fails, host, failed)
             async with anyio.create_task_group() as server:
                 try:
                     bound_host, port = await server.start(
@@ -229,6 +263,7 @@ async def _serve(host: Host) -> None:
         with anyio.CancelScope(shield=True):
             await host.aclose()
         stop_telemetry()
+    return STORE_FAILED_EXIT if failed else 0
 
 
 def stdio_main(

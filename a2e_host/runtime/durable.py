@@ -57,6 +57,7 @@ import anyio
 
 from ..codec import encode_message
 from ..errors import error_message_of, internal_error_message
+from ..exceptions import StoreUnavailable
 from ..logs import get_logger
 from ..messages import Message
 from ..store import RunStatus, RunStore, StoredFrame, StoreError
@@ -349,9 +350,13 @@ class DurableSink(RunSink):
         if unsubscribe is not None:
             unsubscribe()
         outbox = self._outbox
-        if outbox is not None:
-            outbox.send_frame_nowait(encode_message(internal_error_message(
-                req_id=self.req_id, capability_name=self.capability)))
+        if outbox is not None:  # one sentence: what failed, what becomes of the run
+            outbox.send_frame_nowait(encode_message(error_message_of(StoreUnavailable(
+                f"the run store failed ({error}) while durable run {self.run_id!r} ran: "
+                "nothing more of it is stored or sent here; it resumes when a host (or "
+                "another replica) takes the store over; attach to it then with the last "
+                "seq you have"), req_id=self.req_id, log=self._log,
+                capability_name=self.capability)))
         if self._drained is not None:
             self._drained.set()
         self._drained = None

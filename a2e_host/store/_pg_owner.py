@@ -7,9 +7,8 @@ a run store. Every ``lease / 5`` seconds the heartbeat task, on a pooled connect
 
 1. updates this replica's ``replicas`` row (``heartbeat_at`` := the database's now);
 2. reads the epoch and cancel flag of every run this replica owns: a run whose epoch
-   moved on was taken over (*lost*: :meth:`Ownership.on_lost`), a cancel asked on
-   another replica whose notification was missed is delivered
-   (:meth:`Ownership.on_cancel`);
+   moved on was taken over (*lost*: :meth:`Ownership.on_lost`), a cancel asked for
+   a run still running is delivered again (:meth:`Ownership.on_cancel`);
 3. while a resumer is registered (:meth:`Ownership.on_claimed`), claims up to 16 runs
    whose owner has been silent past the lease (``FOR UPDATE SKIP LOCKED``) and hands
    each to it.
@@ -24,11 +23,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import RunRecord
+from . import RunRecord, StoreError
 from . import _pg_queries as q
 from ._pg_notify import Listener, Watch
 
-__all__ = ["Ownership"]
+__all__ = ["Ownership", "hold_replica_id"]
 
 
 class Ownership:
@@ -45,7 +44,7 @@ class Ownership:
     _cancels_told: set[str]
     _listener: Listener
     _url: str
-    _opened: float
+    _leftovers: list[int]
 
     def _register(self, table: dict[int, Any], callback: Any) -> Callable[[], None]:
         raise NotImplementedError
@@ -76,8 +75,10 @@ class Ownership:
         return self._register(self._losers, callback)
 
     def on_cancel(self, callback: Callable[[str], None]) -> Callable[[], None]:
-        """Call ``callback(run_id)`` once when a cancel is asked (from any replica) for
-        a run this replica owns."""
+        """Call ``callback(run_id)`` when a cancel is asked (from any replica) for a run
+        this replica owns, and again at each heartbeat while the run is still running:
+        a notification that came while the run was not live here yet (being taken
+        over) is not lost. ``callback`` must be idempotent."""
         return self._register(self._cancellers, callback)
 
     def watch(self, run_id: str) -> Watch:
@@ -85,8 +86,8 @@ class Ownership:
         replica's). Make it before reading, so no commit falls between."""
         return self._listener.watch(run_id)
 
-    def _cancel_asked(self, run_id: str) -> None:
-        if run_id in self._owned and run_id not in self._cancels_told:
+    def _cancel_asked(self, run_id: str, *, again: bool = False) -> None:
+        if run_id in self._owned and (again or run_id not in self._cancels_told):
             self._cancels_told.add(run_id)
             for callback in list(self._cancellers.values()):
                 try:
@@ -128,11 +129,12 @@ class Ownership:
                 run_id, mine = by_key[key]
                 if epoch != mine and self._owned.get(run_id) == (key, mine):
                     self._lost([run_id])
-                elif cancel and status == "running":
-                    self._cancel_asked(run_id)
+                elif cancel and status == "running":  # told again: see on_cancel
+                    self._cancel_asked(run_id, again=True)
         if self._claimers and self._running():
             claimed = await q.claim_orphans(conn, self.owner, self.lease,
-                                            self._opened, time.time())
+                                            self._leftovers, time.time())
+            self._leftovers = [k for k in self._leftovers if k not in {c[0] for c in claimed}]
             for key, epoch, run_id in claimed:
                 self._owned[run_id] = (key, epoch)
             for _key, _epoch, run_id in claimed:
@@ -146,3 +148,32 @@ class Ownership:
                         callback(record)
                     except Exception as exc:  # noqa: BLE001
                         self.log.error("a claimed-run callback failed", exc_info=exc)
+
+
+_REPLICA_LOCK_PREFIX = "a2e-host replica "
+
+
+async def hold_replica_id(conn: Any, owner: str, where: str) -> list[int]:
+    """Take the session advisory lock of replica id ``owner`` on the writer's connection,
+    held while the store is open (PostgreSQL drops it when the process dies); return
+    the ``runs.id`` of the running runs ``owner`` holds then: a previous process's under
+    this id, which this one claims as a silent replica's (no clock is compared).
+
+    Two live processes under one id would heartbeat one ``replicas`` row, so the runs of
+    one that dies would never be taken over, and each would claim the other's runs as
+    its own leftovers: the second is refused.
+
+    Raises:
+        StoreError: another open store holds ``owner``.
+    """
+    cur = await conn.execute(  # per schema: stores in two schemas are two stores
+        "SELECT pg_try_advisory_lock(hashtextextended(%s || current_schema(), 0))",
+        (_REPLICA_LOCK_PREFIX + owner + " in ",))
+    row = await cur.fetchone()
+    if not row[0]:
+        raise StoreError(f"replica id {owner!r} is in use by another running replica of "
+                         f"the run store {where}; give each replica its own --replica-id")
+    cur = await conn.execute("SELECT id FROM runs WHERE owner = %s AND status = 'running'",
+                             (owner,))
+    return [int(r[0]) for r in await cur.fetchall()]
+

@@ -232,13 +232,13 @@ async def leave(conn: Any, replica_id: str) -> None:
     await conn.execute("DELETE FROM replicas WHERE replica_id = %s", (replica_id,))
 
 
-async def claim_orphans(conn: Any, replica_id: str, lease: float, opened: float,
+async def claim_orphans(conn: Any, replica_id: str, lease: float, leftovers: Sequence[int],
                         now: float) -> list[tuple[int, int, str]]:
     """Claim up to :data:`CLAIM_BATCH` running runs whose owner has been silent past
-    ``lease`` seconds (by the database's clock), or that carry this replica's id but were
-    last written before this process opened the store at ``opened`` (unix seconds: a
-    previous process under the same id): owner := ``replica_id``, epoch + 1.
-    ``FOR UPDATE SKIP LOCKED``: replicas sweeping together claim each run once.
+    ``lease`` seconds (by the database's clock), or whose ``runs.id`` is in
+    ``leftovers`` (this replica's id held them when this process opened the store: a
+    previous process's): owner := ``replica_id``, epoch + 1. ``FOR UPDATE SKIP
+    LOCKED``: replicas sweeping together claim each run once.
 
     Returns:
         ``(id, epoch, run_id)`` of each run claimed.
@@ -247,11 +247,11 @@ async def claim_orphans(conn: Any, replica_id: str, lease: float, opened: float,
         "UPDATE runs SET owner = %(me)s, epoch = epoch + 1, updated = %(now)s "
         "WHERE id IN (SELECT r.id FROM runs r "
         "LEFT JOIN replicas p ON p.replica_id = r.owner WHERE r.status = 'running' AND ("
-        "(r.owner = %(me)s AND r.updated < %(opened)s) OR (r.owner <> %(me)s AND "
+        "(r.owner = %(me)s AND r.id = ANY(%(leftovers)s)) OR (r.owner <> %(me)s AND "
         "(p.heartbeat_at IS NULL OR p.heartbeat_at < now() - make_interval(secs => %(lease)s)"
         "))) ORDER BY r.id LIMIT %(limit)s FOR UPDATE OF r SKIP LOCKED) "
         "RETURNING id, epoch, run_id",
-        {"me": replica_id, "now": now, "opened": opened, "lease": lease,
+        {"me": replica_id, "now": now, "leftovers": list(leftovers), "lease": lease,
          "limit": CLAIM_BATCH})
     return [(int(i), int(e), str(r)) for i, e, r in await cur.fetchall()]
 

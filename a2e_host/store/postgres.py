@@ -45,7 +45,7 @@ from . import (
 )
 from . import _pg_queries as q
 from ._pg_notify import Listener
-from ._pg_owner import Ownership
+from ._pg_owner import Ownership, hold_replica_id
 from ._pg_reads import Reads
 from ._pg_schema import migrate, read_version
 from ._pg_writer import apply_cancel, apply_job, apply_segment, prepare, segments
@@ -116,11 +116,13 @@ async def open_postgres_store(
         raise StoreError("a postgresql:// store needs psycopg: pip install "
                          "'a2e-host[postgres]'") from exc
     where = _where(url)
-    writer_conn = None
+    owner = owner or default_replica_id()
+    writer_conn, leftovers = None, []
     try:
         if not readonly:
             writer_conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
             await migrate(writer_conn, where)
+            leftovers = await hold_replica_id(writer_conn, owner, where)
             await prepare(writer_conn)
         else:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -137,10 +139,11 @@ async def open_postgres_store(
         if writer_conn is not None:
             await writer_conn.close()
         raise
-    store = PostgresRunStore(where, url, pool, owner=owner or default_replica_id(),
+    store = PostgresRunStore(where, url, pool, owner=owner,
                              max_pending=max_pending, max_pending_bytes=max_pending_bytes,
                              lease=lease, commit_delay=commit_delay,
                              blob_threshold=blob_threshold)
+    store._leftovers = leftovers
     if writer_conn is not None:
         store._start(writer_conn)
         try:  # a watch made after open is woken by the next commit
@@ -180,7 +183,6 @@ class PostgresRunStore(Ownership, Reads):
         self.log = get_logger().bind(store=where, replica=owner)
         self._url = url
         self._pool = pool
-        self._opened = time.time()
         self._delay = commit_delay
         self._threshold = blob_threshold
         self._state = _OPEN
@@ -420,6 +422,16 @@ class PostgresRunStore(Ownership, Reads):
 
     def _closed(self) -> bool:
         return self._state == _CLOSED
+
+    def unready(self) -> str | None:
+        """Why this replica should take no new work (``/readyz``), or None: the store
+        failed, is closed, or cannot be reached (its listener is re-connecting)."""
+        if self.error is not None or self._writer is None or self._state != _OPEN:
+            return str(self._refuse())
+        if not self._listener.listening.is_set():
+            return (f"the run store {self.path} cannot be reached; listening to it again "
+                    "every second")
+        return None
 
     def _running(self) -> bool:
         return self._state == _OPEN and self.error is None

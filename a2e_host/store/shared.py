@@ -65,8 +65,9 @@ class SharedRunStore(RunStore, Protocol):
         ...
 
     def on_cancel(self, callback: Callable[[str], None]) -> Callable[[], None]:
-        """Call ``callback(run_id)`` once when a cancel was asked (:meth:`request_cancel`
-        on any replica) for a run this replica owns."""
+        """Call ``callback(run_id)`` when a cancel was asked (:meth:`request_cancel` on
+        any replica) for a run this replica owns, and again while it still runs (a run
+        being taken over may not be live yet): ``callback`` must be idempotent."""
         ...
 
     def watch(self, run_id: str) -> RunWatch:
