@@ -58,6 +58,7 @@ from ..errors import cancelled_failure
 from ..exceptions import A2EError
 from .run_display import Display, open_display
 from .run_record import RecordFileError, RunRecord
+from .run_streams import redacted_stdout
 
 __all__ = [
     "CANCEL_WAIT",
@@ -215,7 +216,9 @@ def run_main(
         config = load_command_config(config_path, overrides, local_defaults=True)
         if config.store:  # a local run is never durable: leave a serving host's store be
             config = msgspec.structs.replace(config, store="")
-        configure_logging(config.log_format, config.log_level, auto_level="warning")
+        # stderr through the log writer, as for stdio/serve: redacted (README "Secrets")
+        configure_logging(config.log_format, config.log_level, auto_level="warning",
+                          take_over_stderr=True)
     except ValueError as exc:
         print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -236,9 +239,10 @@ def run_main(
             print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         try:
-            display = open_display(request, config.allow_proc, final_only=final_only,
-                                   json_out=json_out, events=events)
-            response, signum = anyio.run(_run, request, host, display, recorder)
+            with redacted_stdout():
+                display = open_display(request, config.allow_proc, final_only=final_only,
+                                       json_out=json_out, events=events)
+                response, signum = anyio.run(_run, request, host, display, recorder)
         finally:
             stop_telemetry()
     finally:
