@@ -30,7 +30,7 @@ from ..chains.validation import ChainPlan, validate_chain
 from ..config import HostConfig
 from ..exceptions import ChainInvalid, RemoteProtocolError
 from ..limits import SessionLimits
-from .common import load_command_config, local_capabilities, problem_hint
+from .common import load_command_config, local_capabilities, problem_hint, problem_line
 
 __all__ = ["validate_main"]
 
@@ -151,9 +151,9 @@ def _report_invalid(
                           "warnings": warnings}, ensure_ascii=False))
         return EXIT_INVALID
     for i, problem in enumerate(errors):
-        print(_line(problem, hints[i] if hints else None))
+        print(problem_line(problem, hints[i] if hints else None))
     for warning in warnings:
-        print(f"warning: {_line(warning)}")
+        print(f"warning: {problem_line(warning)}")
     count = total if total is not None else len(errors)
     listed = f" (the first {len(errors)} listed)" if count > len(errors) else ""
     print(f"invalid ({code}): {count} problem{'s' if count != 1 else ''}{listed}"
@@ -164,15 +164,6 @@ def _report_invalid(
 def _warned(warnings: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> str:
     count = len(warnings)
     return f", {count} warning{'s' if count != 1 else ''}" if count else ""
-
-
-def _line(problem: dict[str, Any], hint: str | None = None) -> str:
-    node_id, field = problem.get("node_id", ""), problem.get("field", "")
-    where = f"node {node_id!r} field {field!r}" if node_id else f"field {field!r}"
-    if hint is None:
-        hint = problem.get("hint")
-    fix = f" (fix: {hint})" if hint else ""
-    return f"{where}: {problem['message']}{fix}"
 
 
 def _report_valid(
@@ -190,6 +181,6 @@ def _report_valid(
         }, ensure_ascii=False))
         return
     for warning in warnings:
-        print(f"warning: {_line(warning)}")
+        print(f"warning: {problem_line(warning)}")
     print(f"valid: {path.name}: {len(ids)} node{'s' if len(ids) != 1 else ''}, "
           f"roots {', '.join(roots)}; terminals {', '.join(terminals)}{_warned(warnings)}")
