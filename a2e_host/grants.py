@@ -3,7 +3,8 @@
 Layer: core (pure, no I/O). Source: PROTOCOL.md §5 Durable runs (principals), §11 (tool
 grants). A session's principal is the name of the ``[auth.tokens]`` entry it presented
 (:mod:`a2e_host.session`). ``[auth.tool_grants]`` maps a principal to glob patterns of
-tool names (``alice = ["fs.*", "text.upper"]``, :func:`fnmatch.fnmatchcase`): a principal
+tools (``alice = ["fs.*", "conformance.upper"]``), each matching a tool's ``<name>`` or
+``<pack>.<name>`` (:func:`a2e_host.tool_patterns.tool_matches`): a principal
 with grants may use only the tools a pattern matches — listed, called directly, named by
 a chain's ``tool`` node or ``fallback``. A principal without grants, and every session
 of a host without any, may use every tool.
@@ -11,11 +12,11 @@ of a host without any, may use every tool.
 
 from __future__ import annotations
 
-import fnmatch
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .tool_patterns import tool_matches
 
 __all__ = ["TOOL_DENIED", "ToolGrant", "check_grant_principals", "parse_named_tokens",
            "parse_tool_grants"]
@@ -27,26 +28,23 @@ MAX_PATTERN_CHARS = 200
 """The longest tool-name pattern a grant may hold."""
 
 
-@functools.lru_cache(maxsize=4096)
-def _matches(patterns: tuple[str, ...], name: str) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
-
-
 @dataclass(frozen=True, slots=True)
 class ToolGrant:
     """The tools one principal may use.
 
     Attributes:
         principal: the principal's name (an ``[auth.tokens]`` entry).
-        patterns: glob patterns of tool names (``*``, ``?``, ``[seq]``; case-sensitive).
+        patterns: glob patterns of tools (``*``, ``?``, ``[seq]``; case-sensitive), each
+            matching a tool's ``<name>`` or ``<pack>.<name>``.
     """
 
     principal: str
     patterns: tuple[str, ...]
 
-    def allows(self, tool_name: str) -> bool:
-        """Whether a pattern matches ``tool_name`` (memoised: names are the host's)."""
-        return _matches(self.patterns, tool_name)
+    def allows(self, tool_name: str, pack: str = "") -> bool:
+        """Whether a pattern matches ``tool_name`` or ``<pack>.<tool_name>`` (``pack``:
+        the tool pack it was enabled from, ``ToolRegistry.pack_of``; memoised)."""
+        return tool_matches(self.patterns, tool_name, pack)
 
     def refusal(self, tool_name: str) -> tuple[str, str]:
         """``(message, hint)`` of refusing ``tool_name``: the grant that lacks it, and how
@@ -104,8 +102,8 @@ def parse_named_tokens(key: str, raw: Any, source: str) -> dict[str, str]:
 
 def parse_tool_grants(key: str, raw: Any, source: str) -> dict[str, tuple[str, ...]]:
     """Principal name → tool-name patterns, from a table (TOML ``[auth.tool_grants]``,
-    ``alice = ["fs.*", "text.upper"]``) or ``name:pattern|pattern,name:pattern`` (the
-    environment's ``A2E_TOOL_GRANTS=alice:fs.*|text.upper,bob:json.*``).
+    ``alice = ["fs.*", "conformance.upper"]``) or ``name:pattern|pattern,name:pattern``
+    (the environment's ``A2E_TOOL_GRANTS=alice:fs.*|conformance.upper,bob:json.*``).
 
     An empty list is a grant of no tool at all.
 

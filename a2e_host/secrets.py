@@ -31,11 +31,11 @@ import shutil
 import stat
 import threading
 from collections.abc import Mapping
-from fnmatch import fnmatchcase
 from itertools import count
 from typing import Any
 
 from .redaction import PLACEHOLDER, Redactor, placeholder
+from .tool_patterns import tool_matches
 
 __all__ = [
     "MAX_SECRET_FILE_BYTES",
@@ -81,8 +81,9 @@ class Secret:
     Args:
         name: its name, as references write it.
         value: the value (at least :data:`MIN_SECRET_CHARS` characters).
-        tools: glob patterns of the tools that may receive it (``fnmatch``, case
-            sensitive); empty: no tool.
+        tools: glob patterns of the tools that may receive it, each matching a tool's
+            ``<name>`` or ``<pack>.<name>`` (:func:`a2e_host.tool_patterns.tool_matches`);
+            empty: no tool.
         executables: the executables (as ``allow_proc`` names them, or their absolute
             paths) a proc node may pass it to; empty: none.
         source: where it was read from, e.g. ``env OPENAI_API_KEY`` (never the value).
@@ -109,9 +110,9 @@ class Secret:
         return (f"Secret({self.name!r}, source={self.source!r}, tools={list(self.tools)!r}, "
                 f"executables={list(self.executables)!r})")
 
-    def allows_tool(self, tool: str) -> bool:
-        """Whether the tool named ``tool`` may receive it."""
-        return any(fnmatchcase(tool, pattern) for pattern in self.tools)
+    def allows_tool(self, tool: str, pack: str = "") -> bool:
+        """Whether the tool named ``tool``, of tool pack ``pack``, may receive it."""
+        return tool_matches(self.tools, tool, pack)
 
     def allows_executable(self, argv0: str) -> bool:
         """Whether a proc node whose ``argv[0]`` is ``argv0`` may receive it."""
@@ -155,9 +156,9 @@ class RequestSecretPolicy:
         return Secret(name, value, tools=self.tools, executables=self.executables,
                       source="request")
 
-    def allows_tool(self, tool: str) -> bool:
-        """Whether request secrets may reach the tool ``tool``."""
-        return self._probe.allows_tool(tool)
+    def allows_tool(self, tool: str, pack: str = "") -> bool:
+        """Whether request secrets may reach the tool ``tool`` of tool pack ``pack``."""
+        return self._probe.allows_tool(tool, pack)
 
     def allows_executable(self, argv0: str) -> bool:
         """Whether request secrets may reach the executable ``argv0``."""

@@ -47,6 +47,10 @@ class Catalog(Protocol):
     tool pack, not enabled, that provides a tool; the problem of an unknown tool then
     names that pack and how to enable it. It is asked only for unknown tools.
 
+    A catalog may also have ``pack_of(tool_name) -> str``: the tool pack a registered
+    tool was enabled from (``""`` for none), so that a tool grant's pattern matches
+    ``<pack>.<name>`` (:mod:`a2e_host.tool_patterns`); without it, names alone.
+
     A catalog may also have ``signature_of(registry, name) -> Signature | None``: the
     schemas of a registered tool (``registry`` ``"tool"``) or skill (``"skill"``), as a
     kind's ``registry`` column names them, None when it declares none. Validation then

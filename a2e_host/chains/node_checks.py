@@ -142,7 +142,8 @@ class NodeChecks:
         if among == "tools":
             grant = self.tool_grant
             names = self.tool_names()
-            return names if grant is None else [n for n in names if grant.allows(n)]
+            return names if grant is None else [n for n in names
+                                                if grant.allows(n, self.tool_pack(n))]
         return self.skill_names()
 
     # ── 2. node ids ──
@@ -271,7 +272,7 @@ class NodeChecks:
         """A ``tool_denied`` problem when the session's principal has a tool grant that
         lacks the registered tool ``name`` (PROTOCOL.md §11 Tool grants)."""
         grant = self.tool_grant
-        if grant is not None and not grant.allows(name):
+        if grant is not None and not grant.allows(name, self.tool_pack(name)):
             message, hint = grant.refusal(name)
             self.add(problem(TOOL_DENIED, nid, field, message, hint, tool=name))
 
@@ -297,6 +298,13 @@ class NodeChecks:
         lookup = getattr(self.catalog, "pack_providing", None)
         found = lookup(name) if lookup is not None else None
         return found if isinstance(found, str) and found else None
+
+    def tool_pack(self, name: str) -> str:
+        """The tool pack registered tool ``name`` came from, when the catalog can say
+        (its optional ``pack_of``); ``""`` otherwise."""
+        lookup = getattr(self.catalog, "pack_of", None)
+        found = lookup(name) if lookup is not None else ""
+        return found if isinstance(found, str) else ""
 
     def tool_names(self) -> Collection[str]:
         if self._tools is None:

@@ -26,7 +26,7 @@ event, no context, no cache key.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -68,21 +68,25 @@ class HostSecrets:
     Args:
         secrets: the configured secrets (``HostConfig.secrets``).
         policy: what a request's own secrets may reach (``HostConfig.request_secrets``).
+        pack_of: tool name → the tool pack it was enabled from (``ToolRegistry.pack_of``),
+            so that a ``tools`` pattern matches ``<pack>.<name>`` too; None: names only.
     """
 
-    __slots__ = ("secrets", "policy")
+    __slots__ = ("secrets", "policy", "pack_of")
 
     def __init__(self, secrets: Mapping[str, Secret] | None = None,
-                 policy: RequestSecretPolicy | None = None) -> None:
+                 policy: RequestSecretPolicy | None = None,
+                 pack_of: Callable[[str], str] | None = None) -> None:
         self.secrets = dict(secrets or {})
         self.policy = policy if policy is not None else RequestSecretPolicy()
+        self.pack_of: Callable[[str], str] = pack_of if pack_of is not None else _no_pack
 
     def resolver_for(self, request: ChainRequest) -> SecretResolver | None:
         """The :class:`SecretResolver` of a run of ``request``; None when neither the
         host nor the request has a secret (the run then pays nothing for them)."""
         if not self.secrets and not request.secrets:
             return None
-        return SecretResolver(self.for_request(request))
+        return SecretResolver(self.for_request(request), self.pack_of)
 
     def for_request(self, request: ChainRequest) -> dict[str, Secret]:
         """The secrets ``request`` may reference: the host's, with the request's own
@@ -94,6 +98,10 @@ class HostSecrets:
             if name not in scope or self.policy.shadow:
                 scope[name] = self.policy.secret(name, value)
         return scope
+
+
+def _no_pack(name: str) -> str:
+    return ""
 
 
 def receiver(kind: str) -> str | None:
@@ -169,7 +177,7 @@ def secret_problems(
     found = request_secret_problems(request, host, limits)
     scope = host.for_request(request)
     for node in request.nodes:
-        found.extend(_node_problems(node, scope))
+        found.extend(_node_problems(node, scope, host.pack_of))
     return found
 
 
@@ -215,7 +223,8 @@ def request_secret_problems(request: ChainRequest, host: HostSecrets,
     return found
 
 
-def _node_problems(node: ChainNode, scope: Mapping[str, Secret]) -> list[dict[str, Any]]:
+def _node_problems(node: ChainNode, scope: Mapping[str, Secret],
+                   pack_of: Callable[[str], str]) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     nid = node.node_id
     expressions = [(f"input_map.{k}", v) for k, v in node.input_map.items()]
@@ -229,14 +238,15 @@ def _node_problems(node: ChainNode, scope: Mapping[str, Secret]) -> list[dict[st
                 "put {\"$secret\": \"NAME\"} in the node's static 'input' instead"))
     for key, value in node.input.items():
         for field, ref in _refs(value, f"input.{key}"):
-            one = _ref_problem(node, key, field, ref, scope)
+            one = _ref_problem(node, key, field, ref, scope, pack_of)
             if one is not None:
                 found.append(one)
     return found
 
 
 def _ref_problem(node: ChainNode, key: str, field: str, ref: dict[str, Any],
-                 scope: Mapping[str, Secret]) -> dict[str, Any] | None:
+                 scope: Mapping[str, Secret], pack_of: Callable[[str], str]
+                 ) -> dict[str, Any] | None:
     nid = node.node_id
     name = ref_name(ref)
     if name is None:
@@ -262,7 +272,7 @@ def _ref_problem(node: ChainNode, key: str, field: str, ref: dict[str, Any],
                        f"secret {name!r} is not defined", hint, secret=name)
     if target == "tool":
         for tool in (node.name, node.fallback):
-            if tool and not secret.allows_tool(tool):
+            if tool and not secret.allows_tool(tool, pack_of(tool)):
                 return problem(
                     "secret_denied", nid, field,
                     f"secret {name!r} may not be passed to tool {tool!r}",
@@ -310,16 +320,19 @@ class SecretResolver:
     Args:
         scope: name → :class:`~a2e_host.secrets.Secret` the run may reference
             (:meth:`HostSecrets.for_request`); not empty.
+        pack_of: tool name → its tool pack (:class:`HostSecrets`'s).
 
     Attributes:
         redactor: the run's :class:`~a2e_host.redaction.Redactor` (every value of
             ``scope``).
     """
 
-    __slots__ = ("scope", "redactor")
+    __slots__ = ("scope", "redactor", "pack_of")
 
-    def __init__(self, scope: Mapping[str, Secret]) -> None:
+    def __init__(self, scope: Mapping[str, Secret],
+                 pack_of: Callable[[str], str] = _no_pack) -> None:
         self.scope = dict(scope)
+        self.pack_of = pack_of
         self.redactor = Redactor({n: s.value for n, s in self.scope.items()})
 
     def values(self) -> dict[str, str]:
@@ -380,7 +393,7 @@ class SecretResolver:
             raise NodeError(f"node {node.node_id!r} names secret {name!r}, which this run "
                             "does not have; define it or send it in the request's 'secrets'")
         if receiver(node.kind) == "tool":
-            allowed = secret.allows_tool(node.name)
+            allowed = secret.allows_tool(node.name, self.pack_of(node.name))
             target = f"tool {node.name!r}"
         else:
             argv = args.get("argv", args.get("cmd"))

@@ -51,7 +51,7 @@ class Toolbox:
         self.skills = skills if skills is not None else SkillRegistry()
         self.proc = proc if proc is not None else ProcPolicy()
         self.config: HostConfig | None = None  # from_config's: for pack_providing
-        self.secrets = HostSecrets()
+        self.secrets = HostSecrets(pack_of=self.tools.pack_of)
         """The configured secrets and the request-secret policy (PROTOCOL.md §5 Secrets)."""
         self._other_packs: dict[str, str] | None = None
         self.executors: dict[str, Executor] = {
@@ -80,7 +80,8 @@ class Toolbox:
             )
         box = cls(load_tools(config), None, ProcPolicy.from_config(config))
         box.config = config
-        box.secrets = HostSecrets(config.secrets, config.request_secrets)  # skills name them
+        box.secrets = HostSecrets(config.secrets, config.request_secrets,  # skills name them
+                                  pack_of=box.tools.pack_of)
         box.skills = load_skills(config, box)
         box.executors["skill"] = box.skills.run_skill
         return box
@@ -90,6 +91,11 @@ class Toolbox:
     def tool_names(self) -> list[str]:
         """Names of the enabled tools, sorted."""
         return self.tools.names()
+
+    def pack_of(self, tool_name: str) -> str:
+        """The tool pack tool ``tool_name`` was enabled from, ``""`` when none: what a
+        tool grant's ``<pack>.<name>`` pattern matches (:mod:`a2e_host.tool_patterns`)."""
+        return self.tools.pack_of(tool_name)
 
     def skill_names(self) -> list[str]:
         """Names of the loaded skills, sorted."""

@@ -25,6 +25,7 @@ __all__ = [
     "load_command_config",
     "local_capabilities",
     "problem_hint",
+    "problem_line",
     "refusal_hint",
 ]
 
@@ -135,3 +136,15 @@ def problem_hint(
         return ("proc nodes are off until an executable is allowed: pass --allow-proc NAME, "
                 "or set allow_proc in the --config file")
     return hint
+
+
+def problem_line(problem: Mapping[str, Any], hint: str | None = None) -> str:
+    """One problem or warning as the CLI prints it: ``node 'n' field 'f': message (fix:
+    hint)`` (``field 'f': …`` for one of the request itself); ``hint`` replaces the
+    problem's own."""
+    node_id, field = problem.get("node_id", ""), problem.get("field", "")
+    where = f"node {node_id!r} field {field!r}" if node_id else f"field {field!r}"
+    if hint is None:
+        hint = problem.get("hint")
+    fix = f" (fix: {hint})" if hint else ""
+    return f"{where}: {problem['message']}{fix}"

@@ -15,6 +15,9 @@ validation problem, with the command-line fix where the host's hint speaks of th
 (``--allow-proc`` for a proc node; ``A2E_MAX_…`` or ``[limits]`` for a ceiling that
 refused the chain).
 
+A key of the chain file that no field reads (a misspelling: ``"timout"``) is said on
+stderr before the run, one ``a2e-host run: warning: …`` line each, as ``validate`` warns.
+
 Tool packs: when neither ``--tools`` nor the configuration (file or ``A2E_TOOLS``) names
 any, ``fs``, ``text`` and ``json`` are enabled
 (:data:`~a2e_host.config.LOCAL_TOOL_PACKS`, what the examples need); ``--tools +PACK``
@@ -54,10 +57,12 @@ import anyio
 import msgspec
 
 from ..chains.messages import ChainRequest, ChainResponse, chain_codec
+from ..chains.unknown_fields import unknown_field_warnings
 from ..errors import cancelled_failure
 from ..exceptions import A2EError
 from .run_display import Display, open_display
 from .run_record import RecordFileError, RunRecord
+from .run_streams import redacted_stdout
 
 __all__ = [
     "CANCEL_WAIT",
@@ -79,7 +84,8 @@ class ChainFileError(ValueError):
 
 
 def read_chain_request(
-    path: Path, input_text: str | None = None, *, extra: dict[str, Any] | None = None
+    path: Path, input_text: str | None = None, *, extra: dict[str, Any] | None = None,
+    warnings: list[dict[str, Any]] | None = None,
 ) -> ChainRequest:
     """Read a chain file: a ``chain/req`` body in JSON (``type``, ``id``, ``ts`` and
     ``session_id`` may be left out and are filled in).
@@ -91,6 +97,9 @@ def read_chain_request(
         extra: request fields to set over the file's (e.g. ``{"include_outputs": False}``);
             a field this version's :class:`~a2e_host.messages.ChainRequest` does not
             declare is dropped, as the decoder drops unknown fields.
+        warnings: when given, a ``chain_warning`` is appended to it for each key of the
+            file no field reads (a misspelling, ``"timout"``), as ``validate`` warns
+            (:func:`~a2e_host.chains.unknown_fields.unknown_field_warnings`).
 
     Returns:
         The request (``session_id`` empty: the client fills it in).
@@ -105,6 +114,8 @@ def read_chain_request(
             f"chain file {str(path)!r} has type {body['type']!r}; a chain file is a "
             "chain/req body (drop 'type' or set it to \"chain/req\")"
         )
+    if warnings is not None:
+        warnings.extend(unknown_field_warnings(body))
     body = {k: v for k, v in {**body, **(extra or {})}.items() if k in _REQUEST_FIELDS}
     body["type"] = "chain/req"
     body.setdefault("session_id", "")
@@ -202,10 +213,15 @@ def run_main(
         if final_only:
             extra = {"include_outputs": False} if record else {"streaming": False,
                                                                 "include_outputs": False}
-        request = read_chain_request(chain, input, extra=extra)
+        stray: list[dict[str, Any]] = []
+        request = read_chain_request(chain, input, extra=extra, warnings=stray)
     except ChainFileError as exc:
         print(f"a2e-host run: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    from .common import problem_line
+
+    for warning in stray:  # as validate warns: a misspelt field would do nothing, silently
+        print(f"a2e-host run: warning: {problem_line(warning)}", file=sys.stderr)
     from ..logs import configure_logging
     from ..runtime.host import Host
     from ..telemetry.setup import configure_telemetry
@@ -215,7 +231,9 @@ def run_main(
         config = load_command_config(config_path, overrides, local_defaults=True)
         if config.store:  # a local run is never durable: leave a serving host's store be
             config = msgspec.structs.replace(config, store="")
-        configure_logging(config.log_format, config.log_level, auto_level="warning")
+        # stderr through the log writer, as for stdio/serve: redacted (README "Secrets")
+        configure_logging(config.log_format, config.log_level, auto_level="warning",
+                          take_over_stderr=True)
     except ValueError as exc:
         print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -236,9 +254,10 @@ def run_main(
             print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         try:
-            display = open_display(request, config.allow_proc, final_only=final_only,
-                                   json_out=json_out, events=events)
-            response, signum = anyio.run(_run, request, host, display, recorder)
+            with redacted_stdout():
+                display = open_display(request, config.allow_proc, final_only=final_only,
+                                       json_out=json_out, events=events)
+                response, signum = anyio.run(_run, request, host, display, recorder)
         finally:
             stop_telemetry()
     finally:

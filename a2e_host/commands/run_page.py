@@ -153,7 +153,23 @@ def _legend() -> str:
     chips = "".join(
         f"<span class=\"chip\" style=\"{_fill_style(name)}\">{name.replace('_', ' ')}</span>"
         for name in OUTCOME_FILLS)
-    return f"<p class=\"legend\">{chips}</p>"
+    return f"<p class=\"legend\">{chips}</p><p class=\"legend\">{_EDGE_LEGEND}</p>"
+
+
+def _edge_sample(border: str) -> str:
+    """A short line in the legend drawn as ``border`` (CSS), like an edge of the diagram
+    (a span: the page's one ``svg`` is the diagram)."""
+    return (f"<span class=\"edge-sample\" style=\"display:inline-block;width:28px;"
+            f"vertical-align:middle;border-top:{border} #495057\"></span>")
+
+
+_CONTROL_EDGE, _MAP_EDGE = "", ' stroke-width="2.5"'
+_DATA_EDGE = ' stroke-dasharray="5 4" stroke-opacity="0.45"'
+_EDGE_LEGEND = (  # the edges as _diagram draws them (_CONTROL_EDGE, _MAP_EDGE, _DATA_EDGE)
+    f"edges: {_edge_sample('1.5px solid')} control (next_node, a branch's true/false, "
+    f"on_error) {_edge_sample('3px solid')} a map to its template (each item) "
+    f"{_edge_sample('1.5px dashed;opacity:0.45')} data (an expression reads that node's "
+    "output)")
 
 
 def _fill_style(outcome: str) -> str:
@@ -193,8 +209,7 @@ def _diagram(nodes: Sequence[ChainNode], outcomes: Mapping[str, NodeOutcome]) ->
     for edge in edges:
         (x1, y1), (x2, y2) = where[edge.source], where[edge.target]
         sx, sy, tx, ty = x1 + _BOX_W / 2, y1 + _BOX_H, x2 + _BOX_W / 2, y2
-        dash = {"data": " stroke-dasharray=\"5 4\" stroke-opacity=\"0.45\"",
-                "map": " stroke-width=\"2.5\""}.get(edge.kind, "")
+        dash = {"data": _DATA_EDGE, "map": _MAP_EDGE}.get(edge.kind, _CONTROL_EDGE)
         between = [lefts[n] for n in range(layout.layer[edge.source] + 1,
                                              layout.layer[edge.target]) if n in lefts]
         # a control edge past the layers between goes down a free lane beside their boxes

@@ -1,7 +1,10 @@
 """``a2e-host tools [--json] [--all]``: list the tools, skills and proc allowlist of a
 configuration, and with ``--all`` the installed tool packs it does not enable.
 
-Layer: command (prints to stdout, errors to stderr). Tool packs are the entry points of
+Layer: command (prints to stdout, errors to stderr). A tool ``remote_tools`` marks is shown
+``(remote: a Ray task)`` (``"remote": true`` in ``--json``); the configuration's MCP
+servers (``[mcp.servers.NAME]``) are listed as not started by this command
+(``"mcp_servers"``): their tools exist once a host starts them. Tool packs are the entry points of
 group ``a2e_host.tools`` (:data:`~a2e_host.tools.TOOLS_GROUP`); ``--tools +PACK`` adds one
 to the packs enabled by default.
 
@@ -24,7 +27,7 @@ from ..tools import Tool, ToolPackError, load_pack, pack_entry_points
 from ..tools.registry import reason_line
 from .common import load_command_config
 
-__all__ = ["tools_main", "describe", "installed_packs"]
+__all__ = ["tools_main", "describe", "installed_packs", "mcp_server_names"]
 
 
 def tools_main(
@@ -46,14 +49,19 @@ def tools_main(
     Returns:
         The exit code: 0, or 2 when the configuration is unusable (reason on stderr).
     """
+    from ..logs import configure_logging
+
     try:
         config = load_command_config(config_path, overrides, local_defaults=True)
+        configure_logging("auto", "warning")  # a warning of loading the tools: on stderr
         box = Toolbox.from_config(config)
     except ValueError as exc:
         print(f"a2e-host tools: {exc}", file=sys.stderr)
         return 2
     info = describe(box)
     info["packs"] = installed_packs(config, include_disabled=all_packs)
+    # MCP servers' tools exist once a host starts them; this command starts none
+    info["mcp_servers"] = sorted(mcp_server_names(config))
     if json_out:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(info), indent=2).decode())
         sys.stdout.write("\n")
@@ -92,6 +100,13 @@ def describe(box: Toolbox) -> dict[str, Any]:
     }
 
 
+def mcp_server_names(config: HostConfig) -> list[str]:
+    """The names of the configuration's ``[mcp.servers.NAME]`` tables (their tools are
+    ``NAME.tool``), in file order; none when ``[mcp]`` has no ``servers`` table."""
+    servers = config.mcp.get("servers") if isinstance(config.mcp, dict) else None
+    return [str(name) for name in servers] if isinstance(servers, dict) else []
+
+
 def installed_packs(config: HostConfig, *, include_disabled: bool = True) -> list[dict[str, Any]]:
     """Every tool pack installed in the entry-point group ``a2e_host.tools``, by name.
 
@@ -128,6 +143,7 @@ def _tool_info(t: Tool) -> dict[str, Any]:
         "name": t.name,
         "description": t.description,
         "side_effects": t.side_effects,
+        "remote": t.remote,
         "version": t.version,
         "timeout": t.timeout,
         "input_schema": t.input_schema,
@@ -141,7 +157,12 @@ def _as_text(info: dict[str, Any]) -> str:
     lines.append(f"tools ({len(tools)}):" if tools else "tools: none (enable packs with --tools)")
     width = max((len(t["name"]) for t in tools), default=0)
     for t in tools:
-        lines.append(f"  {t['name']:<{width}}  [{t['side_effects']}]  {t['description']}")
+        remote = "  (remote: a Ray task)" if t.get("remote") else ""
+        lines.append(f"  {t['name']:<{width}}  [{t['side_effects']}]{remote}  "
+                     f"{t['description']}")
+    for name in info.get("mcp_servers", []):
+        lines.append(f"  {name}.*  MCP server [mcp.servers.{name}] (not started by this "
+                     "command; its tools are listed by a running host's tool/list/req)")
     skills = info["skills"]
     lines.append(f"skills ({len(skills)}):" if skills else "skills: none")
     for s in skills:

@@ -10,6 +10,9 @@ Warnings (what the static checks found could fail at run time, PROTOCOL.md §4) 
 after the problems, one ``warning:`` line each, and listed as ``warnings`` in ``--json``; they
 never make a chain invalid.
 
+MCP servers (``[mcp.servers.NAME]``) are not started, so their tools (``NAME.tool``) are
+unknown here; such a problem's hint says so and how to check the chain against them.
+
 Exit codes: 0 valid, 1 invalid (every problem printed), 2 unreadable file, bad JSON or
 bad configuration.
 """
@@ -30,7 +33,8 @@ from ..chains.validation import ChainPlan, validate_chain
 from ..config import HostConfig
 from ..exceptions import ChainInvalid, RemoteProtocolError
 from ..limits import SessionLimits
-from .common import load_command_config, local_capabilities, problem_hint
+from .common import load_command_config, local_capabilities, problem_hint, problem_line
+from .tools import mcp_server_names
 
 __all__ = ["validate_main"]
 
@@ -73,13 +77,38 @@ def validate_main(
         plan = validate_chain(request, catalog, SessionLimits(config.limits), granted=granted)
     except ChainInvalid as exc:
         kinds = {node.node_id: node.kind for node in request.nodes}
+        errors = _with_mcp_hints(exc.details["errors"], request, mcp_server_names(config))
         hints = [problem_hint(p, node_kinds=kinds, allow_proc=config.allow_proc)
-                 for p in exc.details["errors"]]
-        return _report_invalid(exc.code, exc.message, exc.details["errors"], json_out, hints,
+                 for p in errors]
+        return _report_invalid(exc.code, exc.message, errors, json_out, hints,
                                [*stray, *exc.details.get("warnings", [])],
                                total=exc.details.get("problems_total"))
     _report_valid(chain, plan, json_out, stray)
     return EXIT_VALID
+
+
+def _with_mcp_hints(errors: list[dict[str, Any]], request: ChainRequest,
+                    servers: list[str]) -> list[dict[str, Any]]:
+    """``errors``, where an unknown tool is ``SERVER.tool`` of a configured MCP server
+    with a hint saying so: validate starts no MCP server, so their tools are unknown
+    here, and how to check the chain against the started servers instead."""
+    if not servers:
+        return errors
+    nodes = {node.node_id: node for node in request.nodes}
+    out = []
+    for problem in errors:
+        node = nodes.get(str(problem.get("node_id", "")))
+        field = str(problem.get("field", ""))
+        name = getattr(node, field, None) if field in ("name", "fallback") else None
+        server = name.partition(".")[0] if isinstance(name, str) and "." in name else ""
+        if server in servers and str(problem.get("message", "")).startswith("unknown tool"):
+            problem = {**problem, "hint": (
+                f"{name!r} would come from MCP server {server!r} ([mcp.servers.{server}]), "
+                "and validate does not start MCP servers; check the chain with the "
+                "validate_chain tool of 'a2e-host mcp --config FILE', or against a running "
+                "host (tool/list/req lists its tools)")}
+        out.append(problem)
+    return out
 
 
 class _Unreadable(Exception):
@@ -151,9 +180,9 @@ def _report_invalid(
                           "warnings": warnings}, ensure_ascii=False))
         return EXIT_INVALID
     for i, problem in enumerate(errors):
-        print(_line(problem, hints[i] if hints else None))
+        print(problem_line(problem, hints[i] if hints else None))
     for warning in warnings:
-        print(f"warning: {_line(warning)}")
+        print(f"warning: {problem_line(warning)}")
     count = total if total is not None else len(errors)
     listed = f" (the first {len(errors)} listed)" if count > len(errors) else ""
     print(f"invalid ({code}): {count} problem{'s' if count != 1 else ''}{listed}"
@@ -164,15 +193,6 @@ def _report_invalid(
 def _warned(warnings: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> str:
     count = len(warnings)
     return f", {count} warning{'s' if count != 1 else ''}" if count else ""
-
-
-def _line(problem: dict[str, Any], hint: str | None = None) -> str:
-    node_id, field = problem.get("node_id", ""), problem.get("field", "")
-    where = f"node {node_id!r} field {field!r}" if node_id else f"field {field!r}"
-    if hint is None:
-        hint = problem.get("hint")
-    fix = f" (fix: {hint})" if hint else ""
-    return f"{where}: {problem['message']}{fix}"
 
 
 def _report_valid(
@@ -190,6 +210,6 @@ def _report_valid(
         }, ensure_ascii=False))
         return
     for warning in warnings:
-        print(f"warning: {_line(warning)}")
+        print(f"warning: {problem_line(warning)}")
     print(f"valid: {path.name}: {len(ids)} node{'s' if len(ids) != 1 else ''}, "
           f"roots {', '.join(roots)}; terminals {', '.join(terminals)}{_warned(warnings)}")

@@ -19,6 +19,7 @@ from importlib.metadata import EntryPoint, entry_points
 import structlog
 
 from ..config import HostConfig
+from ..tool_patterns import tool_matches
 from .model import Tool
 
 __all__ = [
@@ -247,6 +248,12 @@ def load_tools(config: HostConfig, *, packs: dict[str, ToolPack] | None = None) 
             tools = marked_remote(tools, pack_name, config.remote_tools)
         for t in tools:
             registry.register(t, pack_name)
+    for pattern in config.remote_tools:  # a typo would leave the tool local, silently
+        if not any(tool_matches((pattern,), t.name, registry.pack_of(t.name))
+                   for t in registry):
+            _log.warning("a remote_tools pattern matches no enabled tool; check its "
+                         "spelling (<name> or <pack>.<name>) and the tool packs enabled",
+                         pattern=pattern)
     if any(t.remote for t in registry):
         from . import remote
 

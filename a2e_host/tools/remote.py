@@ -33,7 +33,6 @@ import asyncio
 import concurrent.futures
 import copy
 import dataclasses
-import fnmatch
 import importlib.util
 import inspect
 import queue
@@ -52,6 +51,7 @@ from ..chains.nodes import NodeContext, current_node
 from ..exceptions import ChainLimitExceeded, NodeError
 from ..runtime.limiters import loop_limiter
 from ..sizes import JsonSizer
+from ..tool_patterns import tool_matches
 
 
 class _Markable(Protocol):
@@ -153,16 +153,12 @@ def init_options(address: str) -> dict[str, Any]:
 
 def marked_remote(tools: Iterable[_T], pack: str, patterns: tuple[str, ...]) -> list[_T]:
     """``tools`` of ``pack``, each one a glob of ``patterns`` matches (by its name or by
-    ``<pack>.<name>``, :func:`fnmatch.fnmatchcase`) copied with ``remote`` set; the
+    ``<pack>.<name>``, :func:`a2e_host.tool_patterns.tool_matches`) copied with ``remote`` set; the
     others, and those already remote, as they are (a pack's tool objects are shared, so
     they are never changed in place)."""
     out: list[_T] = []
     for t in tools:
-        qualified = f"{pack}.{t.name}"
-        if not t.remote and any(
-            fnmatch.fnmatchcase(t.name, p) or fnmatch.fnmatchcase(qualified, p)
-            for p in patterns
-        ):
+        if not t.remote and tool_matches(patterns, t.name, pack):
             t = copy.copy(t)
             t.remote = True
         out.append(t)

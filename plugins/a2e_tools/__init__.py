@@ -84,7 +84,8 @@ class ToolsPlugin(Plugin):
         self.toolbox = Toolbox(tools if tools is not None else toolbox_for(config).tools)
         self.toolbox.config = config  # the "enable pack X" hint of an unknown tool
         # configured secrets resolve in a call's arguments as in a tool node's input
-        self.toolbox.secrets = HostSecrets(config.secrets, config.request_secrets)
+        self.toolbox.secrets = HostSecrets(config.secrets, config.request_secrets,
+                                           pack_of=self.toolbox.tools.pack_of)
         self.catalog = ToolCatalog(self.toolbox.tools)
 
     def serves(self) -> bool:
@@ -141,7 +142,7 @@ class ToolsPlugin(Plugin):
         grant = self.config.tool_grant(session.principal)
         if self.toolbox.tools.get(name) is None:
             raise self._unknown(name, grant)
-        if grant is not None and not grant.allows(name):
+        if grant is not None and not grant.allows(name, self.toolbox.tools.pack_of(name)):
             message, hint = grant.refusal(name)
             raise ToolDenied(f"tool/call/req: {message}; {hint}", detail={"tool": name})
         limits = session.limits
@@ -180,7 +181,7 @@ class ToolsPlugin(Plugin):
     def _unknown(self, name: str, grant: ToolGrant | None) -> UnknownTool:
         shown = name if len(name) <= 100 else name[:100] + "…"
         suggestions = [s for s in self.toolbox.suggest_tool(name[:200])
-                       if grant is None or grant.allows(s)]
+                       if grant is None or grant.allows(s, self.toolbox.tools.pack_of(s))]
         hint = f"did you mean {', '.join(map(repr, suggestions))}? " if suggestions else ""
         pack = self.toolbox.pack_providing(name) if len(name) <= 200 else None
         if pack:

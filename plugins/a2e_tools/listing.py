@@ -164,12 +164,13 @@ class ToolCatalog:
         allows, when given)."""
         return [t.name for t, _, _ in self._entries
                 if (include_deferred or not t.defer_loading)
-                and (grant is None or grant.allows(t.name))]
+                and (grant is None or grant.allows(t.name, self._tools.pack_of(t.name)))]
 
     def toolkits(self, grant: ToolGrant | None = None) -> list[str]:
         """The toolkits of the tools (those ``grant`` allows), sorted, without repeats."""
         return sorted({d.toolkit for t, d, _ in self._entries
-                       if d.toolkit and (grant is None or grant.allows(t.name))})
+                       if d.toolkit and (grant is None
+                                         or grant.allows(t.name, self._tools.pack_of(t.name)))})
 
     def select(self, request: ToolListRequest, grant: ToolGrant | None = None
                ) -> list[ToolDefinition]:
@@ -211,7 +212,7 @@ class ToolCatalog:
             and (not kind or t.side_effects == kind)
             and tags <= set(t.tags)
             and (not query or any(query in w for w in words))
-            and (grant is None or grant.allows(t.name))
+            and (grant is None or grant.allows(t.name, self._tools.pack_of(t.name)))
         ]
 
     def definitions(self) -> Iterable[ToolDefinition]:

@@ -107,3 +107,20 @@ def test_mermaid_ids_for_thousands_of_renamed_nodes_take_linear_time() -> None:
     assert took < 20, f"{took:.1f} s"  # quadratic, it took minutes
     assert 'n_n_0["n-0<br/>tool t"]' in drawn
     assert 'n_x__15000["x\u3b97<br/>tool t"]' in drawn  # the last of the shared form
+
+
+def test_the_legend_explains_each_edge_style_as_the_diagram_draws_it() -> None:
+    nodes = [ChainNode(node_id="a", kind="tool", name="echo", next_node="m"),
+             ChainNode(node_id="m", kind="map", items_path="a.output.xs", map_node="t"),
+             ChainNode(node_id="t", kind="tool", name="echo", input_map={"v": "a.output"})]
+    page = render_page(nodes, RunTrace(), title="t")
+    legend = re.search(r"<p class=\"legend\">edges: (.*?)</p>", page)
+    assert legend is not None
+    samples = re.findall(r'<span class="edge-sample" style="[^"]*border-top:([^"]*) '
+                         r'#495057"></span> ([a-z]+)', legend.group(1))
+    assert samples == [("1.5px solid", "control"), ("3px solid", "a"),
+                       ("1.5px dashed;opacity:0.45", "data")]
+    drawn = dict(re.findall(r'<path class="edge (\w+)" data-from="\w+" data-to="\w+" '
+                            r'd="[^"]+" fill="none" stroke="#495057"([^/]*) marker-end', page))
+    assert drawn == {"control": "", "map": ' stroke-width="2.5"',
+                     "data": ' stroke-dasharray="5 4" stroke-opacity="0.45"'}
