@@ -12,13 +12,11 @@ that pack, ``upper`` or ``*.upper`` the tool itself. A tool registered outside a
 
 from __future__ import annotations
 
-import functools
 from fnmatch import fnmatchcase
 
 __all__ = ["tool_matches"]
 
 
-@functools.lru_cache(maxsize=8192)
 def tool_matches(patterns: tuple[str, ...], name: str, pack: str = "") -> bool:
     """Whether a glob of ``patterns`` matches the tool ``name`` of ``pack``.
 
@@ -29,8 +27,9 @@ def tool_matches(patterns: tuple[str, ...], name: str, pack: str = "") -> bool:
         pack: the tool pack it was enabled from; ``""`` when none (or unknown).
 
     Returns:
-        True when a pattern matches either form. Memoised: patterns come from the
-        configuration and names from the host's registry.
+        True when a pattern matches either form. Not memoised: ``name`` may come from a
+        request (a node's ``name`` or ``fallback``), and a cache keyed by it would keep
+        an agent's strings; :func:`fnmatch.fnmatchcase` caches the compiled patterns.
     """
     qualified = f"{pack}.{name}" if pack else ""
     return any(fnmatchcase(name, p) or (qualified and fnmatchcase(qualified, p))
