@@ -14,7 +14,7 @@ from typing import Any
 
 from a2e_host.sizes import clip
 
-from .settings import McpSettings, ServerSettings, parse_server
+from .settings import McpSettings, ServerSettings, parse_server, shown_url
 
 __all__ = ["registration_of"]
 
@@ -67,7 +67,7 @@ def registration_of(config: Mapping[str, Any], settings: McpSettings,
         table["command"] = cmd
     elif transport in _HTTP_TRANSPORTS:
         if url not in settings.register_urls:
-            return (f"config.url {clip(str(url), 200)} is not one of the URLs this host "
+            return (f"config.url {shown_url(str(url))} is not one of the URLs this host "
                     "lets agents register ([mcp] register_urls)", None)
         table["url"] = url
     else:
