@@ -25,11 +25,13 @@ so and exits 2.
 
 from __future__ import annotations
 
+import hmac
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +69,52 @@ def mcp_main(config_path: str | Path | None, overrides: dict[str, Any], *,
     from .serve import _host, _setup
 
     config = _setup(config_path, overrides, auto_level="warning")
+    if port is not None and not config.auth_required and not _loopback(bind):
+        print(f"a2e-host mcp: --host {bind} serves chains to the network with no "
+              "authentication; configure auth_token (or [auth.tokens]) so clients must send "
+              "Authorization: Bearer, or listen on 127.0.0.1", file=sys.stderr)
+        return EXIT_USAGE
     host = _host(config, None)
     anyio.run(_serve, host, port, bind, backend="asyncio")
     return 0
+
+
+def _loopback(bind: str) -> bool:
+    """Whether ``bind`` names only this machine (``localhost`` or a loopback address)."""
+    import ipaddress
+
+    if bind.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bind.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _tokens(config: Any) -> dict[str, str]:
+    """Every configured token → the principal that presents it."""
+    from ..config import TOKEN_PRINCIPAL
+
+    found = {token: principal for principal, token in config.auth_tokens.items() if token}
+    if config.auth_token:
+        found[config.auth_token] = TOKEN_PRINCIPAL
+    return found
+
+
+def bearer_of(headers: Any) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header (``""``: none)."""
+    value = headers.get("authorization", "") if headers is not None else ""
+    scheme, _, token = str(value).partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def match_token(presented: str, tokens: Collection[str]) -> str:
+    """The configured token ``presented`` equals (constant time per token), or ``""``."""
+    found = ""
+    for token in tokens:
+        if hmac.compare_digest(presented.encode(), token.encode()):
+            found = token
+    return found
 
 
 async def _serve(host: Any, port: int | None, bind: str) -> None:
@@ -77,7 +122,9 @@ async def _serve(host: Any, port: int | None, bind: str) -> None:
 
     try:
         if port is not None:
-            await _with_host(host, lambda server, stop: _serve_http(server, bind, port, stop))
+            tokens = list(_tokens(host.config))
+            await _with_host(host, lambda server, stop: _serve_http(server, bind, port, stop,
+                                                                    tokens))
             return
         lines = _StdinLines(host.config.limits.max_message_bytes)
         with anyio.CancelScope() as served:
@@ -155,17 +202,26 @@ async def _with_host(host: Any, serve: Any) -> None:
     stop)`` until it returns or a signal comes (``stop()`` is called then)."""
     from ..client import connect_memory
     from .common import local_capabilities
+    from .mcp_tools import ChainTools
 
     granted = local_capabilities(host)
-    token = host.config.auth_token or next(iter(host.config.auth_tokens.values()), "")
-    async with host.running(), anyio.create_task_group() as tg:
+    tokens = _tokens(host.config)
+    async with host.running(), anyio.create_task_group() as tg, AsyncExitStack() as stack:
         stop = _Stop(tg.cancel_scope)
         tg.start_soon(_stop_on_signals, stop)
-        async with connect_memory(host, agent_id="a2e-host mcp", agent_caps=granted,
-                                  auth_token=token) as client:
-            skills = await _active_skills(client)
-            server = _server(client, host, skills, frozenset(granted))
-            await serve(server, stop)
+        # one A2E session per configured token: an HTTP request runs as the principal
+        # whose token it presented (stdio: the operator's own process, the first token)
+        by_token: dict[str, Any] = {}
+        for token in tokens or {"": ""}:
+            by_token[token] = await stack.enter_async_context(connect_memory(
+                host, agent_id="a2e-host mcp", agent_caps=granted, auth_token=token))
+        first = next(iter(by_token.values()))
+        skills = await _active_skills(first)
+        tools = {token: ChainTools(client, host, skills, frozenset(granted))
+                 for token, client in by_token.items()}
+        server = _server(tools, host.config.auth_token if host.config.auth_token in tools
+                         else next(iter(tools)))
+        await serve(server, stop)
         tg.cancel_scope.cancel()
 
 
@@ -186,25 +242,34 @@ async def _active_skills(client: Any) -> list[tuple[str, str, dict[str, Any]]]:
     return [found[name] for name in sorted(found)]
 
 
-def _server(client: Any, host: Any, skills: list[tuple[str, str, dict[str, Any]]],
-            granted: frozenset[str]) -> Any:
-    """The MCP server whose tools are :class:`~a2e_host.commands.mcp_tools.ChainTools`."""
+def _server(by_token: dict[str, Any], default: str) -> Any:
+    """The MCP server whose tools are :class:`~a2e_host.commands.mcp_tools.ChainTools`:
+    ``by_token`` the tools of each configured token's session (HTTP picks the one whose
+    token the request presented, checked already by :func:`require_bearer`), ``default``
+    the token used over stdio."""
     from mcp.server.lowlevel import Server
     from mcp.types import ListToolsResult
 
-    from .mcp_tools import ChainTools
-
-    tools = ChainTools(client, host, skills, granted)
+    def tools_of(ctx: Any) -> Any:
+        request = getattr(ctx, "request", None)
+        if request is None or not hasattr(request, "headers"):
+            return by_token[default]
+        if len(by_token) == 1 and "" in by_token:
+            return by_token[""]  # no token configured
+        token = match_token(bearer_of(request.headers), by_token)
+        if not token:  # pragma: no cover - require_bearer answered 401 already
+            raise PermissionError("Authorization: Bearer <token> is required")
+        return by_token[token]
 
     async def list_tools(ctx: Any, params: Any) -> Any:
-        return ListToolsResult(tools=tools.list())
+        return ListToolsResult(tools=tools_of(ctx).list())
 
     async def call_tool(ctx: Any, params: Any) -> Any:
         # over HTTP, the request that carried the call: a client that went away (killed,
         # network gone) sends no notifications/cancelled, its connection just closes
         gone = getattr(getattr(ctx, "request", None), "is_disconnected", None)
-        return await tools.call(params.name, dict(params.arguments or {}),
-                                ctx.session.report_progress, client_gone=gone)
+        return await tools_of(ctx).call(params.name, dict(params.arguments or {}),
+                                        ctx.session.report_progress, client_gone=gone)
 
     return Server("a2e-host", version=__version__, on_list_tools=list_tools,
                   on_call_tool=call_tool,
@@ -212,10 +277,38 @@ def _server(client: Any, host: Any, skills: list[tuple[str, str, dict[str, Any]]
                                "nodes) with run_chain; check one with validate_chain.")
 
 
-async def _serve_http(server: Any, bind: str, port: int, stop: _Stop) -> None:
+def require_bearer(app: Any, tokens: Collection[str]) -> Any:
+    """An ASGI app answering HTTP requests to ``app`` that present none of ``tokens`` as
+    ``Authorization: Bearer <token>`` with 401 and a one-line JSON reason."""
+    import json
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        if match_token(bearer_of(headers), tokens):
+            await app(scope, receive, send)
+            return
+        body = json.dumps({"error": "unauthorized", "message":
+                           "send this host's token as Authorization: Bearer <token>"}).encode()
+        await send({"type": "http.response.start", "status": 401, "headers": [
+            (b"content-type", b"application/json"),
+            (b"www-authenticate", b'Bearer realm="a2e-host mcp"'),
+            (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    return guarded
+
+
+async def _serve_http(server: Any, bind: str, port: int, stop: _Stop,
+                      tokens: Collection[str] = ()) -> None:
     import uvicorn
 
     app = server.streamable_http_app(host=bind)
+    if tokens:
+        app = require_bearer(app, tokens)
     config = uvicorn.Config(app, host=bind, port=port, log_level="warning", lifespan="on")
     web = uvicorn.Server(config)
 

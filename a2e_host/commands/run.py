@@ -237,11 +237,9 @@ def run_main(
     except ValueError as exc:
         print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        recorder = RunRecord.create(record, force=force) if record is not None else None
-    except RecordFileError as exc:
-        print(f"a2e-host run: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    # the record file is opened (with --force: emptied) only once the host and its
+    # telemetry are built: a configuration error leaves the user's file as it was
+    recorder: RunRecord | None = None
     try:
         try:
             host = Host(config)  # a plugin refusing the configuration raises ValueError
@@ -254,6 +252,12 @@ def run_main(
             print(f"a2e-host run: configuration error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         try:
+            try:
+                recorder = (RunRecord.create(record, force=force) if record is not None
+                            else None)
+            except RecordFileError as exc:
+                print(f"a2e-host run: {exc}", file=sys.stderr)
+                return EXIT_USAGE
             with redacted_stdout():
                 display = open_display(request, config.allow_proc, final_only=final_only,
                                        json_out=json_out, events=events)

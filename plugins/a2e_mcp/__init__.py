@@ -31,9 +31,10 @@ import msgspec
 import structlog
 from a2e_chains.shared import toolbox_for
 
-from a2e_host.config import HostConfig
+from a2e_host.config import ANONYMOUS_PRINCIPAL, HostConfig
 from a2e_host.messages import Message
 from a2e_host.plugin import HostRuns, Plugin, PluginContext, SessionInfo
+from a2e_host.tools import pack_entry_points
 
 from .link import ServerLink
 from .messages import (
@@ -81,6 +82,8 @@ class McpPlugin(Plugin):
         self.links: dict[str, ServerLink] = {}
         self.log = structlog.get_logger("a2e_mcp")
         self._runs: HostRuns | None = None
+        self._owners: dict[str, tuple[str, str]] = {}
+        """Agent-registered server name → (principal, session id) that registered it."""
         if not self.serves():
             return
         if importlib.util.find_spec("mcp") is None:
@@ -142,25 +145,49 @@ class McpPlugin(Plugin):
             ctx.start_soon(self._register, message, ctx, name="mcp:register")
         elif isinstance(message, ServerUnregisterRequest):
             link = self.links.get(message.server_id)
-            ok = link is not None and link.server.registered
-            if link is not None and ok:
-                link.stop()
-                link.forget_tools()
-                del self.links[message.server_id]
+            ok = (link is not None and link.server.registered
+                  and self._owned_by(message.server_id, ctx.session))
+            if ok:
+                self._drop(message.server_id)
             ctx.outbox.send_nowait(ServerUnregisterResponse(
                 req_id=message.id, ok=ok, server_id=message.server_id))
         else:
             await super().handle(message, ctx)
 
+    def _owned_by(self, name: str, session: SessionInfo) -> bool:
+        """Whether ``session`` may unregister ``name``: the session that registered it,
+        or another of the same authenticated principal (on a host without tokens every
+        session is ``anonymous``: only the registering session then)."""
+        principal, session_id = self._owners.get(name, ("", ""))
+        if session_id == session.session_id:
+            return True
+        return principal not in ("", ANONYMOUS_PRINCIPAL) and principal == session.principal
+
+    def _drop(self, name: str) -> None:
+        """Stop the agent-registered server ``name`` and forget its tools."""
+        link = self.links.pop(name)
+        self._owners.pop(name, None)
+        link.stop()
+        link.forget_tools()
+
+    async def session_closed(self, session: SessionInfo) -> None:
+        """Unregister the servers ``session`` registered: a registration lives as long
+        as the session that made it."""
+        for name, (_, session_id) in list(self._owners.items()):
+            if session_id == session.session_id and name in self.links:
+                self._drop(name)
+
     async def _register(self, message: ServerRegisterRequest, ctx: PluginContext) -> None:
         registered = sum(1 for link in self.links.values() if link.server.registered)
+        packs = {*pack_entry_points(), *self.config.tools}
         problem, server = registration_of(message.config, self.settings, set(self.links),
-                                          registered)
+                                          registered, packs)
         if server is None or self._runs is None:
             ctx.outbox.send_nowait(ServerRegisterResponse(
                 req_id=message.id, ok=False, error=problem or "the host is not running"))
             return
         link = self._start(server)
+        self._owners[server.name] = (ctx.session.principal, ctx.session.session_id)
         with anyio.move_on_after(self.settings.start_timeout):
             await link.started.wait()
         info = self.info_of(link)

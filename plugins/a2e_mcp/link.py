@@ -18,6 +18,7 @@ server exited (children it left behind) is killed (:mod:`a2e_mcp.groups`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -35,7 +36,8 @@ from .groups import Spawns, kill_groups, recording
 from .settings import McpSettings, ServerSettings
 from .tools import build_tool, output_of
 
-__all__ = ["MAX_TOOLS", "PROTOCOL_ERROR", "UNAVAILABLE", "ServerDown", "ServerLink"]
+__all__ = ["MAX_TOOLS", "PROTOCOL_ERROR", "UNAVAILABLE", "ServerDown", "ServerLink",
+           "progress_data"]
 
 _CLIENT_NAME = "a2e-host"
 
@@ -358,15 +360,9 @@ class ServerLink:
             timeout = max(0.001, min(timeout, ctx.deadline - time.monotonic()))
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
-            if ctx is None:
-                return
-            data: dict[str, Any] = {"progress": value}
-            if total:
-                data["total"] = total
-                data["pct"] = max(0, min(100, round(100 * value / total)))
-            if message:
-                data["message"] = message
-            ctx.report("progress", data)
+            data = progress_data(value, total, message)
+            if ctx is not None and data:
+                ctx.report("progress", data)
 
         try:
             result = await session.call_tool(name, args, read_timeout_seconds=timeout,
@@ -408,3 +404,21 @@ async def _list_tools(session: Any) -> list[Any]:
         if not cursor:
             break
     return tools
+
+
+def progress_data(value: Any, total: Any, message: str | None) -> dict[str, Any]:
+    """A server's ``notifications/progress`` as a ``progress`` report's data: only
+    finite numbers are passed on (a server may send ``inf``, ``NaN`` or ``1e308``),
+    ``pct`` only with a finite ``total`` > 0; ``{}`` when nothing is left to report."""
+    data: dict[str, Any] = {}
+    finite = isinstance(value, int | float) and math.isfinite(value)
+    if finite:
+        data["progress"] = value
+    if isinstance(total, int | float) and math.isfinite(total) and total > 0:
+        data["total"] = total
+        share = 100 * value / total if finite else math.nan
+        if math.isfinite(share):
+            data["pct"] = max(0, min(100, round(share)))
+    if message:
+        data["message"] = message
+    return data

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from .settings import McpSettings, ServerSettings, parse_server
+from a2e_host.sizes import clip
+
+from .settings import McpSettings, ServerSettings, parse_server, shown_url
 
 __all__ = ["registration_of"]
 
@@ -20,8 +22,8 @@ _HTTP_TRANSPORTS = ("sse", "streamable-http", "http")
 
 
 def registration_of(config: Mapping[str, Any], settings: McpSettings,
-                    taken: Collection[str], registered: int = 0
-                    ) -> tuple[str, ServerSettings | None]:
+                    taken: Collection[str], registered: int = 0,
+                    packs: Collection[str] = ()) -> tuple[str, ServerSettings | None]:
     """The server an agent asks to register, or why not.
 
     Args:
@@ -29,6 +31,9 @@ def registration_of(config: Mapping[str, Any], settings: McpSettings,
         settings: the ``[mcp]`` settings (the allowlists).
         taken: the names of the servers the host has.
         registered: how many of them agents registered.
+        packs: the names of the tool packs installed or enabled: a server may not take
+            one (its tools ``NAME.tool`` would match grants and secret scopes
+            ``NAME.*`` written for the pack).
 
     Returns:
         ``("", settings)`` when allowed, else ``(one sentence saying what to fix, None)``.
@@ -42,8 +47,11 @@ def registration_of(config: Mapping[str, Any], settings: McpSettings,
     name = config.get("name") or config.get("server_id") or ""
     if not isinstance(name, str) or not name:
         return "config.name is required: the server's tools are called NAME.tool", None
-    if name in taken:
-        return f"an MCP server named {name!r} exists already; pick another name", None
+    if name in taken or name in settings.servers:
+        return f"an MCP server named {clip(name)} exists already; pick another name", None
+    if name in packs:
+        return (f"config.name {clip(name)} is the name of a tool pack: its tools would pass "
+                "for the pack's in grants and secret scopes; pick another name", None)
     for key in ("env", "cwd", "headers"):
         if config.get(key):
             return (f"config.{key} must be empty: registered servers run with the host's "
@@ -54,16 +62,16 @@ def registration_of(config: Mapping[str, Any], settings: McpSettings,
     table: dict[str, Any] = {}
     if transport == "stdio":
         if not isinstance(cmd, list) or tuple(cmd) not in settings.register_commands:
-            return (f"config.cmd {cmd!r} is not one of the commands this host lets agents "
-                    "register ([mcp] register_commands)", None)
+            return (f"config.cmd {clip(repr(cmd), 200)} is not one of the commands this "
+                    "host lets agents register ([mcp] register_commands)", None)
         table["command"] = cmd
     elif transport in _HTTP_TRANSPORTS:
         if url not in settings.register_urls:
-            return (f"config.url {url!r} is not one of the URLs this host lets agents "
-                    "register ([mcp] register_urls)", None)
+            return (f"config.url {shown_url(str(url))} is not one of the URLs this host "
+                    "lets agents register ([mcp] register_urls)", None)
         table["url"] = url
     else:
-        return f"config.transport {transport!r} is not stdio or streamable-http", None
+        return f"config.transport {clip(str(transport))} is not stdio or streamable-http", None
     if "timeout" in config:
         table["timeout"] = config["timeout"]
     if config.get("tool_allow_list"):

@@ -24,8 +24,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
+
+from a2e_host.sizes import clip
 
 __all__ = ["McpSettings", "ServerSettings", "parse_settings", "parse_server", "NAME_PATTERN"]
 
@@ -106,6 +109,22 @@ _TOP_KEYS = ("servers", "start_timeout", "ping_interval", "ping_timeout",
 _SERVER_KEYS = ("command", "env", "cwd", "url", "tool_allow_list", "timeout")
 
 
+def shown_url(url: str, width: int = 200) -> str:
+    """``url`` for a message: without its ``user:password@`` part (it may carry a
+    token), quoted and cut to about ``width`` characters."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc.rpartition("@")[2]
+        url = urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        url = re.sub(r"//[^/@]*@", "//", url)
+    return clip(url, width)
+
+
+def _type(value: Any) -> str:
+    return type(value).__name__
+
+
 def _seconds(where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ValueError(f"{where} must be a number of seconds > 0, got {value!r}")
@@ -113,8 +132,12 @@ def _seconds(where: str, value: Any) -> float:
 
 
 def _strings(where: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{where} must be a list of strings, got {value!r}")
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"{where} must be a list of strings, got a {_type(value)}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ValueError(f"{where} must be a list of strings; item {i} is a "
+                             f"{_type(item)}")
     return tuple(value)
 
 
@@ -137,19 +160,24 @@ def parse_server(name: str, table: Mapping[str, Any], *, where: str,
     command = _strings(f"{where}.command", table.get("command", []))
     url = table.get("url", "")
     if not isinstance(url, str):
-        raise ValueError(f"{where}.url must be a string, got {url!r}")
+        raise ValueError(f"{where}.url must be a string, got a {_type(url)}")
     if bool(command) == bool(url):
         raise ValueError(f"{where}: give either command = [program, args...] (stdio) or "
                          "url = \"http://…\" (streamable HTTP)")
     if url and not url.startswith(("http://", "https://")):
-        raise ValueError(f"{where}.url must start with http:// or https://, got {url!r}")
+        raise ValueError(f"{where}.url must start with http:// or https://, got "
+                         f"{shown_url(url)}")
     env = table.get("env", {})
-    if not isinstance(env, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise ValueError(f"{where}.env must be a table of strings, got {env!r}")
+    if not isinstance(env, dict):
+        raise ValueError(f"{where}.env must be a table of strings, got a {_type(env)}")
+    for key, value in env.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            # never the values: an env table is where tokens live
+            raise ValueError(f"{where}.env must be a table of strings; the value of "
+                             f"{clip(str(key))} is a {_type(value)}")
     cwd = table.get("cwd", "")
     if not isinstance(cwd, str):
-        raise ValueError(f"{where}.cwd must be a string, got {cwd!r}")
+        raise ValueError(f"{where}.cwd must be a string, got a {_type(cwd)}")
     return ServerSettings(
         name=name, command=command, env=dict(env), cwd=cwd, url=url,
         tool_allow_list=_strings(f"{where}.tool_allow_list", table.get("tool_allow_list", [])),

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from a2e_host.exceptions import NodeError
+from a2e_host.secrets import redact
 from a2e_host.tools import Tool, context
 
 if TYPE_CHECKING:
@@ -79,11 +80,12 @@ def output_of(name: str, result: Any) -> Any:
     """The node output of ``result`` (an ``mcp.types.CallToolResult``) of tool ``name``.
 
     Raises:
-        NodeError: ``result.isError``; the message carries the server's text (at most
-            :data:`MAX_ERROR_CHARS` characters).
+        NodeError: ``result.isError``; the message carries the server's text, secret
+            values redacted, then cut to :data:`MAX_ERROR_CHARS` characters (in that
+            order: a cut inside a value would leave a part no redaction matches).
     """
     if result.is_error:
-        text = _text_of(result).strip() or "no error text"
+        text = redact(_text_of(result).strip()) or "no error text"
         if len(text) > MAX_ERROR_CHARS:
             text = text[:MAX_ERROR_CHARS] + "…"
         raise NodeError(f"MCP tool {name} failed: {text}",

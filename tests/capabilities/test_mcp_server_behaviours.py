@@ -273,3 +273,43 @@ async def test_a_stdio_server_gets_its_env_and_none_of_the_hosts_own_environment
             values[name] = resp["final_output"]["value"]
     assert values == {"A2E_MCP_TEST": "given", "PYTEST_CURRENT_TEST": None,
                       "HOME": os.environ["HOME"]}
+
+
+@pytest.mark.asyncio
+async def test_a_registered_server_may_not_take_a_tool_pack_or_configured_servers_name(
+        url: str) -> None:
+    async with await _session(url) as ws:
+        answers = []
+        for i, name in enumerate(("text", "conformance", "test")):
+            await send(ws, {"type": "mcp/server/register/req", "id": f"r{i}", "config": {
+                "name": name, "transport": "stdio", "cmd": TEST_SERVER}})
+            with anyio.fail_after(WAIT):
+                answers.append(await receive(ws))
+        assert [a["ok"] for a in answers] == [False, False, False], answers
+        assert "is the name of a tool pack" in answers[0]["error"], answers[0]
+        assert "is the name of a tool pack" in answers[1]["error"], answers[1]
+        assert "exists already" in answers[2]["error"], answers[2]
+        assert [s["name"] for s in (await list_servers(ws))["servers"]] == ["flaky", "test"]
+
+
+@pytest.mark.asyncio
+async def test_only_the_registering_session_unregisters_and_its_close_drops_the_server(
+        url: str) -> None:
+    async with await _session(url) as other:
+        async with await _session(url) as owner:
+            await send(owner, {"type": "mcp/server/register/req", "id": "r", "config": {
+                "name": "owned", "transport": "stdio", "cmd": TEST_SERVER,
+                "tool_allow_list": ["echo"], "timeout": 10}})
+            with anyio.fail_after(WAIT):
+                registered = await receive(owner)
+            assert registered["ok"] is True, registered
+            await send(other, {"type": "mcp/server/unregister/req", "id": "u",
+                               "server_id": "owned"})
+            refused = await receive(other)
+            assert (refused["ok"], refused["server_id"]) == (False, "owned")
+            listed = [s["name"] for s in (await list_servers(other))["servers"]]
+            assert listed == ["flaky", "owned", "test"]
+        # the owner's connection closed: its registration goes with it
+        with anyio.fail_after(WAIT):
+            while "owned" in [s["name"] for s in (await list_servers(other))["servers"]]:  # noqa: ASYNC110 - polled over the wire
+                await anyio.sleep(0.05)

@@ -81,3 +81,36 @@ def test_an_allowlisted_registration_becomes_a_registered_server() -> None:
     _, by_url = registration_of({"name": "u", "transport": "streamable-http",
                                  "url": "http://h/mcp"}, ALLOWED, ())
     assert by_url is not None and by_url.transport == "streamable-http"
+
+
+def test_a_bad_env_or_url_is_refused_without_echoing_values_or_credentials() -> None:
+    env = {"API_TOKEN": "tok-very-secret-1", "PORT": 8080}
+    with pytest.raises(ValueError) as bad_env:
+        parse_settings({"servers": {"t": {"command": TIME, "env": env}}})
+    assert str(bad_env.value) == (
+        "[mcp.servers.t].env must be a table of strings; the value of 'PORT' is a int")
+    with pytest.raises(ValueError) as bad_url:
+        parse_settings({"servers": {"t": {"url": "ftp://bob:tok-very-secret-2@h/mcp"}}})
+    assert "tok-very-secret-2" not in str(bad_url.value) and "bob" not in str(bad_url.value)
+    assert "'ftp://h/mcp'" in str(bad_url.value), bad_url.value
+    problem, _ = registration_of(
+        {"name": "x", "transport": "streamable-http",
+         "url": "http://bob:tok-very-secret-3@other/mcp"}, ALLOWED, ())
+    assert "tok-very-secret-3" not in problem and "'http://other/mcp'" in problem, problem
+
+
+def test_a_refused_registration_echoes_a_huge_cmd_or_url_cut() -> None:
+    huge = "a" * 100_000
+    for config in ({"name": "x", "cmd": [huge]},
+                   {"name": "x", "transport": "streamable-http", "url": "http://h/" + huge}):
+        problem, server = registration_of(config, ALLOWED, ())
+        assert server is None and "is not one of the" in problem
+        assert len(problem) < 500, len(problem)
+
+
+def test_a_registration_may_not_take_a_tool_packs_name() -> None:
+    problem, server = registration_of({"name": "llm", "cmd": TIME}, ALLOWED, (), 0,
+                                      packs={"llm", "fs"})
+    assert server is None
+    assert problem == ("config.name 'llm' is the name of a tool pack: its tools would pass "
+                       "for the pack's in grants and secret scopes; pick another name")

@@ -35,3 +35,14 @@ def test_a_fifo_or_a_directory_as_the_record_is_named_for_what_it_is_not_as_exis
             assert done.returncode == 2, (name, flags, done.stderr)
             assert done.stdout == ""
             assert done.stderr == f"a2e-host run: --record file {name!r} {reason}\n", flags
+
+
+def test_a_configuration_error_leaves_the_forced_record_file_as_it_was(tmp_path: Path) -> None:
+    # a plugin refuses the configuration when the host is built: after the config loaded
+    (tmp_path / "host.toml").write_text("[mcp]\nsevers = {}\n", encoding="utf-8")
+    kept = tmp_path / "old.ndjson"
+    kept.write_text('{"kept": true}\n', encoding="utf-8")
+    done = record(tmp_path, "old.ndjson", "--force", "--config", "host.toml")
+    assert done.returncode == 2, done.stderr
+    assert "configuration error" in done.stderr and "severs" in done.stderr, done.stderr
+    assert kept.read_text(encoding="utf-8") == '{"kept": true}\n'
