@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 import msgspec
 
-__all__ = ["PLACEHOLDER", "Redactor", "placeholder"]
+__all__ = ["PLACEHOLDER", "PendingText", "Redactor", "placeholder"]
 
 PLACEHOLDER = "«secret:{}»"
 """What a secret value is replaced by, ``{}`` its name."""
@@ -52,7 +52,7 @@ class _Matcher(Generic[_S]):
     registration, and every live registration compiled again.
     """
 
-    __slots__ = ("_pattern", "_forms", "_names", "_width")
+    __slots__ = ("_pattern", "_forms", "_names", "_width", "_heads")
 
     def __init__(self, replacements: Mapping[_S, _S]) -> None:
         width = min([_ANCHOR, *(len(form) for form in replacements)])
@@ -60,6 +60,8 @@ class _Matcher(Generic[_S]):
         for form in sorted(replacements, key=len, reverse=True):
             forms.setdefault(form[:width], []).append(form)
         self._width = width
+        self._heads: set[_S] = {
+            form[:size] for form in replacements for size in range(1, width)}
         self._forms: dict[_S, list[_S]] = forms
         self._names: Mapping[_S, _S] = replacements
         anchors: list[Any] = [re.escape(anchor) for anchor in forms]
@@ -85,6 +87,48 @@ class _Matcher(Generic[_S]):
                 return True
             found = pattern.search(text, found.start() + 1)
         return False
+
+    def cut(self, text: _S, at: int) -> int:
+        """``at``, or the end of the form (as :meth:`subn` finds it) that starts before
+        ``at`` and ends after it: where ``text`` may be cut without splitting a value."""
+        pattern, find = self._pattern, self._at
+        if pattern is None:
+            return at
+        found = pattern.search(text, 0, at + self._width - 1)
+        while found is not None:
+            start = found.start()
+            if start >= at:
+                return at
+            form = find(text, start)
+            if form is None:
+                found = pattern.search(text, start + 1, at + self._width - 1)
+                continue
+            if start + len(form) > at:
+                return start + len(form)
+            found = pattern.search(text, start + len(form), at + self._width - 1)
+        return at
+
+    def pending(self, text: _S, longest: int) -> int:
+        """Where the longest tail of ``text`` starts that is the beginning (and not the
+        whole) of a form: what must wait for the next text; ``len(text)`` when none is.
+        Looks at the last ``longest - 1`` characters only."""
+        size = len(text)
+        pattern, width = self._pattern, self._width
+        if pattern is None:
+            return size
+        first = max(0, size - longest + 1)
+        found = pattern.search(text, first)
+        while found is not None:  # tails holding a whole anchor
+            start = found.start()
+            tail = text[start:]
+            for form in self._forms.get(tail[:width], ()):
+                if len(form) > len(tail) and form.startswith(tail):
+                    return start
+            found = pattern.search(text, start + 1)
+        for start in range(max(first, size - width + 1), size):  # shorter tails
+            if text[start:] in self._heads:
+                return start
+        return size
 
     def subn(self, text: _S) -> tuple[_S, int]:
         """``text`` with every form replaced, and how many were."""
@@ -183,6 +227,21 @@ class Redactor:
         out, count = self._text.subn(text)
         return out if count else text
 
+    def cut(self, text: str, at: int) -> int:
+        """Where ``text`` may be cut at or after character ``at`` without splitting a
+        known value: ``at``, or the end of the value that straddles it.
+
+        ``redact(text[:cut(text, at)])`` is ``redact(text)``'s beginning: no part of a
+        value is left for a cut there to show (README "Secrets").
+        """
+        return self._text.cut(text, at)
+
+    def pending(self, text: str) -> int:
+        """Where the tail of ``text`` starts that could be the beginning of a known value
+        (at most ``longest - 1`` characters), ``len(text)`` when none could: text written
+        in pieces is redacted whole when that tail waits for the next piece."""
+        return self._text.pending(text, self.longest)
+
     def redact_frame(self, data: bytes) -> bytes:
         """An encoded JSON frame with every known value replaced inside its strings.
 
@@ -242,3 +301,51 @@ class Redactor:
                         del item[key]
                         item[shown] = element
         return value
+
+
+PENDING_LIMIT = 65536
+"""Characters of text without a newline :class:`PendingText` keeps before it lets them go
+(redacted): a stream that never ends a line is not kept whole in memory."""
+
+
+class PendingText:
+    """Text written in pieces (a stream's ``write`` calls), let go in whole lines and
+    redacted so that a value split over pieces or lines (a PEM key) is replaced whole.
+
+    Not thread-safe: the stream holding it locks around each call. ``redactor`` is asked
+    for the current :class:`Redactor` (None: no secret) at every call.
+
+    Args:
+        redactor: returns the redactor to use now.
+        limit: characters kept without a newline before they are let go anyway.
+    """
+
+    __slots__ = ("_redactor", "_limit", "_text")
+
+    def __init__(self, redactor: Callable[[], Redactor | None], *,
+                 limit: int = PENDING_LIMIT) -> None:
+        self._redactor = redactor
+        self._limit = limit
+        self._text = ""
+
+    def write(self, text: str) -> str:
+        """Take ``text``; return what may be written now, redacted: the complete lines,
+        less any tail that could be the start of a value (kept for the next call)."""
+        text = self._text + text
+        end = text.rfind("\n") + 1
+        if len(text) - end > self._limit:
+            end = len(text)
+        current = self._redactor()
+        if current is not None and end:
+            end = current.cut(text, min(end, current.pending(text)))
+        self._text = text[end:]
+        if not end:
+            return ""
+        head = text[:end]
+        return head if current is None else current.redact(head)
+
+    def flush(self) -> str:
+        """Everything kept, redacted (the stream is flushed or closed)."""
+        text, self._text = self._text, ""
+        current = self._redactor()
+        return text if current is None or not text else current.redact(text)
