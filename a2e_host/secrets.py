@@ -87,24 +87,30 @@ class Secret:
         executables: the executables (as ``allow_proc`` names them, or their absolute
             paths) a proc node may pass it to; empty: none.
         source: where it was read from, e.g. ``env OPENAI_API_KEY`` (never the value).
+        paths: ``executables`` already resolved (each name and the paths ``PATH``
+            gives it); None: resolved here, one ``shutil.which`` per executable.
     """
 
     __slots__ = ("name", "value", "tools", "executables", "source", "_paths")
 
     def __init__(self, name: str, value: str, *, tools: tuple[str, ...] = (),
-                 executables: tuple[str, ...] = (), source: str = "") -> None:
+                 executables: tuple[str, ...] = (), source: str = "",
+                 paths: frozenset[str] | None = None) -> None:
         self.name = name
         self.value = value
         self.tools = tools
         self.executables = executables
         self.source = source
-        paths = {e for e in executables}
+        if paths is not None:  # resolved once already (RequestSecretPolicy)
+            self._paths = paths
+            return
+        found_paths = {e for e in executables}
         for exe in executables:
             found = shutil.which(exe) if not os.path.isabs(exe) else exe
             if found:
-                paths.add(os.path.realpath(found))
-                paths.add(found)
-        self._paths = frozenset(paths)
+                found_paths.add(os.path.realpath(found))
+                found_paths.add(found)
+        self._paths = frozenset(found_paths)
 
     def __repr__(self) -> str:
         return (f"Secret({self.name!r}, source={self.source!r}, tools={list(self.tools)!r}, "
@@ -154,7 +160,7 @@ class RequestSecretPolicy:
     def secret(self, name: str, value: str) -> Secret:
         """A request's secret ``name`` with this policy's allowances."""
         return Secret(name, value, tools=self.tools, executables=self.executables,
-                      source="request")
+                      source="request", paths=self._probe._paths)
 
     def allows_tool(self, tool: str, pack: str = "") -> bool:
         """Whether request secrets may reach the tool ``tool`` of tool pack ``pack``."""
