@@ -17,9 +17,10 @@ builds a redactor at all.
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -40,6 +41,13 @@ _ANCHOR = 8
 """Characters (bytes) of a form's start the search pattern holds: a value has at least
 ``MIN_SECRET_CHARS`` (8), so every form has this many."""
 
+_WORK_PER_CHAR = 8
+"""Characters of forms one text's checks may compare per character of the text."""
+
+_WORK_FLOOR = 1 << 20
+"""Characters of forms one text's checks may always compare."""
+
+
 
 class _Matcher(Generic[_S]):
     """Finds the forms of ``replacements`` (form → what replaces it) in a text, leftmost
@@ -50,9 +58,15 @@ class _Matcher(Generic[_S]):
     forms that start so: compiling every whole form (16 request secrets of 4 KiB, a
     dozen forms each, is ~800 KB of pattern) cost ~0.5 s of the event loop per
     registration, and every live registration compiled again.
+
+    Checking the forms at each hit costs up to their summed length, so a text that
+    repeats the beginning many long forms share (an agent chooses both) would cost
+    hits × forms × length. The checks of one text are bounded (:data:`_WORK_PER_CHAR`
+    times its length, at least :data:`_WORK_FLOOR`); past that, the rest of the text is
+    searched form by form (``str.find``: linear in the text per form).
     """
 
-    __slots__ = ("_pattern", "_forms", "_names", "_width", "_heads")
+    __slots__ = ("_pattern", "_forms", "_names", "_width", "_heads", "_cost", "_all")
 
     def __init__(self, replacements: Mapping[_S, _S]) -> None:
         width = min([_ANCHOR, *(len(form) for form in replacements)])
@@ -63,65 +77,91 @@ class _Matcher(Generic[_S]):
         self._heads: set[_S] = {
             form[:size] for form in replacements for size in range(1, width)}
         self._forms: dict[_S, list[_S]] = forms
+        self._cost: dict[_S, int] = {
+            anchor: sum(map(len, group)) for anchor, group in forms.items()}
+        self._all: list[_S] = sorted(replacements, key=len, reverse=True)
         self._names: Mapping[_S, _S] = replacements
         anchors: list[Any] = [re.escape(anchor) for anchor in forms]
         bar: Any = b"|" if anchors and isinstance(anchors[0], bytes) else "|"
         self._pattern: re.Pattern[Any] | None = (
             re.compile(bar.join(anchors)) if anchors else None)
 
-    def _at(self, text: _S, start: int) -> _S | None:
-        """The longest form starting at ``start`` of ``text``, None when none does."""
-        for form in self._forms.get(text[start:start + self._width], ()):
-            if text.startswith(form, start):
-                return form
-        return None
+    def _matches(self, text: _S) -> Iterator[tuple[int, _S]]:
+        """Each form found in ``text`` (start, form), left to right, none overlapping."""
+        pattern, forms, cost, width = self._pattern, self._forms, self._cost, self._width
+        if pattern is None:
+            return
+        budget = max(_WORK_FLOOR, _WORK_PER_CHAR * len(text))
+        found = pattern.search(text)
+        while found is not None:
+            start = found.start()
+            anchor = text[start:start + width]
+            budget -= cost[anchor]
+            if budget < 0:
+                yield from self._found_one_by_one(text, start)
+                return
+            for form in forms[anchor]:
+                if text.startswith(form, start):
+                    yield start, form
+                    found = pattern.search(text, start + len(form))
+                    break
+            else:
+                found = pattern.search(text, start + 1)
+
+    def _found_one_by_one(self, text: _S, position: int) -> Iterator[tuple[int, _S]]:
+        """:meth:`_matches` from ``position`` on, each form's next place kept in a heap
+        and searched again (``str.find``) only once the text before it is done."""
+        heap: list[tuple[int, int, int, _S]] = []
+        for rank, form in enumerate(self._all):  # longest first: first at a tie
+            at = text.find(form, position)
+            if at >= 0:
+                heap.append((at, rank, len(form), form))
+        heapq.heapify(heap)
+        while heap:
+            at, rank, size, form = heap[0]
+            if at >= position:
+                yield at, form
+                position = at + size
+            again = text.find(form, max(position, at + 1))
+            if again >= 0:
+                heapq.heapreplace(heap, (again, rank, size, form))
+            else:
+                heapq.heappop(heap)
 
     def search(self, text: _S) -> bool:
         """Whether ``text`` holds a form."""
-        pattern, at = self._pattern, self._at
-        if pattern is None:
-            return False
-        found = pattern.search(text)
-        while found is not None:
-            if at(text, found.start()) is not None:
-                return True
-            found = pattern.search(text, found.start() + 1)
-        return False
+        return next(self._matches(text), None) is not None
 
     def cut(self, text: _S, at: int) -> int:
         """``at``, or the end of the form (as :meth:`subn` finds it) that starts before
         ``at`` and ends after it: where ``text`` may be cut without splitting a value."""
-        pattern, find = self._pattern, self._at
-        if pattern is None:
-            return at
-        found = pattern.search(text, 0, at + self._width - 1)
-        while found is not None:
-            start = found.start()
+        for start, form in self._matches(text):
             if start >= at:
-                return at
-            form = find(text, start)
-            if form is None:
-                found = pattern.search(text, start + 1, at + self._width - 1)
-                continue
+                break
             if start + len(form) > at:
                 return start + len(form)
-            found = pattern.search(text, start + len(form), at + self._width - 1)
         return at
 
     def pending(self, text: _S, longest: int) -> int:
         """Where the longest tail of ``text`` starts that is the beginning (and not the
         whole) of a form: what must wait for the next text; ``len(text)`` when none is.
-        Looks at the last ``longest - 1`` characters only."""
+        Looks at the last ``longest - 1`` characters only; past the work bound (see the
+        class) the first tail that starts like a form waits, whatever follows."""
         size = len(text)
         pattern, width = self._pattern, self._width
         if pattern is None:
             return size
         first = max(0, size - longest + 1)
+        budget = max(_WORK_FLOOR, _WORK_PER_CHAR * (size - first))
         found = pattern.search(text, first)
         while found is not None:  # tails holding a whole anchor
             start = found.start()
+            anchor = text[start:start + width]
+            budget -= self._cost[anchor]
+            if budget < 0:
+                return start
             tail = text[start:]
-            for form in self._forms.get(tail[:width], ()):
+            for form in self._forms[anchor]:
                 if len(form) > len(tail) and form.startswith(tail):
                     return start
             found = pattern.search(text, start + 1)
@@ -132,22 +172,13 @@ class _Matcher(Generic[_S]):
 
     def subn(self, text: _S) -> tuple[_S, int]:
         """``text`` with every form replaced, and how many were."""
-        pattern, at, names = self._pattern, self._at, self._names
-        if pattern is None:
-            return text, 0
+        names = self._names
         parts: list[_S] = []
         done = 0
-        found = pattern.search(text)
-        while found is not None:
-            start = found.start()
-            form = at(text, start)
-            if form is None:
-                found = pattern.search(text, start + 1)
-                continue
+        for start, form in self._matches(text):
             parts.append(text[done:start])
             parts.append(names[form])
             done = start + len(form)
-            found = pattern.search(text, done)
         if not parts:
             return text, 0
         parts.append(text[done:])

@@ -4,6 +4,7 @@ PROTOCOL.md §5 Secrets)."""
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -76,3 +77,56 @@ def test_a_request_policy_resolves_its_executables_once(
     assert sorted(calls) == ["env", "true"]
     assert all(s.allows_executable("env") and not s.allows_executable("ls") for s in made)
     assert policy.allows_executable("env")
+
+
+SHARED = "A" * 4000
+LONG_VALUES = {f"K{i:02d}": f'{SHARED}-{i:02d}-"é\\{i * 7919:08d}' for i in range(16)}
+
+
+class _Counted(str):
+    """A text that counts the characters of the forms it is compared with."""
+
+    compared = 0
+
+    def startswith(self, prefix: Any, *args: Any) -> bool:  # type: ignore[override]
+        _Counted.compared += len(prefix) if isinstance(prefix, str) else 0
+        return super().startswith(prefix, *args)
+
+
+def test_redacting_many_long_values_sharing_a_beginning_is_bounded() -> None:
+    """Each place the text repeated the beginning 16 values of 4 KiB share was compared
+    with every form of every value: 1.2 s per 100 KB of output, chosen by the agent."""
+    redactor = Redactor(LONG_VALUES)
+    value = LONG_VALUES["K03"]
+    text = "A" * 60_000 + value + "A" * 40_000 + value + "tail"
+    _Counted.compared = 0
+    started = time.perf_counter()
+    out = redactor.redact(_Counted(text))
+    elapsed = time.perf_counter() - started
+    assert out == "A" * 60_000 + "«secret:K03»" + "A" * 40_000 + "«secret:K03»tail"
+    bound = max(1 << 20, 8 * len(text)) + 16 * 12 * (len(value) + 40)
+    assert _Counted.compared <= bound, (_Counted.compared, bound)
+    assert elapsed < 5, elapsed
+
+
+def test_redaction_past_its_work_bound_finds_what_the_anchors_find() -> None:
+    """Past the bound the rest is searched form by form: leftmost, then longest, never
+    overlapping, like the anchored search."""
+    values = {"A": "abcdefgh", "B": "abcdefghijkl", "C": "ghijklmnop", "D": "zzzzzzzz"}
+    redactor = Redactor(values)
+    matcher = redactor._text  # noqa: SLF001
+    texts = ["x abcdefghijklmnop zzzzzzzzz abcdefg abcdefghXY ghijklmnopabcdefgh",
+             "zzzzzzzzzzzzzzzzz" * 3, "abcdefghijklabcdefghij" * 4, "xghijklmnopghijklmnop"]
+    for text in texts:
+        anchored = list(matcher._matches(text))  # noqa: SLF001
+        one_by_one = list(matcher._found_one_by_one(text, 0))  # noqa: SLF001
+        assert anchored == one_by_one, text
+        assert anchored, text
+    chooser = random.Random(22)
+    for _ in range(200):  # values built of 'ab', texts too: overlaps everywhere
+        values = {f"V{i}": "".join(chooser.choice("ab") for _ in range(chooser.randint(8, 14)))
+                  for i in range(4)}
+        matcher = Redactor(values)._text  # noqa: SLF001
+        text = "".join(chooser.choice("ab") for _ in range(200))
+        assert list(matcher._matches(text)) == list(  # noqa: SLF001
+            matcher._found_one_by_one(text, 0)), (values, text)  # noqa: SLF001
