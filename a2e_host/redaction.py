@@ -2,7 +2,7 @@
 JSON values (README "Secrets"; PROTOCOL.md §5 Secrets).
 
 Layer: core (plain code: no anyio, no I/O). A :class:`Redactor` is immutable and built
-once per set of secrets: one compiled alternation of every form a value may take once
+once per set of secrets: one matcher of every form a value may take once
 written — itself, JSON-escaped (as msgspec writes it, and as ``json.dumps`` writes it
 with ASCII escapes), as Python's ``repr`` writes it inside quotes, and JSON-escaped twice
 (a frame logged as a JSON string) — longest first, so a value that contains another is
@@ -12,7 +12,8 @@ leftmost match wins and the rest of the other one stays: never a whole value.
 Matching costs one pass of a compiled pattern of each form's first 8 characters over the
 text, each hit checked against the whole forms that start so (:class:`_Matcher`):
 compiling whole forms cost ~0.5 s per 16 values of 4 KiB; a run without secrets never
-builds a redactor at all.
+builds a redactor at all. The checks of one text are bounded, past which the rest is
+searched form by form. :class:`PendingText` redacts text written in pieces.
 """
 
 from __future__ import annotations
