@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from itertools import count
 from typing import Any
 
-from .redaction import PLACEHOLDER, Redactor, placeholder
+from .redaction import PENDING_LIMIT, PLACEHOLDER, PendingText, Redactor, placeholder
 from .tool_patterns import tool_matches
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "is_secret_name",
     "parse_request_policy",
     "parse_secrets",
+    "pending_text",
     "placeholder",
     "redact",
     "redact_frame",
@@ -365,3 +366,14 @@ def redact_frame(data: bytes) -> bytes:
     strings; the result is valid JSON (see :meth:`Redactor.redact_frame`)."""
     current = active_redactor
     return data if current is None else current.redact_frame(data)
+
+
+def pending_text(limit: int = PENDING_LIMIT) -> PendingText:
+    """A :class:`~a2e_host.redaction.PendingText` redacting with every registered
+    secret (as registered at each call): for a stream written in pieces, so a value
+    split over writes or lines (a PEM key) is replaced whole.
+
+    Args:
+        limit: characters kept without a newline before they are let go anyway.
+    """
+    return PendingText(redactor, limit=limit)

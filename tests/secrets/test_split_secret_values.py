@@ -1,14 +1,17 @@
 """A secret value never shows in part where text is cut or written in pieces (README
 "Secrets"): a process's output cut at its byte cap, and the line-by-line writers of
-``run``'s stdout and the host's stderr given a value that holds newlines (a PEM key)."""
+``run``'s stdout, the host's stderr and stdio MCP servers' stderr given a value that holds
+newlines (a PEM key)."""
 
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from a2e_mcp.errlog import errlog
 
 from a2e_host import secrets
 from a2e_host.chains.proc import _Capture
@@ -118,3 +121,25 @@ def test_text_without_a_newline_is_not_kept_without_bound() -> None:
     assert out.endswith("z") and LONG[:8] not in out  # the value's head waits
     assert pending.write(LONG[30:]) == ""
     assert pending.flush() == "«secret:LONG»"
+
+
+@pytest.mark.usefixtures("registered")
+def test_an_mcp_servers_stderr_redacts_a_value_holding_newlines(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    pipe = errlog()
+    pipe.write(f"whole:\n{PEM}\n")
+    pipe.write(f"split:\n{PEM[:33]}")  # past the key's first newline
+    pipe.flush()
+    seen = ""
+    deadline = time.monotonic() + 10
+    while "split:" not in seen and time.monotonic() < deadline:  # its read is done
+        seen += capfd.readouterr().err
+        time.sleep(0.01)
+    pipe.write(PEM[33:] + " done\n")
+    pipe.flush()
+    while "done" not in seen and time.monotonic() < deadline:
+        seen += capfd.readouterr().err
+        time.sleep(0.01)
+    assert "whole:\n«secret:PEM»\nsplit:\n«secret:PEM» done\n" in seen
+    assert _fragments(seen, PEM) == []
