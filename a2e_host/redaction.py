@@ -131,6 +131,8 @@ class _Matcher(Generic[_S]):
 
     def search(self, text: _S) -> bool:
         """Whether ``text`` holds a form."""
+        if self._pattern is None or self._pattern.search(text) is None:
+            return False  # the common case, without a generator
         return next(self._matches(text), None) is not None
 
     def cut(self, text: _S, at: int) -> int:
@@ -173,6 +175,8 @@ class _Matcher(Generic[_S]):
 
     def subn(self, text: _S) -> tuple[_S, int]:
         """``text`` with every form replaced, and how many were."""
+        if self._pattern is None or self._pattern.search(text) is None:
+            return text, 0  # the common case, without a generator
         names = self._names
         parts: list[_S] = []
         done = 0
