@@ -40,7 +40,8 @@ from typing import Any, TextIO
 
 import structlog
 
-from .secrets import redact
+from .redaction import PendingText
+from .secrets import redact, redactor
 
 __all__ = [
     "configure_logging",
@@ -179,7 +180,9 @@ class StderrProxy(io.TextIOBase):
     into a :class:`LogWriter`, so a ``print()`` can never block, nor land in the middle of
     a log line written by the writer's thread.
 
-    Text is kept until its newline (or :meth:`flush`); ``fileno()`` and ``isatty()`` are
+    Text is kept until its newline (or :meth:`flush`), and a tail that could begin a
+    secret value until the next write (:class:`~a2e_host.redaction.PendingText`, so a
+    value holding newlines is redacted whole); ``fileno()`` and ``isatty()`` are
     the real stream's, so child processes still inherit the real descriptor.
     """
 
@@ -187,7 +190,7 @@ class StderrProxy(io.TextIOBase):
         super().__init__()
         self.real = real
         self._writer = writer
-        self._partial: list[str] = []
+        self._pending = PendingText(redactor)
         self._lock = threading.Lock()
 
     @property
@@ -203,19 +206,14 @@ class StderrProxy(io.TextIOBase):
 
     def write(self, text: str) -> int:
         with self._lock:
-            head, newline, tail = text.rpartition("\n")
-            if not newline:
-                self._partial.append(text)
-                return len(text)
-            lines = "".join([*self._partial, head, newline])
-            self._partial = [tail] if tail else []
-        self._writer.write(lines)
+            out = self._pending.write(text)
+        if out:
+            self._writer.write(out)
         return len(text)
 
     def flush(self) -> None:
         with self._lock:
-            rest = "".join(self._partial)
-            self._partial = []
+            rest = self._pending.flush()
         if rest:
             self._writer.write(rest)
 

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from itertools import count
 from typing import Any
 
-from .redaction import PLACEHOLDER, Redactor, placeholder
+from .redaction import PENDING_LIMIT, PLACEHOLDER, PendingText, Redactor, placeholder
 from .tool_patterns import tool_matches
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "is_secret_name",
     "parse_request_policy",
     "parse_secrets",
+    "pending_text",
     "placeholder",
     "redact",
     "redact_frame",
@@ -87,24 +88,30 @@ class Secret:
         executables: the executables (as ``allow_proc`` names them, or their absolute
             paths) a proc node may pass it to; empty: none.
         source: where it was read from, e.g. ``env OPENAI_API_KEY`` (never the value).
+        paths: ``executables`` already resolved (each name and the paths ``PATH``
+            gives it); None: resolved here, one ``shutil.which`` per executable.
     """
 
     __slots__ = ("name", "value", "tools", "executables", "source", "_paths")
 
     def __init__(self, name: str, value: str, *, tools: tuple[str, ...] = (),
-                 executables: tuple[str, ...] = (), source: str = "") -> None:
+                 executables: tuple[str, ...] = (), source: str = "",
+                 paths: frozenset[str] | None = None) -> None:
         self.name = name
         self.value = value
         self.tools = tools
         self.executables = executables
         self.source = source
-        paths = {e for e in executables}
+        if paths is not None:  # resolved once already (RequestSecretPolicy)
+            self._paths = paths
+            return
+        found_paths = {e for e in executables}
         for exe in executables:
             found = shutil.which(exe) if not os.path.isabs(exe) else exe
             if found:
-                paths.add(os.path.realpath(found))
-                paths.add(found)
-        self._paths = frozenset(paths)
+                found_paths.add(os.path.realpath(found))
+                found_paths.add(found)
+        self._paths = frozenset(found_paths)
 
     def __repr__(self) -> str:
         return (f"Secret({self.name!r}, source={self.source!r}, tools={list(self.tools)!r}, "
@@ -154,7 +161,7 @@ class RequestSecretPolicy:
     def secret(self, name: str, value: str) -> Secret:
         """A request's secret ``name`` with this policy's allowances."""
         return Secret(name, value, tools=self.tools, executables=self.executables,
-                      source="request")
+                      source="request", paths=self._probe._paths)
 
     def allows_tool(self, tool: str, pack: str = "") -> bool:
         """Whether request secrets may reach the tool ``tool`` of tool pack ``pack``."""
@@ -359,3 +366,14 @@ def redact_frame(data: bytes) -> bytes:
     strings; the result is valid JSON (see :meth:`Redactor.redact_frame`)."""
     current = active_redactor
     return data if current is None else current.redact_frame(data)
+
+
+def pending_text(limit: int = PENDING_LIMIT) -> PendingText:
+    """A :class:`~a2e_host.redaction.PendingText` redacting with every registered
+    secret (as registered at each call): for a stream written in pieces, so a value
+    split over writes or lines (a PEM key) is replaced whole.
+
+    Args:
+        limit: characters kept without a newline before they are let go anyway.
+    """
+    return PendingText(redactor, limit=limit)

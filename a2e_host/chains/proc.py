@@ -127,8 +127,10 @@ class _Capture:
 
     The text kept never ends in part of a secret value the process knows (README
     "Secrets"): a few more bytes than ``cap`` are kept (the longest written form of a
-    registered value), redacted whole, and only then cut to ``cap``; cut anywhere else, a
-    value's first characters would be in the output, where no whole value is to redact.
+    registered value); the raw text is cut at ``cap`` or, where a value straddles that
+    point, after the value, then redacted, and only then cut to ``cap`` bytes (inside a
+    placeholder at worst). Redacting before the cut would let a value's head slide
+    inside the cap (a placeholder shorter than the value) with no whole value to redact.
     """
 
     __slots__ = ("cap", "keep", "data", "truncated")
@@ -154,9 +156,18 @@ class _Capture:
 
     def text(self) -> str:
         """What was kept, as text (invalid UTF-8 replaced), secret values redacted."""
-        text = _secrets.redact(self.data.decode("utf-8", errors="replace"))
+        text = self.data.decode("utf-8", errors="replace")
         if len(self.data) <= self.cap:
-            return text
+            return _secrets.redact(text)
+        head = self.data[:self.cap].decode("utf-8", errors="replace")
+        at = len(head)
+        while at and not text.startswith(head[:at]):
+            at -= 1  # a character the cap splits is not kept
+        current = _secrets.active_redactor
+        if current is not None:  # the raw text is cut where no value straddles the cut
+            text = current.redact(text[:current.cut(text, at)])
+        else:
+            text = text[:at]
         return text.encode("utf-8")[:self.cap].decode("utf-8", errors="ignore")
 
 

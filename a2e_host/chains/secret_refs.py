@@ -11,6 +11,7 @@ node and field and never a value:
 - ``secret_unknown``: a name neither the host's configuration nor the request defines;
 - ``secret_denied``: a secret the node's tool (its ``fallback`` too) or executable may not
   receive; a request secret named like a configured one when shadowing is not allowed;
+  request secrets at all where ``[request_secrets]`` allows no tool and no executable;
 - ``secret_in_expression``: ``$secret`` inside an expression (``input_map``,
   ``condition``, ``items_path``): an expression's value is data, never resolved;
 - ``secret_kind``: a reference in a node other than ``tool`` or ``proc`` (a skill's input
@@ -183,9 +184,10 @@ def secret_problems(
 
 def request_secret_problems(request: ChainRequest, host: HostSecrets,
                             limits: SessionLimits) -> list[dict[str, Any]]:
-    """The problems of ``request``'s own ``secrets`` alone (count, names, lengths,
-    shadowing), in time bounded by ``max_request_secrets``: what the chains plugin checks
-    before it registers their values for redaction or stores the request.
+    """The problems of ``request``'s own ``secrets`` alone (count, a policy that lets
+    them reach nothing, names, lengths, shadowing), in time bounded by
+    ``max_request_secrets``: what the chains plugin checks before it registers their
+    values for redaction or stores the request.
 
     Returns:
         Problems as :func:`secret_problems` gives them; ``[]`` when all is well.
@@ -194,6 +196,12 @@ def request_secret_problems(request: ChainRequest, host: HostSecrets,
     if refused is not None:  # the rest is not looked at: there may be very many
         return [limit_problem(refused, "", "secrets",
                               "send fewer secrets, only those the chain references")]
+    if request.secrets and not (host.policy.tools or host.policy.executables):
+        return [problem(  # registered for redaction, they would reach nothing
+            "secret_denied", "", "secrets",
+            "this host lets a request's own secrets reach no tool and no executable",
+            "send no 'secrets' (reference the host's secrets by name), or configure "
+            "[request_secrets] tools/executables on the host")]
     found: list[dict[str, Any]] = []
     most = limits.effective.max_secret_bytes
     for name, value in request.secrets.items():

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from ..secrets import redact
+from ..redaction import PendingText
+from ..secrets import redactor
 
 __all__ = ["RedactingStdout", "redacted_stdout"]
 
@@ -26,14 +27,16 @@ class RedactingStdout(io.TextIOBase):
     """A text stream writing whole lines, redacted, to ``real`` at once (no thread: a
     closed pipe raises :class:`BrokenPipeError` in the writer, as on the real stream).
 
-    Text is kept until its newline or :meth:`flush`, so a value printed in parts is
-    redacted whole; ``fileno()``, ``isatty()`` and the encoding are the real stream's.
+    Text is kept until its newline or :meth:`flush` (and a tail that could begin a value
+    until the next write: :class:`~a2e_host.redaction.PendingText`), so a value printed
+    in parts or holding newlines is redacted whole; ``fileno()``, ``isatty()`` and the
+    encoding are the real stream's.
     """
 
     def __init__(self, real: TextIO) -> None:
         super().__init__()
         self.real = real
-        self._partial: list[str] = []
+        self._pending = PendingText(redactor)
         self._lock = threading.Lock()
 
     @property
@@ -49,21 +52,16 @@ class RedactingStdout(io.TextIOBase):
 
     def write(self, text: str) -> int:
         with self._lock:
-            head, newline, tail = text.rpartition("\n")
-            if not newline:
-                self._partial.append(text)
-                return len(text)
-            lines = "".join([*self._partial, head, newline])
-            self._partial = [tail] if tail else []
-        self.real.write(redact(lines))
+            out = self._pending.write(text)
+        if out:
+            self.real.write(out)
         return len(text)
 
     def flush(self) -> None:
         with self._lock:
-            rest = "".join(self._partial)
-            self._partial = []
+            rest = self._pending.flush()
         if rest:
-            self.real.write(redact(rest))
+            self.real.write(rest)
         self.real.flush()
 
     def fileno(self) -> int:

@@ -6,18 +6,18 @@ it prints about them went straight to the host's file descriptor 2, past the red
 every other line the host writes goes through. Every stdio server of the process now
 shares one pipe; a daemon thread reads it and writes each whole line, redacted, to
 descriptor 2 (blocking there as the server's own writes would have). A line longer than
-:data:`MAX_LINE_BYTES` is written in pieces of that size, each redacted: a value cut by
-such a piece boundary is not recognised (one unbroken line of 64 KiB).
+:data:`MAX_LINE_BYTES` characters is let go in pieces, never cut inside a value.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import threading
 from typing import TextIO
 
-from a2e_host.secrets import redact
+from a2e_host.secrets import pending_text
 
 __all__ = ["MAX_LINE_BYTES", "errlog"]
 
@@ -42,30 +42,25 @@ def errlog() -> TextIO:
 
 
 def _pump(read_fd: int) -> None:
-    """Copy ``read_fd`` to descriptor 2 line by line, redacted, until it closes."""
-    pending = b""
+    """Copy ``read_fd`` to descriptor 2 line by line, redacted, until it closes; a tail
+    that could begin a secret value waits for the next read, so a value holding newlines
+    (a PEM key) is replaced whole (:func:`a2e_host.secrets.pending_text`)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = pending_text(MAX_LINE_BYTES)
     while True:
         try:
             chunk = os.read(read_fd, MAX_LINE_BYTES)
         except OSError:
             chunk = b""
         if not chunk:
-            if pending:
-                _write(pending)
+            _write(pending.write(decoder.decode(b"", final=True)) + pending.flush())
             os.close(read_fd)
             return
-        pending += chunk
-        end = pending.rfind(b"\n")
-        if end >= 0:
-            _write(pending[:end + 1])
-            pending = pending[end + 1:]
-        while len(pending) >= MAX_LINE_BYTES:
-            _write(pending[:MAX_LINE_BYTES])
-            pending = pending[MAX_LINE_BYTES:]
+        _write(pending.write(decoder.decode(chunk)))
 
 
-def _write(data: bytes) -> None:
-    text = redact(data.decode("utf-8", errors="replace")).encode("utf-8")
+def _write(text: str) -> None:
+    data = text.encode("utf-8")
     with contextlib.suppress(OSError):
-        while text:
-            text = text[os.write(2, text):]
+        while data:
+            data = data[os.write(2, data):]

@@ -36,6 +36,9 @@ tools = ["secretprobe"]
 
 [secrets]
 HOSTKEY = {file = "hostkey.txt", tools = ["secret_*"]}
+
+[request_secrets]
+tools = ["secret_echo"]
 """
 
 OPEN = {"node_id": "open", "kind": "tool", "name": "secret_open",
