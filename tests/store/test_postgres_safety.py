@@ -5,19 +5,24 @@ review). Each test has a schema of its own in the throwaway cluster."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 import psycopg
 import pytest
+import structlog
+import structlog.testing
 
-from a2e_host.store import RunRecord, StoreError, open_store
+from a2e_host.exceptions import RemoteProtocolError
+from a2e_host.runtime.durable import DurableSink
+from a2e_host.store import RunRecord, RunStatus, StoreError, open_store
 from a2e_host.store._pg_owner import hold_replica_id
 from a2e_host.store._pg_schema import migrate
 from a2e_host.store.postgres import PostgresRunStore
 from tests.support.postgres import require_cluster
-from tests.support.store import frame, record
+from tests.support.store import RecordingOutbox, frame, record
 
 WAIT = 10  # seconds: the bound on every wait
 LEASE = 1.5
@@ -117,3 +122,45 @@ async def test_a_run_taken_over_is_handed_again_when_handing_it_failed(url: str)
         await b.aclose()
     assert [run.run_id for run in handed] == ["r", "r"]
     assert handed[-1].owner == "B"
+
+
+@pytest.mark.asyncio
+async def test_a_tail_of_an_ended_run_whose_frames_are_missing_says_gap_not_spins(
+        url: str) -> None:
+    from a2e_chains.replicas import tail
+
+    store = await _open(url, "A")
+    try:
+        store.create(record("r"))
+        for seq in (1, 2):
+            store.append("r", frame("r", seq))
+        store.finish("r", RunStatus.SUCCEEDED, b"resp", 5)  # frames 3..5 never stored
+        await store.flush()
+        outbox = RecordingOutbox()
+        with anyio.fail_after(WAIT):
+            with pytest.raises(StoreError, match="has a gap: it ended at seq 5, but seq 3 "
+                                                 "is missing"):
+                await tail(store, "r", outbox, [2])
+        assert outbox.frames == []
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_sink_told_twice_its_run_was_taken_over_sends_one_error_and_says_takeover(
+        tmp_path: Path) -> None:
+    store = await open_store(str(tmp_path / "runs.db"))
+    store.create(record("run1"))
+    outbox = RecordingOutbox()
+    sink = DurableSink(store, "run1", req_id="q1")
+    sink.attach(outbox)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            sink.lost(RemoteProtocolError("run1 was taken over by another replica"))
+            sink.lost(RemoteProtocolError("run1 was taken over by another replica"))
+    finally:
+        await store.aclose()
+    assert len(outbox.frames) == 1, "one error for the connection, not one per report"
+    events = [line["event"] for line in logs]
+    assert any("taken over by another replica" in e for e in events), events
+    assert not any("the run store failed" in e for e in events), events
