@@ -1,5 +1,5 @@
 """A durable request holding a NUL character where the PostgreSQL run store keeps text
-(chain_id, idempotency_key, a node id) is refused with a clear error, and the replica
+(its id, chain_id, idempotency_key, a node id) is refused with a clear error, and the replica
 keeps serving other durable runs: a real ``a2e-host serve`` on a throwaway cluster."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from a2e_host.chains.messages import ChainResponse
+from a2e_host.chains.messages import ChainNode, ChainRequest, ChainResponse
 from a2e_host.client import connect_ws
 from tests.support.postgres import require_cluster
 from tests.support.process import WAIT
@@ -26,7 +26,11 @@ async def test_a_durable_request_with_a_nul_in_a_stored_string_is_refused_and_ot
         with anyio.fail_after(WAIT * 2):
             async with connect_ws(hosts["A"].url, agent_caps=["chains"]) as session:
                 refused: dict[str, ChainResponse] = {}
+                by_id = ChainRequest(id="q\x00", nodes=[ChainNode(
+                    node_id="e", kind="tool", name="echo", input={"v": "v"})],
+                    entry_node="e", durable=True)
                 for field, run in (
+                        ("id", session.send_request(by_id)),
                         ("node_id", session.run_chain(_echo("e\x00x"), "e\x00x",
                                                       durable=True)),
                         ("chain_id", session.run_chain(_echo(), "e", durable=True,
