@@ -113,7 +113,8 @@ class Ownership:
                     # beats (the lease) behind one statement
                     await asyncio.wait_for(self._beat(conn), self.lease / 2)
                 except Exception as exc:  # noqa: BLE001 — the database may come back
-                    self.log.warning("the replica heartbeat failed", error=str(exc))
+                    self.log.warning("the replica heartbeat failed", error=str(exc) or (
+                        f"no answer in {self.lease / 2:g} seconds"))
                     if conn is not None:
                         await conn.close()
                         conn = None

@@ -164,3 +164,27 @@ async def test_a_sink_told_twice_its_run_was_taken_over_sends_one_error_and_says
     events = [line["event"] for line in logs]
     assert any("taken over by another replica" in e for e in events), events
     assert not any("the run store failed" in e for e in events), events
+
+
+@pytest.mark.asyncio
+async def test_a_heartbeat_stuck_in_the_database_is_given_up_and_tried_on_a_new_connection(
+        url: str) -> None:
+    store = await _open(url, "A")
+    stuck: set[int] = set()
+    try:
+        async with await psycopg.AsyncConnection.connect(url) as locker, \
+                await psycopg.AsyncConnection.connect(url, autocommit=True) as watcher:
+            # A's replicas row locked: every beat's upsert waits on it
+            await locker.execute("SELECT 1 FROM replicas WHERE replica_id = 'A' FOR UPDATE")
+            with anyio.fail_after(WAIT):
+                while len(stuck) < 2:
+                    cur = await watcher.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE '%%INSERT INTO replicas%%'")
+                    stuck |= {int(row[0]) for row in await cur.fetchall()}
+                    await anyio.sleep(0.05)
+            await locker.rollback()
+        assert store.error is None
+    finally:
+        await store.aclose()
+    assert len(stuck) >= 2, "a beat held by the database ends, and the next one is sent"
