@@ -188,3 +188,20 @@ async def test_a_heartbeat_stuck_in_the_database_is_given_up_and_tried_on_a_new_
     finally:
         await store.aclose()
     assert len(stuck) >= 2, "a beat held by the database ends, and the next one is sent"
+
+
+@pytest.mark.asyncio
+async def test_closing_a_store_whose_writer_is_held_by_the_database_ends_in_bounded_time(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("a2e_host.store.postgres.CLOSE_TIMEOUT", 0.5)
+    store = await _open(url, "A")
+    store.create(record("r"))
+    await store.flush()
+    async with await psycopg.AsyncConnection.connect(url) as locker:
+        # the run's row locked: the writer's next batch waits on it
+        await locker.execute("SELECT 1 FROM runs WHERE run_id = 'r' FOR UPDATE")
+        store.append("r", frame("r", 1))
+        with anyio.fail_after(WAIT):
+            await store.aclose()
+        await locker.rollback()
+    assert store.committed < 2, "the held batch was not committed"
