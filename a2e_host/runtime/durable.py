@@ -329,20 +329,26 @@ class DurableSink(RunSink):
         or sent (frames not yet committed never reach the wire), ``on_store_error`` is
         called — but the attached connection's one error is ``error``'s own (a
         :class:`~a2e_host.exceptions.RemoteProtocolError` says what happened and how to
-        go on)."""
+        go on). Nothing when the sink had failed already (its one error was sent)."""
+        if self._failed:
+            return
         outbox, self._outbox = self._outbox, None
-        self._store_failed(error)
+        self._store_failed(error, taken_over=True)
         self._outbox = outbox
         if outbox is not None:
             outbox.send_frame_nowait(encode_message(error_message_of(
                 error, req_id=self.req_id, log=self._log, capability_name=self.capability)))
 
-    def _store_failed(self, error: BaseException) -> None:
+    def _store_failed(self, error: BaseException, *, taken_over: bool = False) -> None:
         if self._failed:
             return
         self._failed = True
-        self._log.error("the run store failed: the run's frames are no longer stored or "
-                        "sent", error=str(error), lost=len(self._tickets))
+        if taken_over:
+            self._log.warning("the run was taken over by another replica: its frames are "
+                              "no longer stored or sent here", lost=len(self._tickets))
+        else:
+            self._log.error("the run store failed: the run's frames are no longer stored "
+                            "or sent", error=str(error), lost=len(self._tickets))
         self._tickets.clear()
         self._frames.clear()
         self._pending_bytes = 0

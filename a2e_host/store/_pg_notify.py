@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from ._pg_connect import CONNECT_OPTIONS
 from ._pg_schema import CONTROL_CHANNEL, EVENTS_CHANNEL
 
 __all__ = ["Listener", "Watch"]
@@ -100,7 +101,7 @@ class Listener:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                        self._url, autocommit=True) as conn:
+                        self._url, autocommit=True, **CONNECT_OPTIONS) as conn:
                     await conn.execute(f"LISTEN {EVENTS_CHANNEL}")
                     await conn.execute(f"LISTEN {CONTROL_CHANNEL}")
                     self.listening.set()

@@ -25,6 +25,7 @@ from typing import Any
 
 from . import RunRecord, StoreError
 from . import _pg_queries as q
+from ._pg_connect import CONNECT_OPTIONS
 from ._pg_notify import Listener, Watch
 
 __all__ = ["Ownership", "hold_replica_id"]
@@ -106,11 +107,14 @@ class Ownership:
             while self._running():
                 try:
                     if conn is None:
-                        conn = await psycopg.AsyncConnection.connect(self._url,
-                                                                     autocommit=True)
-                    await self._beat(conn)
+                        conn = await psycopg.AsyncConnection.connect(
+                            self._url, autocommit=True, **CONNECT_OPTIONS)
+                    # bounded: a database that stops answering must not stall the
+                    # beats (the lease) behind one statement
+                    await asyncio.wait_for(self._beat(conn), self.lease / 2)
                 except Exception as exc:  # noqa: BLE001 — the database may come back
-                    self.log.warning("the replica heartbeat failed", error=str(exc))
+                    self.log.warning("the replica heartbeat failed", error=str(exc) or (
+                        f"no answer in {self.lease / 2:g} seconds"))
                     if conn is not None:
                         await conn.close()
                         conn = None
@@ -134,20 +138,21 @@ class Ownership:
         if self._claimers and self._running():
             claimed = await q.claim_orphans(conn, self.owner, self.lease,
                                             self._leftovers, time.time())
-            self._leftovers = [k for k in self._leftovers if k not in {c[0] for c in claimed}]
+            # committed: these runs are this replica's now. Each stays a leftover (claimed
+            # again at the next beat, by id) until it was handed over, so a read or a
+            # callback failing here strands none of them.
+            self._leftovers = list(dict.fromkeys(
+                [*self._leftovers, *(key for key, _epoch, _run_id in claimed)]))
             for key, epoch, run_id in claimed:
                 self._owned[run_id] = (key, epoch)
-            for _key, _epoch, run_id in claimed:
+            for key, _epoch, run_id in claimed:
                 record = await q.get(conn, run_id)
-                if record is None:
-                    continue
-                self.log.info("took over a run whose replica went silent",
-                              run_id=run_id, epoch=record.epoch)
-                for callback in list(self._claimers.values()):
-                    try:
+                if record is not None:
+                    self.log.info("took over a run whose replica went silent",
+                                  run_id=run_id, epoch=record.epoch)
+                    for callback in list(self._claimers.values()):
                         callback(record)
-                    except Exception as exc:  # noqa: BLE001
-                        self.log.error("a claimed-run callback failed", exc_info=exc)
+                self._leftovers = [k for k in self._leftovers if k != key]
 
 
 _REPLICA_LOCK_PREFIX = "a2e-host replica "
@@ -173,6 +178,9 @@ async def hold_replica_id(conn: Any, owner: str, where: str) -> list[int]:
     if not row[0]:
         raise StoreError(f"replica id {owner!r} is in use by another running replica of "
                          f"the run store {where}; give each replica its own --replica-id")
+    # alive from now: a run created before the heartbeat task's first beat is never
+    # taken for a silent replica's
+    await q.heartbeat(conn, owner)
     cur = await conn.execute("SELECT id FROM runs WHERE owner = %s AND status = 'running'",
                              (owner,))
     return [int(r[0]) for r in await cur.fetchall()]

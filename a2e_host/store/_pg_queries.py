@@ -65,6 +65,29 @@ def record_row(record: RunRecord) -> tuple[Any, ...]:
     )
 
 
+TEXT_FIELDS = ("run_id", "principal", "req_id", "chain_id", "plan_hash", "owner",
+               "idempotency_key")
+"""The :class:`RunRecord` fields stored as PostgreSQL ``text``, which cannot hold NUL."""
+
+
+def text_fields(record: RunRecord) -> dict[str, str | None]:
+    """``record``'s :data:`TEXT_FIELDS` by name."""
+    return {name: getattr(record, name) for name in TEXT_FIELDS}
+
+
+def text_only(run_id: str, /, **values: str | None) -> None:
+    """Refuse a write whose text ``values`` hold a NUL character, which PostgreSQL text
+    cannot store: queued, it would fail its whole batch, i.e. the store for every run.
+
+    Raises:
+        StoreError: naming the run and the field; nothing was queued.
+    """
+    for name, value in values.items():
+        if value is not None and "\x00" in value:
+            raise StoreError(f"run {run_id!r} is not stored: its {name} contains a NUL "
+                             "character, which the PostgreSQL run store cannot hold")
+
+
 def _record(row: Sequence[Any]) -> RunRecord:
     return RunRecord(
         run_id=row[0], principal=row[1], req_id=row[2], chain_id=row[3],

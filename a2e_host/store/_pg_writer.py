@@ -79,7 +79,10 @@ Owned = dict[str, tuple[int, int]]
 
 
 async def prepare(conn: Any) -> None:
-    """Set the writer's connection up (its temporary table)."""
+    """Set the writer's connection up: ``synchronous_commit = on`` whatever the role's or
+    the database's default (a commit is acknowledged only once it is durable: the host
+    sends a frame only after it committed), and its temporary table."""
+    await conn.execute("SET synchronous_commit = on")
     await conn.execute(TEMP_TABLE)
 
 

@@ -24,8 +24,6 @@ commit callbacks on the loop, backpressure, failure: read the package docstring)
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -44,6 +42,8 @@ from . import (
     StoreError,
 )
 from . import _pg_queries as q
+from ._pg_connect import CONNECT_OPTIONS, default_replica_id
+from ._pg_connect import where as _where
 from ._pg_notify import Listener
 from ._pg_owner import Ownership, hold_replica_id
 from ._pg_reads import Reads
@@ -56,22 +56,7 @@ __all__ = ["PostgresRunStore", "open_postgres_store", "open_store", "default_rep
 T = TypeVar("T")
 _OPEN, _CLOSING, _CLOSED = range(3)
 DEFAULT_LEASE = 10.0
-
-
-def default_replica_id() -> str:
-    """``hostname-pid``: a replica's id when ``--replica-id`` is not given."""
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def _where(url: str) -> str:
-    """The URL without its password, for messages."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        info = conninfo_to_dict(url)
-    except Exception:  # noqa: BLE001 — an unparsable URL is named by its scheme only
-        return "postgresql://…"
-    return f"postgresql://{info.get('host', '')}:{info.get('port', '')}/{info.get('dbname', '')}"
+CLOSE_TIMEOUT = 30.0  # seconds aclose waits for the writer to commit what is queued
 
 
 async def open_postgres_store(
@@ -120,16 +105,18 @@ async def open_postgres_store(
     writer_conn, leftovers = None, []
     try:
         if not readonly:
-            writer_conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            writer_conn = await psycopg.AsyncConnection.connect(
+                url, autocommit=True, **CONNECT_OPTIONS)
             await migrate(writer_conn, where)
             leftovers = await hold_replica_id(writer_conn, owner, where)
             await prepare(writer_conn)
         else:
-            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            async with await psycopg.AsyncConnection.connect(
+                url, autocommit=True, **CONNECT_OPTIONS) as conn:
                 if await read_version(conn, where) == 0:
                     raise StoreError(f"{where} is not a run store yet; check --store")
         pool = AsyncConnectionPool(url, min_size=1, max_size=pool_size, open=False,
-                                   kwargs={"autocommit": True}, name="a2e-store")
+                                   kwargs={"autocommit": True, **CONNECT_OPTIONS}, name="a2e-store")
         await pool.open(wait=True, timeout=30)
     except psycopg.Error as exc:
         if writer_conn is not None:
@@ -255,10 +242,12 @@ class PostgresRunStore(Ownership, Reads):
 
     def create(self, record: RunRecord) -> int:
         record = self._stamped(record)
+        q.text_only(record.run_id, **q.text_fields(record))
         return self._put(CREATE, len(record.request), q.record_row(record))
 
     def append(self, run_id: str, frame: StoredFrame) -> int:
         output, data = frame.output, frame.frame
+        q.text_only(run_id, run_id=run_id, node_id=frame.node_id, phase=frame.phase)
         nbytes = len(data) if output is None else len(data) + len(output)
         return self._put(APPEND, nbytes, run_id, frame.seq, frame.node_id, frame.phase,
                          data, output)
@@ -287,6 +276,7 @@ class PostgresRunStore(Ownership, Reads):
 
     async def create_or_get(self, record: RunRecord) -> tuple[RunRecord, bool]:
         record = self._stamped(record)
+        q.text_only(record.run_id, **q.text_fields(record))
 
         async def job(conn: Any) -> tuple[RunRecord, bool]:
             found, created, key, epoch = await q.create_or_get(conn, record)
@@ -470,7 +460,13 @@ class PostgresRunStore(Ownership, Reads):
             writer = self._writer
             if writer is not None:
                 self._wake.set()
-                await asyncio.shield(writer)
+                try:  # bounded: a writer stuck on a dead database does not hold the exit
+                    await asyncio.wait_for(asyncio.shield(writer), CLOSE_TIMEOUT)
+                except TimeoutError:
+                    self.log.error("the run store's writer did not finish in time; what "
+                                   "it had queued is not stored", seconds=CLOSE_TIMEOUT)
+                    writer.cancel()
+                    await asyncio.gather(writer, return_exceptions=True)
             for task in self._tasks:
                 task.cancel()
             for task in self._tasks:

@@ -90,6 +90,10 @@ class DurableChains:
         session = ctx.session
         durable = self.durable
         await durable.open()  # StoreRequired, before anything else is said
+        refusal_nul = _nul_refusal(request, session.principal)
+        if refusal_nul is not None:
+            ctx.outbox.send_nowait(self._refused(request, refusal_nul))  # type: ignore[attr-defined]
+            return
         if request.idempotency_key:
             existing = await durable.existing(session.principal, request.idempotency_key)
             if existing is not None:
@@ -238,6 +242,30 @@ def _invalid_retention(retention: int) -> ChainInvalid:
                "hint": "set 'retention' to a number of seconds above 0, or leave it out for "
                        "the host's default"}
     return ChainInvalid(message, details={"errors": [problem]})
+
+
+def _nul_refusal(request: ChainRequest, principal: str) -> ChainInvalid | None:
+    """Refuse a durable request holding a NUL character in a string the run store keeps
+    as text (a database text column cannot hold one), or None."""
+    fields = [("", "id", request.id), ("", "chain_id", request.chain_id),
+              ("", "idempotency_key", request.idempotency_key)]
+    fields += [(node.node_id, "node_id", node.node_id) for node in request.nodes]
+    for node_id, field, value in fields:
+        if "\x00" in value:
+            message = (f"field {field} contains a NUL character; remove it (a durable run's "
+                       "id, chain_id, idempotency_key and node ids are stored as text)")
+            problem = {"code": "chain_invalid", "node_id": node_id.replace("\x00", ""),
+                       "field": field, "message": message,
+                       "hint": "remove the NUL (\\u0000) character from the field"}
+            return ChainInvalid(message, details={"errors": [problem]})
+    if "\x00" in principal:
+        return ChainInvalid("the session's principal contains a NUL character; a durable "
+                            "run cannot be stored under it: authenticate as another "
+                            "principal", details={"errors": [{
+                                "code": "chain_invalid", "node_id": "", "field": "principal",
+                                "message": "the principal contains a NUL character",
+                                "hint": "use a principal without NUL characters"}]})
+    return None
 
 
 def _same_request(found: LiveRun | RunRecord, request: ChainRequest) -> None:

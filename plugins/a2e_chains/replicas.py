@@ -129,6 +129,7 @@ async def tail(store: SharedRunStore, run_id: str, outbox: FrameOutbox, sent: li
     Raises:
         StoreError: the store failed, the run vanished or expired, or its log has a gap.
     """
+    ended = False  # its ending was read: every frame it stored is committed
     with store.watch(run_id) as watch:  # before reading: no commit falls between
         while True:
             page = await store.frames(run_id, after=sent[0], limit=PAGE)
@@ -147,6 +148,11 @@ async def tail(store: SharedRunStore, run_id: str, outbox: FrameOutbox, sent: li
             if record.status is not RunStatus.RUNNING:
                 # its ending commits with (or after) its last frames: read them, then end
                 if record.last_seq > sent[0]:
+                    if ended:  # read again after the ending, and still missing
+                        raise StoreError(
+                            f"the stored log of run {run_id!r} has a gap: it ended at seq "
+                            f"{record.last_seq}, but seq {sent[0] + 1} is missing")
+                    ended = True
                     continue
                 if record.response is not None:
                     outbox.send_frame_nowait(record.response)
