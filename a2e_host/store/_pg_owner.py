@@ -110,11 +110,13 @@ class Ownership:
                         conn = await psycopg.AsyncConnection.connect(
                             self._url, autocommit=True, **CONNECT_OPTIONS)
                     # bounded: a database that stops answering must not stall the
-                    # beats (the lease) behind one statement
-                    await asyncio.wait_for(self._beat(conn), self.lease / 2)
+                    # beats behind one statement; a whole lease, as a beat slower than
+                    # that keeps nothing, and a shorter bound would give up beats a
+                    # loaded machine answers late (each retry costing a new connection)
+                    await asyncio.wait_for(self._beat(conn), self.lease)
                 except Exception as exc:  # noqa: BLE001 — the database may come back
                     self.log.warning("the replica heartbeat failed", error=str(exc) or (
-                        f"no answer in {self.lease / 2:g} seconds"))
+                        f"no answer in {self.lease:g} seconds"))
                     if conn is not None:
                         await conn.close()
                         conn = None
