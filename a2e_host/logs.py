@@ -175,21 +175,24 @@ class LogWriter:
                 self._queued -= len(batch)
 
 
-class StderrProxy(io.TextIOBase):
-    """``sys.stderr`` (and ``sys.stdout`` where it is stderr) as a writer of whole lines
-    into a :class:`LogWriter`, so a ``print()`` can never block, nor land in the middle of
-    a log line written by the writer's thread.
+class RedactingStream(io.TextIOBase):
+    """A text stream handing whole lines, every known secret value redacted, to ``emit``.
 
     Text is kept until its newline (or :meth:`flush`), and a tail that could begin a
     secret value until the next write (:class:`~a2e_host.redaction.PendingText`, so a
-    value holding newlines is redacted whole); ``fileno()`` and ``isatty()`` are
-    the real stream's, so child processes still inherit the real descriptor.
+    value holding newlines is redacted whole); ``fileno()``, ``isatty()`` and the
+    encoding are the ``real`` stream's, so child processes still inherit the real
+    descriptor. Thread-safe.
+
+    Args:
+        real: the stream it stands for.
+        emit: where redacted text goes (the real stream's ``write``, or a log writer's).
     """
 
-    def __init__(self, writer: LogWriter, real: TextIO) -> None:
+    def __init__(self, real: TextIO, emit: Any) -> None:
         super().__init__()
         self.real = real
-        self._writer = writer
+        self._emit = emit
         self._pending = PendingText(redactor)
         self._lock = threading.Lock()
 
@@ -208,20 +211,35 @@ class StderrProxy(io.TextIOBase):
         with self._lock:
             out = self._pending.write(text)
         if out:
-            self._writer.write(out)
+            self._emit(out)
         return len(text)
 
     def flush(self) -> None:
         with self._lock:
             rest = self._pending.flush()
         if rest:
-            self._writer.write(rest)
+            self._emit(rest)
 
     def fileno(self) -> int:
         return self.real.fileno()
 
     def isatty(self) -> bool:
         return _isatty(self.real)
+
+
+class StderrProxy(RedactingStream):
+    """``sys.stderr`` (and ``sys.stdout`` where it is stderr) as a writer of whole lines
+    into a :class:`LogWriter`, so a ``print()`` can never block, nor land in the middle of
+    a log line written by the writer's thread.
+
+    Text is kept until its newline (or :meth:`flush`), and a tail that could begin a
+    secret value until the next write (:class:`~a2e_host.redaction.PendingText`, so a
+    value holding newlines is redacted whole); ``fileno()`` and ``isatty()`` are
+    the real stream's, so child processes still inherit the real descriptor.
+    """
+
+    def __init__(self, writer: LogWriter, real: TextIO) -> None:
+        super().__init__(real, writer.write)
 
 
 class _WriterLogger:

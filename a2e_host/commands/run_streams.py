@@ -10,20 +10,17 @@ stream (on a terminal the live table's console shows a tool's stderr on stdout),
 
 from __future__ import annotations
 
-import io
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from ..redaction import PendingText
-from ..secrets import redactor
+from ..logs import RedactingStream
 
 __all__ = ["RedactingStdout", "redacted_stdout"]
 
 
-class RedactingStdout(io.TextIOBase):
+class RedactingStdout(RedactingStream):
     """A text stream writing whole lines, redacted, to ``real`` at once (no thread: a
     closed pipe raises :class:`BrokenPipeError` in the writer, as on the real stream).
 
@@ -34,44 +31,11 @@ class RedactingStdout(io.TextIOBase):
     """
 
     def __init__(self, real: TextIO) -> None:
-        super().__init__()
-        self.real = real
-        self._pending = PendingText(redactor)
-        self._lock = threading.Lock()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return getattr(self.real, "encoding", None) or "utf-8"
-
-    @property
-    def errors(self) -> str | None:  # type: ignore[override]
-        return getattr(self.real, "errors", None)
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        with self._lock:
-            out = self._pending.write(text)
-        if out:
-            self.real.write(out)
-        return len(text)
+        super().__init__(real, real.write)
 
     def flush(self) -> None:
-        with self._lock:
-            rest = self._pending.flush()
-        if rest:
-            self.real.write(rest)
+        super().flush()
         self.real.flush()
-
-    def fileno(self) -> int:
-        return self.real.fileno()
-
-    def isatty(self) -> bool:
-        try:
-            return self.real.isatty()
-        except (AttributeError, ValueError):
-            return False
 
 
 @contextmanager
