@@ -3,7 +3,7 @@ cancels asked from other replicas (DURABILITY.md §3.4 "Ownership").
 
 Layer: store backend (asyncio). A mixin of :class:`~a2e_host.store.postgres.
 PostgresRunStore`, holding what :class:`~a2e_host.store.shared.SharedRunStore` adds to
-a run store. Every ``lease / 5`` seconds the heartbeat task, on a pooled connection:
+a run store. Every ``lease / 5`` seconds the heartbeat task, on a connection of its own:
 
 1. updates this replica's ``replicas`` row (``heartbeat_at`` := the database's now);
 2. reads the epoch and cancel flag of every run this replica owns: a run whose epoch
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,7 +32,7 @@ from ._pg_notify import Listener, Watch
 __all__ = ["Ownership", "hold_replica_id"]
 
 
-class Ownership:
+class Ownership(ABC):
     """Heartbeats, takeovers, lost runs and remote cancels of a PostgreSQL store."""
 
     owner: str
@@ -47,11 +48,13 @@ class Ownership:
     _url: str
     _leftovers: list[int]
 
+    @abstractmethod
     def _register(self, table: dict[int, Any], callback: Any) -> Callable[[], None]:
-        raise NotImplementedError
+        """Keep ``callback`` in ``table`` until the returned function is called."""
 
+    @abstractmethod
     def _running(self) -> bool:
-        raise NotImplementedError
+        """Whether the store is open (the heartbeat stops once it is not)."""
 
     def _lost(self, run_ids: Sequence[str]) -> None:
         """Runs another replica took over: their writes here are refused from now on;

@@ -7,6 +7,7 @@ PostgresRunStore`; the SQL is in :mod:`._pg_queries`.
 from __future__ import annotations
 
 import builtins
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -18,17 +19,20 @@ __all__ = ["Reads"]
 T = TypeVar("T")
 
 
-class Reads:
-    """The read half of :class:`~a2e_host.store.RunStore` over a psycopg pool."""
+class Reads(ABC):
+    """The read half of :class:`~a2e_host.store.RunStore` over a psycopg pool; the store
+    class provides whether it is closed and the error a closed store answers."""
 
     path: str
     _pool: Any
 
+    @abstractmethod
     def _closed(self) -> bool:
-        raise NotImplementedError
+        """Whether the store is closing or closed (reads are then refused)."""
 
+    @abstractmethod
     def _refuse(self) -> StoreError:
-        raise NotImplementedError
+        """The error a read of a closed store raises."""
 
     async def _read(self, fn: Callable[[Any], Awaitable[T]]) -> T:
         if self._closed():
