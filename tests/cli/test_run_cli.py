@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from a2e_host.commands.run import ChainFileError, read_chain_request
+from tests.support.terminal import run_on_terminal
 
 RUN = [sys.executable, "-m", "a2e_host", "run"]
 
@@ -229,41 +230,12 @@ def test_chain_file_of_another_type_is_refused(tmp_path: Path) -> None:
 
 
 def test_on_a_terminal_the_live_table_is_drawn_then_the_final_output(tmp_path: Path) -> None:
-    import os
-    import pty
-    import select
-
-    leader, follower = pty.openpty()
-    errors = (tmp_path / "stderr.txt").open("wb")
-    process = subprocess.Popen(
-        [*RUN, str(write(tmp_path, GREET)), "--tools", "conformance"],
-        stdout=follower, stderr=errors, env={**os.environ, "COLUMNS": "100"},
-    )
-    os.close(follower)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([leader], [], [], 1.0)
-            if not ready:
-                if process.poll() is not None:
-                    break
-                continue
-            try:
-                data = os.read(leader, 65536)
-            except OSError:  # the terminal closed: the process is done
-                break
-            if not data:
-                break
-            chunks.append(data)
-        assert process.wait(timeout=30) == 0, (tmp_path / "stderr.txt").read_text()
-    finally:
-        os.close(leader)
-        errors.close()
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    screen = b"".join(chunks).decode("utf-8", "replace")
+    with (tmp_path / "stderr.txt").open("wb") as errors:
+        status, raw = run_on_terminal(
+            [*RUN, str(write(tmp_path, GREET)), "--tools", "conformance"],
+            env={**os.environ, "COLUMNS": "100"}, stderr=errors)
+    assert status == 0, (tmp_path / "stderr.txt").read_text()
+    screen = raw.decode("utf-8", "replace")
     assert "✓ done" in screen  # the table's status column
     assert "chain" in screen and "succeeded: 2 nodes" in screen
     assert '"text": "FILE?"' in screen  # the final output, pretty JSON

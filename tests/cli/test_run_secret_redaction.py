@@ -5,15 +5,13 @@
 from __future__ import annotations
 
 import json
-import os
-import select
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.process import CLI, host_env
+from tests.support.terminal import run_on_terminal
 
 SECRET = "supersecretvalue123"
 CONFIG = """\
@@ -48,36 +46,8 @@ def test_run_piped_never_writes_a_secret_a_tool_prints(tmp_path: Path, mode: lis
 
 
 def test_run_on_a_terminal_never_writes_a_secret_a_tool_prints(tmp_path: Path) -> None:
-    import pty
-
-    leader, follower = pty.openpty()
-    process = subprocess.Popen(
-        _setup(tmp_path), stdout=follower, stderr=follower, cwd=tmp_path,
-        env={**host_env(MY_API_KEY=SECRET), "COLUMNS": "120"},
-    )
-    os.close(follower)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([leader], [], [], 1.0)
-            if not ready:
-                if process.poll() is not None:
-                    break
-                continue
-            try:
-                data = os.read(leader, 65536)
-            except OSError:  # the terminal closed: the process is done
-                break
-            if not data:
-                break
-            chunks.append(data)
-        assert process.wait(timeout=30) == 1
-    finally:
-        os.close(leader)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    screen = b"".join(chunks)
+    status, screen = run_on_terminal(
+        _setup(tmp_path), cwd=tmp_path, env={**host_env(MY_API_KEY=SECRET), "COLUMNS": "120"})
+    assert status == 1
     assert SECRET.encode() not in screen
     assert "secret_fail got a=«secret:MY_KEY» b=plain" in screen.decode("utf-8", "replace")
