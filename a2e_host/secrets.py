@@ -318,17 +318,20 @@ def register(secrets: Mapping[str, str]) -> int:
         A token for :func:`unregister`.
     """
     global active_redactor
+    if not secrets:  # most requests carry none: no lock, no rebuild
+        return next(_tokens)
     with _lock:
         token = next(_tokens)
-        if secrets:
-            _entries[token] = dict(secrets)
-            active_redactor = _build()
+        _entries[token] = dict(secrets)
+        active_redactor = _build()
         return token
 
 
 def unregister(token: int) -> None:
     """Forget the secrets registered under ``token`` (unknown tokens are ignored)."""
     global active_redactor
+    if token not in _entries:  # a token of nothing (the common case): no lock
+        return
     with _lock:
         if _entries.pop(token, None) is not None:
             active_redactor = _build()

@@ -41,6 +41,7 @@ import anyio
 import msgspec
 import tenacity
 
+from .. import secrets
 from ..exceptions import ChainError, ChainLimitExceeded, NodeTimeout
 from . import kinds
 from .messages import ChainNode, RetryPolicy
@@ -114,7 +115,9 @@ async def run_recovering(
     cache = config.step_cache
     if recovery.cache:
         if (cache is None or not cache.enabled or tool is None or not tool.cacheable
-                or has_secret_refs(node.input)):  # a key would not hold the value
+                # a key would not hold the value; with no secret registered in the
+                # process no reference can have passed validation, so no walk
+                or (secrets.active_redactor is not None and has_secret_refs(node.input))):
             report.cache = "off"
         else:
             key = cache.key(node.name, tool.version, args)
