@@ -226,9 +226,14 @@ async def _with_host(host: Any, serve: Any) -> None:
 
 
 async def _stop_on_signals(stop: _Stop) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
-            stop()
+    from .serve import ignore_late_sigterm
+
+    try:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                stop()
+    finally:
+        ignore_late_sigterm()
 
 
 async def _active_skills(client: Any) -> list[tuple[str, str, dict[str, Any]]]:

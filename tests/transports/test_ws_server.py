@@ -180,3 +180,25 @@ async def test_sigterm_lets_work_finish_then_closes_with_going_away() -> None:
             assert (resp["req_id"], resp["success"]) == ("w", True)
             assert await wait_closed(ws) == 1001
         assert await host.wait() == 0
+
+
+@pytest.mark.asyncio
+async def test_sigterm_repeated_until_the_host_exits_still_ends_with_status_0() -> None:
+    """A supervisor repeating SIGTERM while the host closes (store, children) must not
+    kill it with -15: after serving stops, late SIGTERMs are ignored."""
+    async with anyio.create_task_group() as tg:
+        host = await open_host([*CLI, "serve", *CLI_ARGS])
+        tg.start_soon(host.collect_stderr)
+        with anyio.fail_after(WAIT):
+            await host.wait_stderr(r"a2e-host listening on ")
+        sent = 0
+        with anyio.fail_after(WAIT):
+            while host.process.returncode is None:
+                host.process.send_signal(signal.SIGTERM)
+                sent += 1
+                with anyio.move_on_after(0.002):
+                    await host.process.wait()
+        tg.cancel_scope.cancel()
+    assert sent >= 2
+    assert host.process.returncode == 0, host.stderr[-2000:]
+    assert b"Traceback" not in host.stderr
