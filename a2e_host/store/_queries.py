@@ -12,8 +12,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from . import RunRecord, RunStatus, StoredFrame, StoreError
-from ._writer import INSERT_RUN
+from ._writer import INSERT_RUN, ITEMS
 
 __all__ = [
     "record_row", "get", "by_idempotency_key", "list_runs", "frames", "unfinished",
@@ -23,30 +25,41 @@ __all__ = [
 PRUNE_EVENTS_PER_CALL = 20_000
 """Events one :func:`prune` call deletes at most (bounded work per retention tick)."""
 
+_LAST_SEQ = (
+    "max(last_seq, coalesce((SELECT max(seq) FROM events e WHERE e.run = runs.id), 0)"
+    "{segments})"
+)
+_SEGMENTS_LAST = (
+    ", coalesce((SELECT max(s.last_seq) FROM segments s WHERE s.run = runs.id), 0)"
+)
 _RECORD = (
     "SELECT run_id, principal, req_id, chain_id, status, request, plan_hash, "
-    "max(last_seq, coalesce((SELECT max(seq) FROM events e WHERE e.run = runs.id), 0)), "
-    "owner, epoch, cancel_requested, deadline, created, updated, response, "
+    + _LAST_SEQ + ", owner, epoch, cancel_requested, deadline, created, updated, response, "
     "idempotency_key, retention_until, id FROM runs"
 )
 
 _LISTED = (
     "SELECT run_id, principal, req_id, chain_id, status, x'', plan_hash, "
-    "max(last_seq, coalesce((SELECT max(seq) FROM events e WHERE e.run = runs.id), 0)), "
-    "owner, epoch, cancel_requested, deadline, created, updated, NULL, "
+    + _LAST_SEQ + ", owner, epoch, cancel_requested, deadline, created, updated, NULL, "
     "idempotency_key, retention_until, id FROM runs"
 )
 """:data:`_RECORD` without the request and response bodies (up to a message each): a
 page of up to 1000 runs must not read them into memory (``RunStore.list``)."""
 
-_FRAMES = (
+_HAS_SEGMENTS = "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'segments'"
+
+_ROWS = (
     "SELECT e.seq, e.node_id, e.phase, coalesce(e.payload, bp.bytes), "
     "coalesce(e.output, bo.bytes) FROM events e "
     "LEFT JOIN blobs bp ON bp.sha256 = e.payload_hash "
     "LEFT JOIN blobs bo ON bo.sha256 = e.output_hash "
-    "WHERE e.run = (SELECT id FROM runs WHERE run_id = ?) AND e.seq > ? "
-    "ORDER BY e.seq LIMIT ?"
+    "WHERE e.run = ? AND e.seq > ? ORDER BY e.seq LIMIT ?"
 )
+_SEGMENTS = (
+    "SELECT first_seq, frames FROM segments WHERE run = ? AND last_seq > ? ORDER BY last_seq"
+)
+
+_decode_items = msgspec.msgpack.Decoder().decode
 
 _CURSOR = re.compile(r"r([0-9]{1,19})")
 _MAX_ROWID = 2**63 - 1  # a larger cursor is none this store made (and not an SQLite int)
@@ -76,14 +89,25 @@ def _record(row: Sequence[Any]) -> RunRecord:
     )
 
 
+def _segmented(conn: sqlite3.Connection) -> bool:
+    """Whether the file has ``segments`` (schema version 2; a version 1 file opened
+    read-only, beside an older host, has not)."""
+    return bool(conn.execute(_HAS_SEGMENTS).fetchone()[0])
+
+
+def _sql(conn: sqlite3.Connection, sql: str) -> str:
+    """``sql`` (:data:`_RECORD` or :data:`_LISTED`) for this file's schema."""
+    return sql.format(segments=_SEGMENTS_LAST if _segmented(conn) else "")
+
+
 def get(conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
-    row = conn.execute(_RECORD + " WHERE run_id = ?", (run_id,)).fetchone()
+    row = conn.execute(_sql(conn, _RECORD) + " WHERE run_id = ?", (run_id,)).fetchone()
     return None if row is None else _record(row)
 
 
 def by_idempotency_key(conn: sqlite3.Connection, principal: str, key: str
                        ) -> RunRecord | None:
-    row = conn.execute(_RECORD + " WHERE principal = ? AND idempotency_key = ?",
+    row = conn.execute(_sql(conn, _RECORD) + " WHERE principal = ? AND idempotency_key = ?",
                        (principal, key)).fetchone()
     return None if row is None else _record(row)
 
@@ -118,7 +142,7 @@ def list_runs(
     if statuses is not None:
         where.append(f"status IN ({', '.join('?' * len(statuses))})")
         params.extend(statuses)
-    sql = _LISTED + (" WHERE " + " AND ".join(where) if where else "")
+    sql = _sql(conn, _LISTED) + (" WHERE " + " AND ".join(where) if where else "")
     rows = conn.execute(sql + " ORDER BY id DESC LIMIT ?", (*params, limit + 1)).fetchall()
     more = len(rows) > limit
     rows = rows[:limit]
@@ -126,15 +150,45 @@ def list_runs(
 
 
 def frames(conn: sqlite3.Connection, run_id: str, after: int, limit: int) -> list[StoredFrame]:
-    return [
-        StoredFrame(seq, node_id, phase, bytes(frame),
-                    None if output is None else bytes(output))
-        for seq, node_id, phase, frame, output in conn.execute(_FRAMES, (run_id, after, limit))
-    ]
+    """The run's frames with ``seq > after``, at most ``limit``, in ``seq`` order: its
+    ``events`` rows merged with the frames of its segments (a page may begin or end
+    inside a segment; a segment is decoded whole, at most :data:`~._writer.SEGMENT_FRAMES`
+    frames)."""
+    key = conn.execute("SELECT id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+    if key is None:
+        return []
+    run = key[0]
+    rows = [StoredFrame(seq, node_id, phase, bytes(frame),
+                        None if output is None else bytes(output))
+            for seq, node_id, phase, frame, output in conn.execute(_ROWS, (run, after, limit))]
+    if not _segmented(conn):
+        return rows
+    got: list[StoredFrame] = []
+    at = 0  # the next of ``rows``
+    cursor = conn.execute(_SEGMENTS, (run, after))
+    try:
+        for first, data in cursor:
+            items = _decode_items(data)
+            seq = max(first, after + 1)
+            for i in range((seq - first) * ITEMS, len(items), ITEMS):
+                while at < len(rows) and rows[at].seq < seq:
+                    got.append(rows[at])
+                    at += 1
+                    if len(got) == limit:
+                        return got
+                node_id, phase, frame, output = items[i:i + ITEMS]
+                got.append(StoredFrame(seq, node_id, phase, frame, output))
+                if len(got) == limit:
+                    return got
+                seq += 1
+    finally:
+        cursor.close()
+    return got + rows[at:at + limit - len(got)]
 
 
 def unfinished(conn: sqlite3.Connection) -> list[RunRecord]:
-    rows = conn.execute(_RECORD + " WHERE status = 'running' ORDER BY id").fetchall()
+    rows = conn.execute(_sql(conn, _RECORD) + " WHERE status = 'running' ORDER BY id"
+                        ).fetchall()
     return [_record(r) for r in rows]
 
 
@@ -182,6 +236,7 @@ def prune(conn: sqlite3.Connection, now: float, limit: int) -> int:
                      "updated = ? WHERE id = ?", (now, run))
         conn.execute("INSERT OR IGNORE INTO purge(run) VALUES (?)", (run,))
     budget = PRUNE_EVENTS_PER_CALL
+    segmented = _segmented(conn)
     for (run,) in conn.execute("SELECT run FROM purge LIMIT 100").fetchall():
         if budget <= 0:
             break
@@ -195,6 +250,16 @@ def prune(conn: sqlite3.Connection, now: float, limit: int) -> int:
                 "DELETE FROM blobs WHERE sha256 = ?1 AND NOT EXISTS (SELECT 1 FROM events "
                 "WHERE payload_hash = ?1) AND NOT EXISTS (SELECT 1 FROM events WHERE "
                 "output_hash = ?1)", (digest,))
+        if budget > 0 and segmented:  # whole segments: a call may go over by one's frames
+            doomed: list[tuple[int]] = []
+            for segment, count in conn.execute(
+                    "SELECT id, last_seq - first_seq + 1 FROM segments WHERE run = ? "
+                    "ORDER BY last_seq LIMIT ?", (run, budget)).fetchall():
+                if budget <= 0:
+                    break
+                doomed.append((segment,))
+                budget -= count
+            conn.executemany("DELETE FROM segments WHERE id = ?", doomed)
         if budget > 0:  # fewer than asked: none left
             conn.execute("DELETE FROM purge WHERE run = ?", (run,))
     return len(due)

@@ -7,8 +7,11 @@ The schema follows DURABILITY.md §3.1, with differences recorded in DECISIONS.m
 ``runs`` has an integer key ``id`` (stable under ``VACUUM``, the keyset of ``list``) beside
 the unique ``run_id``, and ``events`` refer to a run by that ``id`` (``run``: an integer
 key is a quarter cheaper to index per event than a text one); the idempotency key is
-unique *per principal*. Frames and
-outputs over the size cap live once in ``blobs`` by sha256, referenced from ``events``;
+unique *per principal*. Frames are stored in ``segments`` (schema version 2): the
+consecutive frames of one run committed in one batch are one row, not one row each;
+``events`` keeps one row per frame for a frame or output over the size cap (those live
+once in ``blobs`` by sha256, referenced from ``events``) and for a frame appended below
+its run's last stored ``seq``; a ``seq`` is stored in one of the two, once;
 ``purge`` holds runs already expired whose events are still being deleted (bounded work
 per prune).
 """
@@ -25,8 +28,10 @@ from . import StoreError, StoreVersionError
 __all__ = ["SCHEMA_VERSION", "APPLICATION_ID", "connect_writer", "connect_reader", "OwnerLock"]
 
 APPLICATION_ID = 0x41324548  # "A2EH": marks a file as an a2e-host run store
-SCHEMA_VERSION = 1
-"""The newest schema this code writes; a file with a higher version is refused."""
+SCHEMA_VERSION = 2
+"""The newest schema this code writes; a file with a higher version is refused.
+Version 2 adds ``segments``; the rows of version 1's ``events`` stay where they are and
+are read as before (nothing is converted)."""
 
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 """Bytes the WAL is truncated to after a checkpoint (DURABILITY.md §3.1)."""
@@ -77,6 +82,18 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "WHERE output_hash IS NOT NULL",
         "CREATE TABLE blobs(sha256 BLOB PRIMARY KEY, bytes BLOB NOT NULL) WITHOUT ROWID",
         "CREATE TABLE purge(run INTEGER PRIMARY KEY)",
+    ),
+    2: (
+        # consecutive frames of one run committed together, as one row: seqs first_seq
+        # through last_seq, ``frames`` a msgpack array of (node_id, phase, frame, output)
+        # per frame, flat (see _writer and DECISIONS.md "Run store shape")
+        """CREATE TABLE segments(
+            id INTEGER PRIMARY KEY,
+            run INTEGER NOT NULL,
+            first_seq INTEGER NOT NULL,
+            last_seq INTEGER NOT NULL,
+            frames BLOB NOT NULL,
+            UNIQUE(run, last_seq))""",
     ),
 }
 

@@ -23,7 +23,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Writer", "APPEND", "CREATE", "FINISH", "CANCEL", "JOB", "MAX_BATCH"]
+import msgspec
+
+__all__ = ["Writer", "APPEND", "CREATE", "FINISH", "CANCEL", "JOB", "MAX_BATCH", "ITEMS",
+           "SEGMENT_FRAMES"]
 
 APPEND, CREATE, FINISH, CANCEL, JOB = range(5)
 """Op kinds, the first item of each op tuple:
@@ -43,34 +46,34 @@ INSERT_EVENT = (
     "INSERT INTO events(run, seq, node_id, phase, payload, payload_hash, output, "
     "output_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run, seq) DO NOTHING"
 )
-INSERT_PLAIN_EVENT = (
-    "INSERT INTO events(run, seq, node_id, phase, payload) VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT(run, seq) DO NOTHING"
-)
-"""The common row (an inline frame, no output kept beside it): binding the three NULL
-columns of :data:`INSERT_EVENT` costs the writer about a quarter of its time per event."""
-PLAIN_ROWS = 64
-"""Plain event rows inserted by one statement (:data:`INSERT_PLAIN_EVENTS`)."""
-PLAIN_COLUMNS = 5
-"""Values of one plain row (run, seq, node_id, phase, payload)."""
-
-
-def plain_events_sql(rows: int) -> str:
-    """:data:`INSERT_PLAIN_EVENT` for ``rows`` rows in one statement."""
-    return ("INSERT INTO events(run, seq, node_id, phase, payload) VALUES "
-            + ", ".join(["(?, ?, ?, ?, ?)"] * rows) + " ON CONFLICT(run, seq) DO NOTHING")
-
-
-INSERT_PLAIN_EVENTS = plain_events_sql(PLAIN_ROWS)
-""":data:`PLAIN_ROWS` rows of :data:`INSERT_PLAIN_EVENT` in one statement: one step of
-the SQLite VM, so the thread releases and takes back the interpreter lock once per
-:data:`PLAIN_ROWS` rows, not per row (executemany steps once per row, and each step hands
-the lock to a busy event loop, to wait for it again): ~30 % less CPU per row, and a
-batch's commit no longer crawls while the loop is busy."""
+"""A frame stored as a row of its own: its frame or output is over the blob threshold,
+or it was appended at or below its run's last stored ``seq`` (and is not stored)."""
+INSERT_SEGMENT = "INSERT INTO segments(run, first_seq, last_seq, frames) VALUES (?, ?, ?, ?)"
+"""Consecutive frames of one run as one row: ``frames`` is the msgpack array of
+``node_id, phase, frame, output`` of each frame, flat (:data:`ITEMS` values a frame).
+One row, one index entry and one step of the SQLite VM for a batch's frames of a run,
+where a row per frame cost the writer 4–6 µs per event (DECISIONS.md "Run store
+shape")."""
+ITEMS = 4
+"""Values of one frame in a segment: node_id, phase, frame, output."""
+SEGMENT_FRAMES = 1024
+"""Frames one segment holds at most: a read decodes a whole segment to page inside it."""
+NO_SEQ = -(2**63)
+"""The last stored ``seq`` of a run with no frame stored."""
 RUN_KEY = "SELECT id FROM runs WHERE run_id = ?"
+RUN_TAIL = (
+    "SELECT max(coalesce((SELECT max(seq) FROM events WHERE run = ?1), ?2), "
+    "coalesce((SELECT max(last_seq) FROM segments WHERE run = ?1), ?2))"
+)
+IN_SEGMENT = (
+    "SELECT first_seq <= ?2 FROM segments WHERE run = ?1 AND last_seq >= ?2 "
+    "ORDER BY last_seq LIMIT 1"
+)
+IN_EVENTS = "SELECT 1 FROM events WHERE run = ?1 AND seq = ?2"
 
 MAX_KEYS = 100_000
-"""``run_id`` → ``runs.id`` the writer remembers at most (then forgets them all)."""
+"""Runs the writer remembers (``run_id`` → ``runs.id`` and last stored ``seq``) at most
+(then forgets them all)."""
 INSERT_BLOB = "INSERT OR IGNORE INTO blobs(sha256, bytes) VALUES (?, ?)"
 INSERT_RUN = (
     "INSERT OR IGNORE INTO runs(run_id, principal, req_id, chain_id, status, request, "
@@ -88,6 +91,9 @@ CANCEL_RUN = (
     "UPDATE runs SET cancel_requested = 1, updated = ? "
     "WHERE run_id = ? AND status = 'running'"
 )
+
+_encode = msgspec.msgpack.Encoder().encode
+"""A segment's items → its ``frames`` bytes (one C call for the whole segment)."""
 
 Report = Callable[[int, int, list[tuple[Any, bool, Any]], BaseException | None], None]
 """``report(committed_ticket, committed_bytes, job_results, error)``: called by the
@@ -121,9 +127,12 @@ class Writer:
         self._threshold = blob_threshold
         self._delay = commit_delay
         self._thread = threading.Thread(target=self._main, name="a2e-store-writer", daemon=True)
-        self._keys: dict[str, int] = {}  # run_id → runs.id of runs being appended to
+        # run_id → [runs.id, last stored seq] of the runs being appended to: the seq
+        # each run's next segment must begin after (the duplicate backstop)
+        self._keys: dict[str, list[int]] = {}
         self._unknown: set[str] = set()  # run_ids of dropped frames in this batch
-        self._small: dict[int, str] = {}  # rows → plain_events_sql(rows), rows <= PLAIN_ROWS
+        self._begun = False  # the batch's transaction is open
+        self._duplicates = 0  # frames of this batch stored already (logged once)
 
     def start(self) -> None:
         self._thread.start()
@@ -215,48 +224,80 @@ class Writer:
         blobs.append((digest, data))
         return None, digest
 
+    def _begin(self) -> None:
+        if not self._begun:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._begun = True
+
     def _apply(self, batch: list[tuple[Any, ...]]) -> list[tuple[Any, bool, Any]]:
         """Apply ``batch`` in one transaction and commit it.
+
+        The frames of a run that follow its last stored ``seq`` one by one go into one
+        segment row (:data:`INSERT_SEGMENT`); a frame that cannot (a frame or output over
+        the blob threshold, a frame at or below the run's last stored ``seq``) is a row of
+        ``events``, the latter only when its ``seq`` is not stored yet (the duplicate
+        backstop: a ``seq`` is stored once). A batch that comes down to one statement
+        (the usual batch of a chain whose nodes wait for their ``start`` to commit: a
+        frame or two of one run) runs it alone in autocommit mode: one step of the SQLite
+        VM, one release of the interpreter lock.
 
         Returns:
             ``(token, ok, result_or_exception)`` of every job in it.
         """
         conn = self._conn
-        if len(batch) <= PLAIN_ROWS and self._apply_small(batch):
-            return []
         results: list[tuple[Any, bool, Any]] = []
-        rows: list[tuple[Any, ...]] = []  # every column of INSERT_EVENT
-        plain: list[Any] = []  # the columns of INSERT_PLAIN_EVENT, row after row, flat
+        rows: list[tuple[Any, ...]] = []  # INSERT_EVENT rows
         blobs: list[tuple[bytes, bytes]] = []
+        building: dict[str, list[Any]] = {}  # run_id → [run, first_seq, items]
+        built: list[list[Any]] = []  # closed segments
         keys = self._keys
         threshold = self._threshold
+        whole = SEGMENT_FRAMES * ITEMS
         self._unknown.clear()
-        conn.execute("BEGIN IMMEDIATE")
+        self._begun = False
+        self._duplicates = 0
         for op in batch:
-            kind = op[0]
-            if kind == APPEND:
-                run = keys.get(op[3])
-                if run is None:
-                    run = self._key(op[3], op[4])
-                    if run is None:
+            if op[0] == APPEND:
+                run_id = op[3]
+                entry = keys.get(run_id)
+                if entry is None:
+                    entry = self._key(run_id, op[4])
+                    if entry is None:
                         continue
+                seq = op[4]
                 frame = op[7]
                 output = op[8]
-                if output is None and len(frame) <= threshold:
-                    plain.append(run)
-                    plain += op[4:8]  # seq, node_id, phase, frame: no tuple per row
+                small = len(frame) <= threshold and (output is None or len(output) <= threshold)
+                if seq == entry[1] + 1 and small:  # the next frame: into the run's segment
+                    entry[1] = seq
+                    segment = building.get(run_id)
+                    if segment is None:
+                        building[run_id] = [entry[0], seq, list(op[5:9])]
+                    else:
+                        items = segment[2]
+                        items += op[5:9]  # node_id, phase, frame, output: no tuple per frame
+                        if len(items) >= whole:
+                            built.append(building.pop(run_id))
                     continue
-                frame_hash = None
-                if len(frame) > threshold:
-                    frame, frame_hash = self._blob(frame, blobs)
-                output_hash = None
-                if output is not None and len(output) > threshold:
-                    output, output_hash = self._blob(output, blobs)
-                rows.append((run, op[4], op[5], op[6], frame, frame_hash, output, output_hash))
+                segment = building.pop(run_id, None)
+                if segment is not None:
+                    built.append(segment)
+                if seq > entry[1]:  # after a gap, or a frame for blobs
+                    entry[1] = seq
+                    if small:
+                        building[run_id] = [entry[0], seq, list(op[5:9])]
+                    else:
+                        rows.append(self._row(entry[0], op, blobs))
+                    continue
+                # at or below the run's last stored seq: stored already, or out of order
+                self._write(rows, blobs, building, built)
+                if self._stored(entry[0], seq):
+                    self._duplicates += 1
+                else:
+                    rows.append(self._row(entry[0], op, blobs))
                 continue
-            if rows or plain:
-                self._insert_events(rows, plain, blobs)
-                rows, plain, blobs = [], [], []
+            self._write(rows, blobs, building, built)
+            kind = op[0]
             if kind == CREATE:
                 cursor = conn.execute(INSERT_RUN, op[3])
                 if cursor.rowcount == 0:
@@ -265,7 +306,7 @@ class Writer:
                 elif cursor.lastrowid is not None:
                     if len(keys) >= MAX_KEYS:
                         keys.clear()
-                    keys[op[3][0]] = cursor.lastrowid
+                    keys[op[3][0]] = [cursor.lastrowid, NO_SEQ]
             elif kind == FINISH:
                 _, _, _, run_id, status, response, last_seq, now = op
                 conn.execute(FINISH_RUN, (status, response, last_seq, now, run_id))
@@ -274,77 +315,80 @@ class Writer:
                 conn.execute(CANCEL_RUN, (op[4], op[3]))
             else:
                 results.append(self._job(op[3], op[4]))
-        if rows or plain:
-            self._insert_events(rows, plain, blobs)
-        conn.execute("COMMIT")
+        if not self._begun and not rows and not built and len(building) == 1:
+            for run, first, items in building.values():  # one statement: autocommit
+                conn.execute(INSERT_SEGMENT, (run, first, first + len(items) // ITEMS - 1,
+                                              _encode(items)))
+        elif rows or built or building:
+            self._write(rows, blobs, building, built)
+        if self._begun:
+            conn.execute("COMMIT")
+        if self._duplicates:
+            self._log.error("frames were not stored twice: their (run, seq) is stored "
+                            "already", duplicates=self._duplicates)
         return results
 
-    def _apply_small(self, batch: list[tuple[Any, ...]]) -> bool:
-        """Commit a small batch of plain rows of known runs (the usual batch of a chain
-        whose nodes wait for their ``start`` to be committed: a frame or two) as ONE
-        statement, its own transaction (the connection is in autocommit mode): one step
-        of the SQLite VM, so the thread gives up the interpreter lock once, not for a
-        BEGIN, each row and a COMMIT. False (nothing done) for any other batch."""
-        keys = self._keys
-        threshold = self._threshold
-        flat: list[Any] = []
-        for op in batch:
-            if op[0] != APPEND or op[8] is not None or len(op[7]) > threshold:
-                return False
-            run = keys.get(op[3])
-            if run is None:
-                return False
-            flat.append(run)
-            flat += op[4:8]
-        sql = self._small.get(len(batch))
-        if sql is None:
-            sql = self._small[len(batch)] = plain_events_sql(len(batch))
-        written = self._conn.execute(sql, flat).rowcount
-        if written != len(batch):
-            self._log.error("frames were not stored twice: their (run, seq) is stored "
-                            "already", duplicates=len(batch) - written)
-        return True
+    def _row(self, run: int, op: tuple[Any, ...], blobs: list[tuple[bytes, bytes]]
+             ) -> tuple[Any, ...]:
+        """The :data:`INSERT_EVENT` row of an append op (its big frame and output, if
+        any, queued for ``blobs``)."""
+        frame, output = op[7], op[8]
+        frame_hash = output_hash = None
+        if len(frame) > self._threshold:
+            frame, frame_hash = self._blob(frame, blobs)
+        if output is not None and len(output) > self._threshold:
+            output, output_hash = self._blob(output, blobs)
+        return (run, op[4], op[5], op[6], frame, frame_hash, output, output_hash)
 
-    def _key(self, run_id: str, seq: int) -> int | None:
-        """``runs.id`` of a run the writer did not create (a resumed run, one made by
-        ``create_or_get``), remembered from now; None (the frame is dropped, logged)
-        when no such run is stored: frames belong to a created run."""
-        row = self._conn.execute(RUN_KEY, (run_id,)).fetchone()
+    def _stored(self, run: int, seq: int) -> bool:
+        """Whether ``seq`` of ``run`` is stored (in the open transaction)."""
+        conn = self._conn
+        found = conn.execute(IN_SEGMENT, (run, seq)).fetchone()
+        if found is not None and found[0]:
+            return True
+        return conn.execute(IN_EVENTS, (run, seq)).fetchone() is not None
+
+    def _write(self, rows: list[tuple[Any, ...]], blobs: list[tuple[bytes, bytes]],
+               building: dict[str, list[Any]], built: list[list[Any]]) -> None:
+        """Begin the transaction (when not yet) and insert what was gathered (emptying
+        the four collections); a row whose ``seq`` is stored already is counted in
+        :attr:`_duplicates`."""
+        self._begin()
+        if not (rows or built or building):
+            return
+        conn = self._conn
+        if blobs:
+            conn.executemany(INSERT_BLOB, blobs)
+            blobs.clear()
+        built += building.values()
+        building.clear()
+        if built:
+            conn.executemany(INSERT_SEGMENT, [
+                (run, first, first + len(items) // ITEMS - 1, _encode(items))
+                for run, first, items in built])
+            built.clear()
+        if rows:
+            self._duplicates += len(rows) - conn.executemany(INSERT_EVENT, rows).rowcount
+            rows.clear()
+
+    def _key(self, run_id: str, seq: int) -> list[int] | None:
+        """``[runs.id, last stored seq]`` of a run the writer did not create (a resumed
+        run, one made by ``create_or_get``), remembered from now; None (the frame is
+        dropped, logged) when no such run is stored: frames belong to a created run."""
+        conn = self._conn
+        row = conn.execute(RUN_KEY, (run_id,)).fetchone()
         if row is None:
             if run_id not in self._unknown:  # once per run and batch, not per frame
                 self._unknown.add(run_id)
                 self._log.error("frames of an unknown run were not stored; create the run "
                                 "before its frames", run_id=run_id, seq=seq)
             return None
+        run = int(row[0])
+        tail = conn.execute(RUN_TAIL, (run, NO_SEQ)).fetchone()[0]
         if len(self._keys) >= MAX_KEYS:
             self._keys.clear()
-        self._keys[run_id] = row[0]
-        return int(row[0])
-
-    def _insert_events(self, rows: list[tuple[Any, ...]], plain: list[Any],
-                       blobs: list[tuple[bytes, bytes]]) -> None:
-        """Insert the events of ``rows`` (every column) and ``plain`` (inline frame, no
-        output: :data:`PLAIN_COLUMNS` values a row, flat); the order of rows within one
-        transaction does not matter (readers order by ``seq``)."""
-        conn = self._conn
-        if blobs:
-            conn.executemany(INSERT_BLOB, blobs)
-        written = 0
-        wanted = len(rows) + len(plain) // PLAIN_COLUMNS
-        if plain:
-            step = PLAIN_ROWS * PLAIN_COLUMNS
-            whole = len(plain) - len(plain) % step
-            for start in range(0, whole, step):
-                written += conn.execute(INSERT_PLAIN_EVENTS, plain[start:start + step]).rowcount
-            if whole < len(plain):
-                rest = iter(plain[whole:])
-                written += conn.executemany(INSERT_PLAIN_EVENT, zip(
-                    rest, rest, rest, rest, rest, strict=True)).rowcount
-        if rows:
-            written += conn.executemany(INSERT_EVENT, rows).rowcount
-        if written != wanted:
-            self._log.error("frames were not stored twice: their (run, seq) is stored "
-                            "already", duplicates=wanted - written)
+        entry = self._keys[run_id] = [run, int(tail)]
+        return entry
 
     def _job(self, fn: Callable[[sqlite3.Connection], Any], token: Any
              ) -> tuple[Any, bool, Any]:

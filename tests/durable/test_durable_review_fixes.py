@@ -5,7 +5,6 @@ connection's reader."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from a2e_host.runtime.memory import open_memory_client
 from a2e_host.store import RunRecord, RunStatus, StoredFrame, StoreError, open_store
 from a2e_host.tools import Tool, tool
 from tests.support.durable import GATED, Gates, durable_host, handshake_as, until_response
+from tests.support.store import stored_events
 
 WAIT = 30
 
@@ -36,9 +36,7 @@ WAIT = 30
 def _committed_events(path: Path) -> list[tuple[int, str, str]]:
     """Every stored event ``(seq, node_id, phase)``, read on a connection of its own: what
     the store committed (what a ``kill -9`` now would leave)."""
-    with sqlite3.connect(path) as conn:
-        return [(r[0], r[1], r[2]) for r in conn.execute(
-            "SELECT seq, node_id, phase FROM events ORDER BY seq")]
+    return stored_events(str(path))
 
 
 class _Witnesses(Gates):

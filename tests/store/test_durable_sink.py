@@ -20,7 +20,7 @@ from a2e_host.runtime.durable import DurableSink, replay_stored
 from a2e_host.runtime.runs import Run, RunRegistry
 from a2e_host.store import RunStatus, RunStore, StoredFrame, open_store
 from a2e_host.store.sqlite import open_sqlite_store
-from tests.support.store import RecordingOutbox, record
+from tests.support.store import RecordingOutbox, on_disk, record
 
 WAIT = 10  # seconds: the bound on every wait
 
@@ -70,9 +70,8 @@ async def test_a_frame_reaches_the_outbox_only_once_its_batch_is_committed(path:
             found = disk.execute("SELECT count(*) FROM runs WHERE run_id = 'run1' AND "
                                  "response = ?", (frame,)).fetchone()[0]
         else:
-            found = disk.execute("SELECT count(*) FROM events JOIN runs ON runs.id = run "
-                                 "WHERE run_id = 'run1' AND seq = ? AND payload = ?",
-                                 (seq, frame)).fetchone()[0]
+            found = [row[0] for row in on_disk(disk, "run1")].count(seq)
+            assert (seq, frame) in [(row[0], row[3]) for row in on_disk(disk, "run1")]
         assert found == 1, f"frame {seq} reached the outbox before it was committed"
 
     outbox = RecordingOutbox(check=on_disk_already)

@@ -25,7 +25,7 @@ from a2e_host.store import (
 )
 from a2e_host.store.sqlite import SQLiteRunStore, open_sqlite_store
 from tests.support.postgres import require_cluster
-from tests.support.store import frame, frame_bytes, record, stored_seqs
+from tests.support.store import frame, frame_bytes, record, stored_events, stored_seqs
 
 WAIT = 10  # seconds: the bound on every wait
 
@@ -82,10 +82,10 @@ async def test_big_frames_and_outputs_are_stored_once_by_content_hash(path: str)
         await store.aclose()
     with sqlite3.connect(path) as conn:
         blobs = conn.execute("SELECT count(*) FROM blobs").fetchone()[0]
-        inline = conn.execute("SELECT count(*) FROM events WHERE payload IS NOT NULL "
-                              "AND output IS NOT NULL").fetchone()[0]
+        rows = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        segments = conn.execute("SELECT count(*) FROM segments").fetchone()[0]
     assert blobs == 3  # two distinct big frames, one shared output
-    assert inline == 2  # the small frames stay in their rows
+    assert (rows, segments) == (2, 2)  # the small frames stay in their runs' segments
 
 
 @pytest.mark.asyncio
@@ -227,8 +227,10 @@ async def test_prune_deletes_a_long_log_over_several_bounded_calls(
     store = await open_store(path)
     try:
         store.create(record("big", created=1.0, retention_until=2.0))
-        for seq in range(1, 101):
+        for seq in range(1, 101):  # ten batches of ten frames: ten segments
             store.append("big", frame("big", seq))
+            if seq % 10 == 0:
+                await store.flush()
         store.finish("big", RunStatus.SUCCEEDED, b"resp", 100)
         await store.flush()
         due = time.time() + 10
@@ -430,7 +432,7 @@ async def test_a_store_from_a_newer_version_is_refused_with_a_clear_error(path: 
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE schema_version SET version = 99")
     with pytest.raises(StoreVersionError, match="schema version 99, newer than this "
-                                                "a2e-host knows \\(1\\)"):
+                                                "a2e-host knows \\(2\\)"):
         await open_store(path)
     with pytest.raises(StoreVersionError):
         await open_store(path, readonly=True)
@@ -511,8 +513,7 @@ async def test_a_seq_stored_twice_keeps_the_first_and_a_frame_of_no_run_is_not_s
         assert store.error is None  # neither broke the store
     finally:
         await store.aclose()
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 2
+    assert [seq for seq, _, _ in stored_events(path)] == [1, 2]
 
 
 @pytest.mark.asyncio

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from a2e_host.store._writer import PLAIN_ROWS
+from a2e_host.store._writer import SEGMENT_FRAMES
 from a2e_host.store.sqlite import open_sqlite_store
 from tests.support.store import frame, frame_bytes, record, stored_seqs
 
-FRAMES = 3 * PLAIN_ROWS + 11  # whole statements and a remainder, in one batch
+FRAMES = 2 * SEGMENT_FRAMES + 11  # whole segments and a remainder, in one batch
 
 
 def _output(seq: int) -> bytes | None:
@@ -31,8 +31,8 @@ async def test_interleaved_runs_mixing_plain_and_output_rows_come_back_whole(
             store.append("r1", frame("r1", seq, output=_output(seq)))
             store.append("r2", frame("r2", seq, size=400 if seq % 9 == 0 else 0))
         await store.flush()
-        one = await store.frames("r1", after=0, limit=1000)
-        two = await store.frames("r2", after=0, limit=1000)
+        one = await store.frames("r1", after=0, limit=10_000)
+        two = await store.frames("r2", after=0, limit=10_000)
     finally:
         await store.aclose()
     assert [(f.seq, f.node_id, f.phase, f.frame, f.output) for f in one] == [
@@ -56,7 +56,7 @@ async def test_frames_appended_again_are_stored_once_with_their_first_bytes(
         for seq in range(2, FRAMES + 6):  # most stored already, five new
             store.append("r1", frame("r1", seq, size=120))
         await store.flush()
-        stored = await store.frames("r1", after=0, limit=1000)
+        stored = await store.frames("r1", after=0, limit=10_000)
     finally:
         await store.aclose()
     assert stored_seqs(path, "r1") == list(range(1, FRAMES + 6))
@@ -86,7 +86,7 @@ async def test_small_batches_committed_one_at_a_time_store_each_frame_once(
         store.append("r1", frame("r1", 6, output=b'{"x":6}'))
         store.append("ghost", frame("ghost", 1))  # no such run: dropped, logged
         await store.flush()
-        stored = await store.frames("r1", after=0, limit=1000)
+        stored = await store.frames("r1", after=0, limit=10_000)
         assert store.error is None
     finally:
         await store.aclose()

@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Callable
 
 import anyio
+import msgspec
 
 from a2e_host.store import RunRecord, StoredFrame
 
@@ -30,11 +31,35 @@ def record(run_id: str, principal: str = "alice", **fields: object) -> RunRecord
 
 
 def stored_seqs(path: str, run_id: str) -> list[int]:
-    """The ``seq``s of ``run_id`` in the file, read on a connection of its own."""
+    """The ``seq``s of ``run_id`` in the file (its ``events`` rows and the seqs its
+    ``segments`` span), read on a connection of its own, each as often as stored."""
+    return sorted(seq for seq, _, _ in stored_events(path, run_id))
+
+
+def stored_events(path: str, run_id: str | None = None) -> list[tuple[int, str, str]]:
+    """Every stored ``(seq, node_id, phase)`` of ``run_id`` (None: of every run) in the
+    file, read on a connection of its own and decoded from segments here (not through
+    the store's own reads), in ``seq`` order."""
     with sqlite3.connect(path) as conn:
-        return [r[0] for r in conn.execute(
-            "SELECT seq FROM events WHERE run = (SELECT id FROM runs WHERE run_id = ?) "
-            "ORDER BY seq", (run_id,))]
+        return [(seq, node_id, phase) for seq, node_id, phase, _ in on_disk(conn, run_id)]
+
+
+def on_disk(conn: sqlite3.Connection, run_id: str | None = None
+            ) -> list[tuple[int, str, str, bytes | None]]:
+    """Every stored ``(seq, node_id, phase, frame)`` of ``run_id`` (None: of every run),
+    read on ``conn``: ``events`` rows (``frame`` None when it is in ``blobs``) and the
+    frames of ``segments``, decoded here, in ``seq`` order."""
+    where = "" if run_id is None else " WHERE run = (SELECT id FROM runs WHERE run_id = ?)"
+    args = () if run_id is None else (run_id,)
+    found: list[tuple[int, str, str, bytes | None]] = list(conn.execute(
+        "SELECT seq, node_id, phase, payload FROM events" + where, args))
+    for first, last, data in conn.execute(
+            "SELECT first_seq, last_seq, frames FROM segments" + where, args):
+        items = msgspec.msgpack.decode(data)
+        assert len(items) == 4 * (last - first + 1)
+        found += [(first + i, items[4 * i], items[4 * i + 1], items[4 * i + 2])
+                  for i in range(last - first + 1)]
+    return sorted(found, key=lambda row: row[0])
 
 
 class RecordingOutbox:
