@@ -16,6 +16,7 @@ the store: the thread reports the error and stops; nothing queued after it is wr
 from __future__ import annotations
 
 import hashlib
+import operator
 import sqlite3
 import threading
 import time
@@ -92,6 +93,8 @@ CANCEL_RUN = (
     "WHERE run_id = ? AND status = 'running'"
 )
 
+_nbytes = operator.itemgetter(2)
+"""An op's byte count (summed per batch in C, not a generator step per op)."""
 _encode = msgspec.msgpack.Encoder().encode
 """A segment's items → its ``frames`` bytes (one C call for the whole segment)."""
 
@@ -213,7 +216,7 @@ class Writer:
                     jobs = [(op[4], False, exc) for op in batch + dropped if op[0] == JOB]
                     self._report(0, 0, jobs, exc)
                     return
-                self._report(batch[-1][1], sum(op[2] for op in batch), results, None)
+                self._report(batch[-1][1], sum(map(_nbytes, batch)), results, None)
         finally:
             conn.close()
 
@@ -267,7 +270,9 @@ class Writer:
                 seq = op[4]
                 frame = op[7]
                 output = op[8]
-                small = len(frame) <= threshold and (output is None or len(output) <= threshold)
+                # nbytes (op[2]) is len(frame) + len(output): under the threshold, both are
+                small = op[2] <= threshold or (
+                    len(frame) <= threshold and (output is None or len(output) <= threshold))
                 if seq == entry[1] + 1 and small:  # the next frame: into the run's segment
                     entry[1] = seq
                     segment = building.get(run_id)
