@@ -140,7 +140,9 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StoredFrame(msgspec.Struct, frozen=True):
-    """One emitted frame of a run (a row of ``events``).
+    """One emitted frame of a run (SQLite keeps consecutive frames of a run committed
+    together in one ``segments`` row, PostgreSQL one ``events`` row per frame; reads
+    return one :class:`StoredFrame` per ``seq`` either way).
 
     Attributes:
         seq: its position in the run: 1, 2, 3 … gapless (PROTOCOL.md §5).

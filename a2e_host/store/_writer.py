@@ -1,11 +1,13 @@
 """The SQLite run store's writer thread: group commit of everything queued.
 
-Layer: store backend (stdlib ``sqlite3`` and ``threading``, no anyio, no event loop).
-The store's loop side appends *ops* (plain tuples, the cheapest thing to build per event)
-to a deque, without a lock; this thread takes everything queued (at most
+Layer: store backend (stdlib ``sqlite3`` and ``threading``, msgspec; no anyio, no event
+loop). The store's loop side appends *ops* (plain tuples, the cheapest thing to build per
+event) to a deque, without a lock; this thread takes everything queued (at most
 :data:`MAX_BATCH` ops), applies it in one transaction, commits, and reports the highest
-committed ticket back through ``report`` (which hops to the loop). Awaited *jobs*
-(create-or-get, claim, prune) run inside the same transaction, each under a savepoint,
+committed ticket back through ``report`` (which hops to the loop). The frames of one run
+that follow each other in a batch are written as one ``segments`` row
+(:data:`INSERT_SEGMENT`), not a row each. Awaited *jobs* (create-or-get, claim, prune) run
+inside the same transaction, each under a savepoint,
 so one failing job fails alone; their results travel with the commit report, so a
 caller never sees a result that is not committed.
 
