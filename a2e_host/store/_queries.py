@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from . import RunRecord, RunStatus, StoredFrame, StoreError
-from ._writer import INSERT_RUN, ITEMS
+from ._writer import INSERT_RUN
 
 __all__ = [
     "record_row", "get", "by_idempotency_key", "list_runs", "frames", "unfinished",
@@ -170,13 +170,12 @@ def frames(conn: sqlite3.Connection, run_id: str, after: int, limit: int) -> lis
         for first, data in cursor:
             items = _decode_items(data)
             seq = max(first, after + 1)
-            for i in range((seq - first) * ITEMS, len(items), ITEMS):
+            for node_id, phase, frame, output in items[seq - first:]:
                 while at < len(rows) and rows[at].seq < seq:
                     got.append(rows[at])
                     at += 1
                     if len(got) == limit:
                         return got
-                node_id, phase, frame, output = items[i:i + ITEMS]
                 got.append(StoredFrame(seq, node_id, phase, frame, output))
                 if len(got) == limit:
                     return got

@@ -85,8 +85,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     2: (
         # consecutive frames of one run committed together, as one row: seqs first_seq
-        # through last_seq, ``frames`` a msgpack array of (node_id, phase, frame, output)
-        # per frame, flat (see _writer and DECISIONS.md "Run store shape")
+        # through last_seq, ``frames`` a msgpack array of one [node_id, phase, frame,
+        # output] per frame (see _writer and DECISIONS.md "Run store shape")
         """CREATE TABLE segments(
             id INTEGER PRIMARY KEY,
             run INTEGER NOT NULL,

@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["Writer", "APPEND", "CREATE", "FINISH", "CANCEL", "JOB", "MAX_BATCH", "ITEMS",
+__all__ = ["Writer", "APPEND", "CREATE", "FINISH", "CANCEL", "JOB", "MAX_BATCH",
            "SEGMENT_FRAMES"]
 
 APPEND, CREATE, FINISH, CANCEL, JOB = range(5)
@@ -52,13 +52,10 @@ INSERT_EVENT = (
 """A frame stored as a row of its own: its frame or output is over the blob threshold,
 or it was appended at or below its run's last stored ``seq`` (and is not stored)."""
 INSERT_SEGMENT = "INSERT INTO segments(run, first_seq, last_seq, frames) VALUES (?, ?, ?, ?)"
-"""Consecutive frames of one run as one row: ``frames`` is the msgpack array of
-``node_id, phase, frame, output`` of each frame, flat (:data:`ITEMS` values a frame).
-One row, one index entry and one step of the SQLite VM for a batch's frames of a run,
-where a row per frame cost the writer 4–6 µs per event (DECISIONS.md "Run store
-shape")."""
-ITEMS = 4
-"""Values of one frame in a segment: node_id, phase, frame, output."""
+"""Consecutive frames of one run as one row: ``frames`` is the msgpack array of one
+``[node_id, phase, frame, output]`` array per frame, in ``seq`` order. One row, one index
+entry and one step of the SQLite VM for a batch's frames of a run, where a row per frame
+cost the writer 4–6 µs per event (DECISIONS.md "Run store shape")."""
 SEGMENT_FRAMES = 1024
 """Frames one segment holds at most: a read decodes a whole segment to page inside it."""
 NO_SEQ = -(2**63)
@@ -97,6 +94,11 @@ CANCEL_RUN = (
 
 _nbytes = operator.itemgetter(2)
 """An op's byte count (summed per batch in C, not a generator step per op)."""
+_kind = operator.itemgetter(0)
+_run_of = operator.itemgetter(3)
+_seq_of = operator.itemgetter(4)
+_items = operator.itemgetter(5, 6, 7, 8)
+"""An append op's ``(node_id, phase, frame, output)``: a frame's entry in its segment."""
 _encode = msgspec.msgpack.Encoder().encode
 """A segment's items → its ``frames`` bytes (one C call for the whole segment)."""
 
@@ -249,6 +251,8 @@ class Writer:
         Returns:
             ``(token, ok, result_or_exception)`` of every job in it.
         """
+        if self._apply_run(batch):
+            return []
         conn = self._conn
         results: list[tuple[Any, bool, Any]] = []
         rows: list[tuple[Any, ...]] = []  # INSERT_EVENT rows
@@ -257,7 +261,6 @@ class Writer:
         built: list[list[Any]] = []  # closed segments
         keys = self._keys
         threshold = self._threshold
-        whole = SEGMENT_FRAMES * ITEMS
         self._unknown.clear()
         self._begun = False
         self._duplicates = 0
@@ -279,11 +282,11 @@ class Writer:
                     entry[1] = seq
                     segment = building.get(run_id)
                     if segment is None:
-                        building[run_id] = [entry[0], seq, list(op[5:9])]
+                        building[run_id] = [entry[0], seq, [op[5:9]]]
                     else:
                         items = segment[2]
-                        items += op[5:9]  # node_id, phase, frame, output: no tuple per frame
-                        if len(items) >= whole:
+                        items.append(op[5:9])  # node_id, phase, frame, output
+                        if len(items) >= SEGMENT_FRAMES:
                             built.append(building.pop(run_id))
                     continue
                 segment = building.pop(run_id, None)
@@ -292,7 +295,7 @@ class Writer:
                 if seq > entry[1]:  # after a gap, or a frame for blobs
                     entry[1] = seq
                     if small:
-                        building[run_id] = [entry[0], seq, list(op[5:9])]
+                        building[run_id] = [entry[0], seq, [op[5:9]]]
                     else:
                         rows.append(self._row(entry[0], op, blobs))
                     continue
@@ -324,7 +327,7 @@ class Writer:
                 results.append(self._job(op[3], op[4]))
         if not self._begun and not rows and not built and len(building) == 1:
             for run, first, items in building.values():  # one statement: autocommit
-                conn.execute(INSERT_SEGMENT, (run, first, first + len(items) // ITEMS - 1,
+                conn.execute(INSERT_SEGMENT, (run, first, first + len(items) - 1,
                                               _encode(items)))
         elif rows or built or building:
             self._write(rows, blobs, building, built)
@@ -334,6 +337,40 @@ class Writer:
             self._log.error("frames were not stored twice: their (run, seq) is stored "
                             "already", duplicates=self._duplicates)
         return results
+
+    def _apply_run(self, batch: list[tuple[Any, ...]]) -> bool:
+        """Commit a batch that is only the next frames of one known run, none for blobs
+        (a busy run's usual batch), checked and gathered by C loops (``map`` over
+        item getters), with no interpreter step per frame: its segments (one
+        statement in autocommit mode when one segment). False (nothing done) for any
+        other batch."""
+        first = batch[0]
+        if first[0] != APPEND:
+            return False
+        run_id, start = first[3], first[4]
+        entry = self._keys.get(run_id)
+        if entry is None or start != entry[1] + 1:
+            return False
+        count = len(batch)
+        if (any(map(_kind, batch))  # APPEND is 0: any other op is truthy
+                or list(map(_run_of, batch)).count(run_id) != count
+                or list(map(_seq_of, batch)) != list(range(start, start + count))
+                or max(map(_nbytes, batch)) > self._threshold):
+            return False
+        items = list(map(_items, batch))
+        run = entry[0]
+        segments = [(run, start + at, start + min(at + SEGMENT_FRAMES, count) - 1,
+                     _encode(items[at:at + SEGMENT_FRAMES]))
+                    for at in range(0, count, SEGMENT_FRAMES)]
+        conn = self._conn
+        if len(segments) == 1:
+            conn.execute(INSERT_SEGMENT, segments[0])
+        else:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(INSERT_SEGMENT, segments)
+            conn.execute("COMMIT")
+        entry[1] = start + count - 1
+        return True
 
     def _row(self, run: int, op: tuple[Any, ...], blobs: list[tuple[bytes, bytes]]
              ) -> tuple[Any, ...]:
@@ -371,7 +408,7 @@ class Writer:
         building.clear()
         if built:
             conn.executemany(INSERT_SEGMENT, [
-                (run, first, first + len(items) // ITEMS - 1, _encode(items))
+                (run, first, first + len(items) - 1, _encode(items))
                 for run, first, items in built])
             built.clear()
         if rows:

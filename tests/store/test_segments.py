@@ -48,13 +48,18 @@ async def test_pages_cut_inside_a_segment_return_every_frame_once_in_order(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("created_before", [False, True])
 async def test_a_batch_longer_than_a_segment_is_split_and_read_back_whole(
-        tmp_path: Path) -> None:
+        tmp_path: Path, created_before: bool) -> None:
+    # created in the same batch: the writer's general path; before it: a batch of only
+    # the run's next frames, gathered without a step per frame
     path = str(tmp_path / "runs.db")
     count = 2 * SEGMENT_FRAMES + 5
     store = await open_sqlite_store(path)
     try:
         store.create(record("r"))
+        if created_before:
+            await store.flush()
         for seq in range(1, count + 1):
             store.append("r", frame("r", seq))
         await store.flush()

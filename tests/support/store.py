@@ -56,9 +56,9 @@ def on_disk(conn: sqlite3.Connection, run_id: str | None = None
     for first, last, data in conn.execute(
             "SELECT first_seq, last_seq, frames FROM segments" + where, args):
         items = msgspec.msgpack.decode(data)
-        assert len(items) == 4 * (last - first + 1)
-        found += [(first + i, items[4 * i], items[4 * i + 1], items[4 * i + 2])
-                  for i in range(last - first + 1)]
+        assert len(items) == last - first + 1
+        found += [(first + i, node_id, phase, data)
+                  for i, (node_id, phase, data, _) in enumerate(items)]
     return sorted(found, key=lambda row: row[0])
 
 
