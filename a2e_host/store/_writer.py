@@ -73,7 +73,7 @@ IN_EVENTS = "SELECT 1 FROM events WHERE run = ?1 AND seq = ?2"
 
 MAX_KEYS = 100_000
 """Runs the writer remembers (``run_id`` → ``runs.id`` and last stored ``seq``) at most
-(then forgets them all)."""
+(then forgets them all before its next batch; one batch may add :data:`MAX_BATCH`)."""
 INSERT_BLOB = "INSERT OR IGNORE INTO blobs(sha256, bytes) VALUES (?, ?)"
 INSERT_RUN = (
     "INSERT OR IGNORE INTO runs(run_id, principal, req_id, chain_id, status, request, "
@@ -251,7 +251,12 @@ class Writer:
         Returns:
             ``(token, ok, result_or_exception)`` of every job in it.
         """
-        if self._apply_run(batch):
+        keys = self._keys
+        if len(keys) >= MAX_KEYS:
+            # forgotten between batches only: a run's last seq must count the frames of
+            # this batch not inserted yet, which the file does not have
+            keys.clear()
+        elif self._apply_run(batch):
             return []
         conn = self._conn
         results: list[tuple[Any, bool, Any]] = []
@@ -259,7 +264,6 @@ class Writer:
         blobs: list[tuple[bytes, bytes]] = []
         building: dict[str, list[Any]] = {}  # run_id → [run, first_seq, items]
         built: list[list[Any]] = []  # closed segments
-        keys = self._keys
         threshold = self._threshold
         self._unknown.clear()
         self._begun = False
@@ -314,8 +318,6 @@ class Writer:
                     self._log.error("a run was not stored: its run_id, or its principal's "
                                     "idempotency key, is taken", run_id=op[3][0])
                 elif cursor.lastrowid is not None:
-                    if len(keys) >= MAX_KEYS:
-                        keys.clear()
                     keys[op[3][0]] = [cursor.lastrowid, NO_SEQ]
             elif kind == FINISH:
                 _, _, _, run_id, status, response, last_seq, now = op
@@ -429,8 +431,6 @@ class Writer:
             return None
         run = int(row[0])
         tail = conn.execute(RUN_TAIL, (run, NO_SEQ)).fetchone()[0]
-        if len(self._keys) >= MAX_KEYS:
-            self._keys.clear()
         entry = self._keys[run_id] = [run, int(tail)]
         return entry
 

@@ -178,3 +178,29 @@ async def test_a_frame_appended_again_in_its_own_batch_is_not_stored_twice(
         await store.aclose()
     assert stored_seqs(path, "r") == [1, 2, 3, 4, 5]
     assert [(f.seq, f.frame) for f in got] == [(s, frame_bytes("r", s)) for s in range(1, 6)]
+
+
+@pytest.mark.asyncio
+async def test_runs_the_writer_forgot_keep_their_last_seq_from_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from a2e_host.store import _writer
+
+    monkeypatch.setattr(_writer, "MAX_KEYS", 2)  # forgotten before almost every batch
+    path = str(tmp_path / "runs.db")
+    runs = ["r1", "r2", "r3"]
+    store = await open_sqlite_store(path)
+    try:
+        for run_id in runs:
+            store.create(record(run_id))
+        for first in (1, 3, 4):  # each batch repeats the last frame of the one before
+            for seq in range(first, first + 3):
+                for run_id in runs:
+                    store.append(run_id, frame(run_id, seq, size=0 if seq < 5 else 70))
+            await store.flush()
+        got = {run_id: await store.frames(run_id) for run_id in runs}
+    finally:
+        await store.aclose()
+    for run_id in runs:
+        assert stored_seqs(path, run_id) == [1, 2, 3, 4, 5, 6]
+        assert got[run_id] == [frame(run_id, seq) for seq in (1, 2, 3, 4)] + [
+            frame(run_id, seq, size=70) for seq in (5, 6)]
