@@ -134,10 +134,12 @@ def start_hold(sink: DurableSink, toolbox: Toolbox, stopping: Callable[[], bool]
     return hold
 
 
-def plan_hash_of(request: ChainRequest, toolbox: Toolbox) -> str:
+def plan_hash_of(request: ChainRequest, toolbox: Toolbox, encoded: bytes | None = None
+                 ) -> str:
     """The plan hash a durable run is stored with (:func:`a2e_host.chains.resume.
-    plan_hash`): its encoded request, and the schemas of every tool and skill its nodes
-    name (a declarative skill's nodes too), as the host declares them now."""
+    plan_hash`): its encoded request (``encoded`` when the caller has it, the bytes it
+    stores; else encoded here), and the schemas of every tool and skill its nodes name
+    (a declarative skill's nodes too), as the host declares them now."""
     signatures: dict[str, Any] = {}
     for node in request.nodes:
         spec = kinds.NODE_KINDS.get(node.kind)
@@ -152,7 +154,7 @@ def plan_hash_of(request: ChainRequest, toolbox: Toolbox) -> str:
                 "signature": msgspec.to_builtins(signature) if signature else None,
                 "nodes": msgspec.to_builtins(skill.nodes) if skill is not None else None,
             }
-    return plan_hash(encode_message(request), signatures)
+    return plan_hash(encode_message(request) if encoded is None else encoded, signatures)
 
 
 @dataclass(frozen=True)
@@ -174,9 +176,9 @@ class ResumedChains:
     toolbox: Toolbox
     store: Any = None
 
-    def _plan_hash(self, request: ChainRequest) -> str:
+    def _plan_hash(self, request: ChainRequest, encoded: bytes | None = None) -> str:
         """:func:`plan_hash_of` with this host's toolbox (stored when a run is accepted)."""
-        return plan_hash_of(request, self.toolbox)
+        return plan_hash_of(request, self.toolbox, encoded)
 
     async def host_started(self, runs: HostRuns) -> None:
         """Claim and resume every run the store holds as ``running`` (oldest first); with
