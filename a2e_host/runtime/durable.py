@@ -49,6 +49,7 @@ dropped (logged once). :meth:`send_nowait` still never raises.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -245,6 +246,11 @@ class DurableSink(RunSink):
     async def wait_writable(self) -> None:
         """Wait while the attached outbox is full, the store is full, or this run's
         uncommitted frames are over their ceilings (at once when the store broke)."""
+        outbox = self._outbox
+        if ((outbox is None or not outbox.full) and not self.store.full
+                and len(self._tickets) <= self.max_uncommitted
+                and self._pending_bytes <= self.max_uncommitted_bytes):
+            return  # the usual case, asked before every node: no loop, no call
         while not self._failed:
             outbox = self._outbox
             if outbox is not None and outbox.full:
@@ -285,24 +291,26 @@ class DurableSink(RunSink):
             self._store_failed(error)
             return
         tickets, frames = self._tickets, self._frames
+        done: deque[bytes] | list[bytes]
         if tickets and tickets[-1] <= committed:  # the usual case: all of them at once
-            done = list(frames)
+            done, self._frames = frames, deque()
             tickets.clear()
-            frames.clear()
+            self._pending_bytes = 0
         else:
             count = 0
             while tickets and tickets[0] <= committed:
                 tickets.popleft()
                 count += 1
             done = [frames.popleft() for _ in range(count)]
+            self._pending_bytes -= sum(map(len, done))
         if done:
             first = self.committed_position + 1
             self.committed_position += len(done)
-            self._pending_bytes -= sum(map(len, done))
             outbox = self._outbox if self.live else None
             if outbox is not None and self.delivered < self.committed_position:
                 send = outbox.send_frame_nowait
-                for frame in done[max(0, self.delivered + 1 - first):]:
+                skip = self.delivered + 1 - first  # frames a replay sent already
+                for frame in done if skip <= 0 else itertools.islice(done, skip, None):
                     send(frame)
                 self.delivered = self.committed_position
         if not tickets:

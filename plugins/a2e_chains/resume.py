@@ -29,7 +29,7 @@ store (:func:`checkpoint_for`), which is what step 2 reads.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,38 +98,63 @@ def checkpoint_for(sink: DurableSink, stopping: Callable[[], bool]) -> Checkpoin
     return checkpoint
 
 
+class _Ready:
+    """An awaitable that is done already: what :func:`start_hold` returns for a node that
+    may run again (no coroutine made per node; a map's items ask once each)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return iter(())
+
+
+_READY = _Ready()
+
+
 def start_hold(sink: DurableSink, toolbox: Toolbox, stopping: Callable[[], bool]
                ) -> Callable[[PlanNode], Awaitable[None]]:
     """A durable run's :attr:`~a2e_host.chains.run_state.RunConfig.hold_start`: a node
     that would not run again on resume (:func:`~a2e_host.chains.resume.may_rerun`: a
     tool not declared ``idempotent``, a process, a Python skill) executes only once its
     ``start`` is committed, so a ``kill -9`` cannot make a resume run it a second time
-    (PROTOCOL.md §5 Resume); any other node pays nothing. Raises
+    (PROTOCOL.md §5 Resume); any other node pays nothing (a done awaitable). Raises
     :class:`~a2e_host.store.StoreError` (the node fails, unrun) when the store broke or
     the host stops before the ``start`` was stored."""
     tools = toolbox.tools
     declared = toolbox.skills.declared
-    # id(plan node) → (the node, whether it may run again): decided once per node (a
-    # map's template once for all its items); the node is kept so its id is not reused
+    # id(plan node) → (the node, whether it may run again): a map's template is asked
+    # once per item; the node is kept so its id is not reused
     decided: dict[int, tuple[PlanNode, bool]] = {}
+    # (kind, name, resume) → whether it may run again: what may_rerun reads of a node,
+    # so nodes alike (a long chain of one tool) are decided once
+    by_shape: dict[tuple[str, str, str], bool] = {}
 
     def free(pnode: PlanNode) -> bool:
-        name = pnode.node.name
-        spec = kinds.NODE_KINDS.get(pnode.kind)
-        registry = spec.registry if spec is not None else None
-        idempotent = registry == "tool" and bool(getattr(tools.get(name), "idempotent", False))
-        rerun = may_rerun(pnode, idempotent=idempotent,
-                          declared_skill=registry == "skill" and name in declared)
+        node = pnode.node
+        shape = (pnode.kind, node.name, node.resume)
+        rerun = by_shape.get(shape)
+        if rerun is None:
+            spec = kinds.NODE_KINDS.get(pnode.kind)
+            registry = spec.registry if spec is not None else None
+            name = node.name
+            idempotent = (registry == "tool"
+                          and bool(getattr(tools.get(name), "idempotent", False)))
+            rerun = by_shape[shape] = may_rerun(
+                pnode, idempotent=idempotent,
+                declared_skill=registry == "skill" and name in declared)
         decided[id(pnode)] = (pnode, rerun)
         return rerun
 
-    async def hold(pnode: PlanNode) -> None:
-        known = decided.get(id(pnode))
-        if known[1] if known is not None else free(pnode):
-            return
+    async def held() -> None:
         await sink.committed()
         if stopping():
             raise StoreError("the host is stopping: the node is left for the resume")
+
+    def hold(pnode: PlanNode) -> Awaitable[None]:
+        known = decided.get(id(pnode))
+        if known[1] if known is not None else free(pnode):
+            return _READY
+        return held()
 
     return hold
 
