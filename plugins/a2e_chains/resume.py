@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -285,9 +286,9 @@ class ResumedChains:
                 log=log, tool_of=tools.get,
                 step_cache=self.step_cache,  # type: ignore[attr-defined]
                 run_key=record.run_id, resume=resume,
-                checkpoint=checkpoint_for(sink, lambda: durable.host_stops(live)),
+                checkpoint=checkpoint_for(sink, partial(durable.host_stops, live)),
                 timeout_left=left,
-                hold_start=start_hold(sink, self.toolbox, lambda: durable.host_stops(live)),
+                hold_start=start_hold(sink, self.toolbox, partial(durable.host_stops, live)),
             )
             run.on_cancel(runner.cancel)
             if record.cancel_requested:
