@@ -123,27 +123,19 @@ def start_hold(sink: DurableSink, toolbox: Toolbox, stopping: Callable[[], bool]
     the host stops before the ``start`` was stored."""
     tools = toolbox.tools
     declared = toolbox.skills.declared
-    # id(plan node) → (the node, whether it may run again): a map's template is asked
-    # once per item; the node is kept so its id is not reused
-    decided: dict[int, tuple[PlanNode, bool]] = {}
-    # (kind, name, resume) → whether it may run again: what may_rerun reads of a node,
-    # so nodes alike (a long chain of one tool) are decided once
-    by_shape: dict[tuple[str, str, str], bool] = {}
+    # (kind, name, resume) → whether such a node may run again: all may_rerun reads of
+    # a node, so nodes alike (a long chain of one tool, a map's items) are decided once
+    decided: dict[tuple[str, str, str], bool] = {}
 
-    def free(pnode: PlanNode) -> bool:
+    def decide(pnode: PlanNode) -> bool:
         node = pnode.node
-        shape = (pnode.kind, node.name, node.resume)
-        rerun = by_shape.get(shape)
-        if rerun is None:
-            spec = kinds.NODE_KINDS.get(pnode.kind)
-            registry = spec.registry if spec is not None else None
-            name = node.name
-            idempotent = (registry == "tool"
-                          and bool(getattr(tools.get(name), "idempotent", False)))
-            rerun = by_shape[shape] = may_rerun(
-                pnode, idempotent=idempotent,
-                declared_skill=registry == "skill" and name in declared)
-        decided[id(pnode)] = (pnode, rerun)
+        spec = kinds.NODE_KINDS.get(pnode.kind)
+        registry = spec.registry if spec is not None else None
+        idempotent = (registry == "tool"
+                      and bool(getattr(tools.get(node.name), "idempotent", False)))
+        rerun = decided[pnode.kind, node.name, node.resume] = may_rerun(
+            pnode, idempotent=idempotent,
+            declared_skill=registry == "skill" and node.name in declared)
         return rerun
 
     async def held() -> None:
@@ -152,8 +144,9 @@ def start_hold(sink: DurableSink, toolbox: Toolbox, stopping: Callable[[], bool]
             raise StoreError("the host is stopping: the node is left for the resume")
 
     def hold(pnode: PlanNode) -> Awaitable[None]:
-        known = decided.get(id(pnode))
-        if known[1] if known is not None else free(pnode):
+        node = pnode.node
+        rerun = decided.get((pnode.kind, node.name, node.resume))
+        if rerun if rerun is not None else decide(pnode):
             return _READY
         return held()
 
@@ -166,20 +159,26 @@ def plan_hash_of(request: ChainRequest, toolbox: Toolbox, encoded: bytes | None 
     plan_hash`): its encoded request (``encoded`` when the caller has it, the bytes it
     stores; else encoded here), and the schemas of every tool and skill its nodes name
     (a declarative skill's nodes too), as the host declares them now."""
-    signatures: dict[str, Any] = {}
-    for node in request.nodes:
-        spec = kinds.NODE_KINDS.get(node.kind)
+    # each (kind, name, fallback) once: a long chain names the same few tools many times
+    shapes = dict.fromkeys((node.kind, node.name, node.fallback) for node in request.nodes)
+    named: dict[tuple[str, str], None] = {}  # (registry, name)
+    for kind, name, fallback in shapes:
+        spec = kinds.NODE_KINDS.get(kind)
         registry = spec.registry if spec is not None else None
-        names = [node.name, node.fallback] if registry == "tool" else [node.name]
-        for name in names:
-            if registry is None or not name or f"{registry}:{name}" in signatures:
-                continue
-            signature = toolbox.signature_of(registry, name)
-            skill = toolbox.skills.declared.get(name) if registry == "skill" else None
-            signatures[f"{registry}:{name}"] = {
-                "signature": msgspec.to_builtins(signature) if signature else None,
-                "nodes": msgspec.to_builtins(skill.nodes) if skill is not None else None,
-            }
+        if registry is None:
+            continue
+        if name:
+            named[registry, name] = None
+        if registry == "tool" and fallback:
+            named[registry, fallback] = None
+    signatures: dict[str, Any] = {}
+    for registry, name in named:
+        signature = toolbox.signature_of(registry, name)
+        skill = toolbox.skills.declared.get(name) if registry == "skill" else None
+        signatures[f"{registry}:{name}"] = {
+            "signature": msgspec.to_builtins(signature) if signature else None,
+            "nodes": msgspec.to_builtins(skill.nodes) if skill is not None else None,
+        }
     return plan_hash(encode_message(request) if encoded is None else encoded, signatures)
 
 
