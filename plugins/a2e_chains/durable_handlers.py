@@ -252,7 +252,8 @@ def _nul_refusal(request: ChainRequest, principal: str) -> ChainInvalid | None:
     as text (a database text column cannot hold one), or None."""
     fields = [("", "id", request.id), ("", "chain_id", request.chain_id),
               ("", "idempotency_key", request.idempotency_key)]
-    fields += [(node.node_id, "node_id", node.node_id) for node in request.nodes]
+    if any("\x00" in node.node_id for node in request.nodes):  # no tuple per node
+        fields += [(node.node_id, "node_id", node.node_id) for node in request.nodes]
     for node_id, field, value in fields:
         if "\x00" in value:
             message = (f"field {field} contains a NUL character; remove it (a durable run's "
