@@ -138,10 +138,16 @@ class CheckpointedEventStream(EventStream):
 
     def send(self, node_id: str, phase: str, output: Any = None, error: str = "",
              failure: ChainFailure | None = None) -> None:
-        if phase not in _TERMINAL:
-            super().send(node_id, phase, output, error)
+        # EventStream.send inlined, not called: this is paid on every event of a run
+        if self.closed or not self.streaming:
+            return
+        self.seq += 1
+        event = ChainEvent(req_id=self.req_id, seq=self.seq, node_id=node_id, phase=phase,
+                           output=output if self.outputs else None, error=error)
+        if phase in _TERMINAL:
+            self.checkpoint(event, phase, output, failure)
         else:
-            self._checkpointed("status", {}, node_id, phase, output, error, failure)
+            self.emit(event)
 
     def send_data(
         self,

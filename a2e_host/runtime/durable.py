@@ -49,7 +49,7 @@ dropped (logged once). :meth:`send_nowait` still never raises.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+from bisect import bisect_right
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -178,10 +178,12 @@ class DurableSink(RunSink):
         self.max_uncommitted_bytes = max_uncommitted_bytes
         self.page_size = page_size
         # frames emitted and not yet committed, and the store's ticket of each: the first
-        # is at committed_position + 1 (positions are consecutive); two flat deques, not
-        # a tuple per frame, as this is paid on every event
-        self._frames: deque[bytes] = deque()
-        self._tickets: deque[int] = deque()
+        # is at committed_position + 1 (positions are consecutive); two flat lists, not
+        # a tuple per frame, as this is paid on every event. Tickets increase, so a
+        # commit report finds the frames it covers by bisection and cuts them off in one
+        # slice (the writer often commits a prefix while the run emits more)
+        self._frames: list[bytes] = []
+        self._tickets: list[int] = []
         self._pending_bytes = 0
         self._unsubscribe: Callable[[], None] | None = None
         self._gen = 0
@@ -245,6 +247,11 @@ class DurableSink(RunSink):
     async def wait_writable(self) -> None:
         """Wait while the attached outbox is full, the store is full, or this run's
         uncommitted frames are over their ceilings (at once when the store broke)."""
+        outbox = self._outbox
+        if ((outbox is None or not outbox.full) and not self.store.full
+                and len(self._tickets) <= self.max_uncommitted
+                and self._pending_bytes <= self.max_uncommitted_bytes):
+            return  # the usual case, asked before every node: no loop, no call
         while not self._failed:
             outbox = self._outbox
             if outbox is not None and outbox.full:
@@ -285,24 +292,24 @@ class DurableSink(RunSink):
             self._store_failed(error)
             return
         tickets, frames = self._tickets, self._frames
-        if tickets and tickets[-1] <= committed:  # the usual case: all of them at once
-            done = list(frames)
+        if tickets and tickets[-1] <= committed:  # all of them at once
+            done, self._frames = frames, []
             tickets.clear()
-            frames.clear()
-        else:
-            count = 0
-            while tickets and tickets[0] <= committed:
-                tickets.popleft()
-                count += 1
-            done = [frames.popleft() for _ in range(count)]
+            self._pending_bytes = 0
+        else:  # a prefix (or none): the frames emitted while the batch was written wait
+            count = bisect_right(tickets, committed)
+            done = frames[:count]
+            del frames[:count]
+            del tickets[:count]
+            self._pending_bytes -= sum(map(len, done))
         if done:
             first = self.committed_position + 1
             self.committed_position += len(done)
-            self._pending_bytes -= sum(map(len, done))
             outbox = self._outbox if self.live else None
             if outbox is not None and self.delivered < self.committed_position:
                 send = outbox.send_frame_nowait
-                for frame in done[max(0, self.delivered + 1 - first):]:
+                skip = self.delivered + 1 - first  # frames a replay sent already
+                for frame in done if skip <= 0 else done[skip:]:
                     send(frame)
                 self.delivered = self.committed_position
         if not tickets:

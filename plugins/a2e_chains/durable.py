@@ -79,7 +79,9 @@ class LiveRun:
         sink: its store-backed sink.
         ended: its ``chain/resp`` was sent (``last_seq`` is its last event's ``seq``).
         spawn: ``start_soon`` of the connection attached last (replays run there).
-        fingerprint: :func:`request_fingerprint` of its request (``""``: unreadable).
+        fingerprint: :func:`request_fingerprint` of its request, for a run with an
+            ``idempotency_key`` (the only runs a resubmitted request is compared with);
+            ``""``: none (no key, or its stored request is unreadable).
     """
 
     run_id: str
@@ -190,11 +192,12 @@ class DurableRuns:
 
     async def create(
         self, request: ChainRequest, session: SessionInfo, *, run_seconds: int, retention: int,
-        plan_hash: str = "",
+        plan_hash: str = "", encoded: bytes | None = None,
     ) -> RunRecord | None:
         """Record a new durable run that may run ``run_seconds`` (its timeout) and is kept
         ``retention`` seconds after it ends; ``plan_hash`` is what a resume compares
-        (PROTOCOL.md §5 Resume).
+        (PROTOCOL.md §5 Resume); ``encoded``: ``request`` encoded already (the plan hash
+        is taken over the same bytes), else it is encoded here.
 
         Returns:
             The new record, or None when the principal's ``idempotency_key`` was taken
@@ -210,7 +213,7 @@ class DurableRuns:
             principal=session.principal,
             req_id=request.id,
             chain_id=request.chain_id,
-            request=encode_message(request),
+            request=encode_message(request) if encoded is None else encoded,
             plan_hash=plan_hash,
             deadline=now + run_seconds,
             created=now,
@@ -228,11 +231,20 @@ class DurableRuns:
         return record
 
     def started(self, record: RunRecord, handle: RunHandle, sink: DurableSink,
-                spawn: Any) -> LiveRun:
-        """List a run just started for lookups by run id, request id and key."""
+                spawn: Any, request: ChainRequest | None = None) -> LiveRun:
+        """List a run just started for lookups by run id, request id and key.
+
+        Args:
+            request: the run's request when the caller holds it decoded (its fingerprint
+                is then taken from it, not from the stored bytes decoded again).
+        """
+        fingerprint = ""
+        if record.idempotency_key:  # only a run with a key is compared with a resubmit
+            fingerprint = (request_fingerprint(request) if request is not None
+                           else stored_fingerprint(record))
         live = LiveRun(record.run_id, record.principal, record.req_id,
                        record.idempotency_key or "", handle, sink, spawn=spawn,
-                       fingerprint=stored_fingerprint(record))
+                       fingerprint=fingerprint)
         self.live[live.run_id] = live
         self.reserve(live.principal)
         self._by_req[(live.principal, live.req_id)] = live

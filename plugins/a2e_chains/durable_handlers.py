@@ -22,6 +22,7 @@ from a2e_host.chains.messages import (
     ChainDetached,
     ChainRequest,
 )
+from a2e_host.codec import encode_message
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import (
     A2EError,
@@ -130,10 +131,12 @@ class DurableChains:
         timeout = min(request.timeout_within(effective.max_timeout), effective.max_timeout)
         # shielded from the create to started(): a record the store commits always gets
         # its task or its ending, even when this connection drops meanwhile
+        encoded = encode_message(request)  # once: stored, and what the plan hash covers
         with anyio.CancelScope(shield=True):
             record = await durable.create(
                 request, session, run_seconds=timeout, retention=retention,
-                plan_hash=self._plan_hash(request))  # type: ignore[attr-defined]
+                plan_hash=self._plan_hash(request, encoded),  # type: ignore[attr-defined]
+                encoded=encoded)
             if record is not None:
                 try:
                     self._check_admission(request, ctx)  # type: ignore[attr-defined]
@@ -147,7 +150,7 @@ class DurableChains:
                     time.monotonic(), record.run_id, name=f"durable chain {request.id}",
                     sink=sink,
                 )
-                durable.started(record, handle, sink, ctx.start_soon)
+                durable.started(record, handle, sink, ctx.start_soon, request)
                 return
         # the key was taken meanwhile: attach to that run
         existing = await durable.existing(session.principal, request.idempotency_key)
@@ -249,7 +252,8 @@ def _nul_refusal(request: ChainRequest, principal: str) -> ChainInvalid | None:
     as text (a database text column cannot hold one), or None."""
     fields = [("", "id", request.id), ("", "chain_id", request.chain_id),
               ("", "idempotency_key", request.idempotency_key)]
-    fields += [(node.node_id, "node_id", node.node_id) for node in request.nodes]
+    if any("\x00" in node.node_id for node in request.nodes):  # no tuple per node
+        fields += [(node.node_id, "node_id", node.node_id) for node in request.nodes]
     for node_id, field, value in fields:
         if "\x00" in value:
             message = (f"field {field} contains a NUL character; remove it (a durable run's "

@@ -29,8 +29,9 @@ store (:func:`checkpoint_for`), which is what step 2 reads.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -98,61 +99,87 @@ def checkpoint_for(sink: DurableSink, stopping: Callable[[], bool]) -> Checkpoin
     return checkpoint
 
 
+class _Ready:
+    """An awaitable that is done already: what :func:`start_hold` returns for a node that
+    may run again (no coroutine made per node; a map's items ask once each)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return iter(())
+
+
+_READY = _Ready()
+
+
 def start_hold(sink: DurableSink, toolbox: Toolbox, stopping: Callable[[], bool]
                ) -> Callable[[PlanNode], Awaitable[None]]:
     """A durable run's :attr:`~a2e_host.chains.run_state.RunConfig.hold_start`: a node
     that would not run again on resume (:func:`~a2e_host.chains.resume.may_rerun`: a
     tool not declared ``idempotent``, a process, a Python skill) executes only once its
     ``start`` is committed, so a ``kill -9`` cannot make a resume run it a second time
-    (PROTOCOL.md §5 Resume); any other node pays nothing. Raises
+    (PROTOCOL.md §5 Resume); any other node pays nothing (a done awaitable). Raises
     :class:`~a2e_host.store.StoreError` (the node fails, unrun) when the store broke or
     the host stops before the ``start`` was stored."""
     tools = toolbox.tools
     declared = toolbox.skills.declared
-    # id(plan node) → (the node, whether it may run again): decided once per node (a
-    # map's template once for all its items); the node is kept so its id is not reused
-    decided: dict[int, tuple[PlanNode, bool]] = {}
+    # (kind, name, resume) → whether such a node may run again: all may_rerun reads of
+    # a node, so nodes alike (a long chain of one tool, a map's items) are decided once
+    decided: dict[tuple[str, str, str], bool] = {}
 
-    def free(pnode: PlanNode) -> bool:
-        name = pnode.node.name
+    def decide(pnode: PlanNode) -> bool:
+        node = pnode.node
         spec = kinds.NODE_KINDS.get(pnode.kind)
         registry = spec.registry if spec is not None else None
-        idempotent = registry == "tool" and bool(getattr(tools.get(name), "idempotent", False))
-        rerun = may_rerun(pnode, idempotent=idempotent,
-                          declared_skill=registry == "skill" and name in declared)
-        decided[id(pnode)] = (pnode, rerun)
+        idempotent = (registry == "tool"
+                      and bool(getattr(tools.get(node.name), "idempotent", False)))
+        rerun = decided[pnode.kind, node.name, node.resume] = may_rerun(
+            pnode, idempotent=idempotent,
+            declared_skill=registry == "skill" and node.name in declared)
         return rerun
 
-    async def hold(pnode: PlanNode) -> None:
-        known = decided.get(id(pnode))
-        if known[1] if known is not None else free(pnode):
-            return
+    async def held() -> None:
         await sink.committed()
         if stopping():
             raise StoreError("the host is stopping: the node is left for the resume")
 
+    def hold(pnode: PlanNode) -> Awaitable[None]:
+        node = pnode.node
+        rerun = decided.get((pnode.kind, node.name, node.resume))
+        if rerun if rerun is not None else decide(pnode):
+            return _READY
+        return held()
+
     return hold
 
 
-def plan_hash_of(request: ChainRequest, toolbox: Toolbox) -> str:
+def plan_hash_of(request: ChainRequest, toolbox: Toolbox, encoded: bytes | None = None
+                 ) -> str:
     """The plan hash a durable run is stored with (:func:`a2e_host.chains.resume.
-    plan_hash`): its encoded request, and the schemas of every tool and skill its nodes
-    name (a declarative skill's nodes too), as the host declares them now."""
-    signatures: dict[str, Any] = {}
-    for node in request.nodes:
-        spec = kinds.NODE_KINDS.get(node.kind)
+    plan_hash`): its encoded request (``encoded`` when the caller has it, the bytes it
+    stores; else encoded here), and the schemas of every tool and skill its nodes name
+    (a declarative skill's nodes too), as the host declares them now."""
+    # each (kind, name, fallback) once: a long chain names the same few tools many times
+    shapes = dict.fromkeys((node.kind, node.name, node.fallback) for node in request.nodes)
+    named: dict[tuple[str, str], None] = {}  # (registry, name)
+    for kind, name, fallback in shapes:
+        spec = kinds.NODE_KINDS.get(kind)
         registry = spec.registry if spec is not None else None
-        names = [node.name, node.fallback] if registry == "tool" else [node.name]
-        for name in names:
-            if registry is None or not name or f"{registry}:{name}" in signatures:
-                continue
-            signature = toolbox.signature_of(registry, name)
-            skill = toolbox.skills.declared.get(name) if registry == "skill" else None
-            signatures[f"{registry}:{name}"] = {
-                "signature": msgspec.to_builtins(signature) if signature else None,
-                "nodes": msgspec.to_builtins(skill.nodes) if skill is not None else None,
-            }
-    return plan_hash(encode_message(request), signatures)
+        if registry is None:
+            continue
+        if name:
+            named[registry, name] = None
+        if registry == "tool" and fallback:
+            named[registry, fallback] = None
+    signatures: dict[str, Any] = {}
+    for registry, name in named:
+        signature = toolbox.signature_of(registry, name)
+        skill = toolbox.skills.declared.get(name) if registry == "skill" else None
+        signatures[f"{registry}:{name}"] = {
+            "signature": msgspec.to_builtins(signature) if signature else None,
+            "nodes": msgspec.to_builtins(skill.nodes) if skill is not None else None,
+        }
+    return plan_hash(encode_message(request) if encoded is None else encoded, signatures)
 
 
 @dataclass(frozen=True)
@@ -174,9 +201,9 @@ class ResumedChains:
     toolbox: Toolbox
     store: Any = None
 
-    def _plan_hash(self, request: ChainRequest) -> str:
+    def _plan_hash(self, request: ChainRequest, encoded: bytes | None = None) -> str:
         """:func:`plan_hash_of` with this host's toolbox (stored when a run is accepted)."""
-        return plan_hash_of(request, self.toolbox)
+        return plan_hash_of(request, self.toolbox, encoded)
 
     async def host_started(self, runs: HostRuns) -> None:
         """Claim and resume every run the store holds as ``running`` (oldest first); with
@@ -258,9 +285,9 @@ class ResumedChains:
                 log=log, tool_of=tools.get,
                 step_cache=self.step_cache,  # type: ignore[attr-defined]
                 run_key=record.run_id, resume=resume,
-                checkpoint=checkpoint_for(sink, lambda: durable.host_stops(live)),
+                checkpoint=checkpoint_for(sink, partial(durable.host_stops, live)),
                 timeout_left=left,
-                hold_start=start_hold(sink, self.toolbox, lambda: durable.host_stops(live)),
+                hold_start=start_hold(sink, self.toolbox, partial(durable.host_stops, live)),
             )
             run.on_cancel(runner.cancel)
             if record.cancel_requested:
