@@ -6,7 +6,6 @@ give (fallbacks included), as :func:`~a2e_host.chains.resume.plan_hash` defines 
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +21,15 @@ from a2e_host.codec import encode_message
 from a2e_host.runtime.memory import open_memory_client
 from a2e_host.tools import Tool, ToolRegistry, tool
 from tests.support.durable import Gates, durable_host, handshake_as, until_response
+from tests.support.store import stored_events
 
 WAIT = 30
 
 
 def _committed(path: Path) -> list[tuple[int, str, str]]:
-    """Every committed event ``(seq, node_id, phase)``, read on a connection of its own."""
-    with sqlite3.connect(path) as conn:
-        return [(r[0], r[1], r[2]) for r in conn.execute(
-            "SELECT seq, node_id, phase FROM events ORDER BY seq")]
+    """Every committed event ``(seq, node_id, phase)``, read on a connection of its own
+    (rows and segments alike)."""
+    return stored_events(str(path))
 
 
 class _Effects(Gates):
