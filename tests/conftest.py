@@ -4,10 +4,55 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
+
+#: How long an xdist worker waits for the first one's collection (seconds) before it
+#: collects anyway: a bound for a first worker that died, not a budget.
+FIRST_COLLECTION_WAIT = 180.0
+_COLLECTED = "gw0-collected"
+
+
+def _shared_cache(config: pytest.Config) -> Path | None:
+    """The compiled-module cache every process of an xdist session shares (beside the
+    workers' temp folders), or None outside xdist workers."""
+    if not hasattr(config, "workerinput") or not config.option.basetemp:
+        return None
+    cache = Path(config.option.basetemp).parent / "host-pycache"
+    cache.mkdir(parents=True, exist_ok=True)
+    return cache
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker writes and reads its compiled modules, the rewritten test modules
+    included, in the cache its spawned hosts share (``sys.pycache_prefix``: nothing is
+    written into the checkout), where ``PYTHONDONTWRITEBYTECODE`` would have each worker
+    compile every module of the suite and of the host itself (about 9 s of CPU a worker)."""
+    cache = _shared_cache(config)
+    if cache is not None:
+        sys.pycache_prefix = str(cache)
+        sys.dont_write_bytecode = False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session: pytest.Session) -> Generator[None, None, None]:
+    """Workers other than the first collect once the first one has (bounded by
+    :data:`FIRST_COLLECTION_WAIT`), so they read the modules it compiled instead of each
+    compiling them again; the first says so when it is done. Collection is the same."""
+    cache = _shared_cache(session.config)
+    worker = getattr(session.config, "workerinput", {}).get("workerid")
+    marker = cache / _COLLECTED if cache is not None else None
+    if marker is not None and worker != "gw0":
+        deadline = time.monotonic() + FIRST_COLLECTION_WAIT
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    yield
+    if marker is not None and worker == "gw0":
+        marker.touch()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ decodes with the public SDK's models; a session not granted ``skill`` gets
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,23 +17,37 @@ import pytest
 
 from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.chains.skill_messages import SkillCallResponse, SkillEvent
-from a2e_host.client import HostError, serve_ws, spawn_stdio
+from a2e_host.client import HostError, connect_ws, spawn_stdio
 from tests.support.process import CLI
 from tests.support.sdk import assert_sdk_accepts
 from tests.support.skills import write_versioned_skills
+from tests.support.ws import shared_serving
 
 TRANSPORTS = ["stdio", "ws"]
 
 
+@pytest.fixture(scope="module")
+def ws_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One WebSocket host for the module's ``ws`` cases, on the same versioned skills each
+    case writes for its stdio host; each ``ws`` case is a session of its own."""
+    skills = write_versioned_skills(tmp_path_factory.mktemp("ws") / "skills")
+    with shared_serving([*CLI, "serve", "--port", "0", "--tools", "conformance", "--skills",
+                         str(skills)]) as url:
+        yield url
+
+
 @asynccontextmanager
-async def agent(transport: str, skills: Path, caps: list[str]) -> AsyncIterator[Any]:
+async def agent(transport: str, skills: Path, caps: list[str], ws_url: str = ""
+                ) -> AsyncIterator[Any]:
+    """A client of a stdio host spawned on ``skills``, or a session of the module's
+    WebSocket host (``ws_url``)."""
     flags = ["--tools", "conformance", "--skills", str(skills)]
     with anyio.fail_after(60):
         if transport == "stdio":
             async with spawn_stdio([*CLI, "stdio", *flags], agent_caps=caps) as client:
                 yield client
         else:
-            async with serve_ws(flags, agent_caps=caps) as client:
+            async with connect_ws(ws_url, agent_caps=caps) as client:
                 yield client
 
 
@@ -55,9 +69,9 @@ async def call(client: Any, name: str, arguments: dict[str, Any]) -> tuple[
 @pytest.mark.asyncio
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_an_agent_discovers_every_skill_version_with_its_lifecycle(
-        transport: str, tmp_path: Path) -> None:
+        transport: str, tmp_path: Path, ws_url: str) -> None:
     skills = write_versioned_skills(tmp_path / "skills")
-    async with agent(transport, skills, ["skill"]) as client:
+    async with agent(transport, skills, ["skill"], ws_url) as client:
         assert client.accepted_caps == ["skill"]
         meta = client.handshake.accepted_caps[0].metadata
         found = await client.discover_skills()
@@ -100,9 +114,9 @@ def wire_definition(definition: Any) -> dict[str, Any]:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_an_agent_calls_a_versioned_skill_directly_and_gets_its_events(
-        transport: str, tmp_path: Path) -> None:
+        transport: str, tmp_path: Path, ws_url: str) -> None:
     skills = write_versioned_skills(tmp_path / "skills")
-    async with agent(transport, skills, ["skill"]) as client:
+    async with agent(transport, skills, ["skill"], ws_url) as client:
         events, response = await call(client, "shout@2", {"parts": ["a", "b"]})
         bare_events, bare = await call(client, "shout", {"parts": ["c"]})
     assert [(e["seq"], e["kind"], e["data"]["node_id"], e["data"]["phase"]) for e in events] == [
@@ -128,9 +142,9 @@ async def test_an_agent_calls_a_versioned_skill_directly_and_gets_its_events(
 @pytest.mark.asyncio
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_deprecated_skill_call_warns_and_a_retired_one_is_refused_with_the_hint(
-        transport: str, tmp_path: Path) -> None:
+        transport: str, tmp_path: Path, ws_url: str) -> None:
     skills = write_versioned_skills(tmp_path / "skills")
-    async with agent(transport, skills, ["chains", "skill"]) as client:
+    async with agent(transport, skills, ["chains", "skill"], ws_url) as client:
         old_events, old = await call(client, "shout@1", {"parts": ["a"]})
         gone_events, gone = await call(client, "gone@1", {})
         draft_events, draft = await call(client, "sketch", {})
@@ -161,9 +175,9 @@ async def test_a_deprecated_skill_call_warns_and_a_retired_one_is_refused_with_t
 @pytest.mark.asyncio
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_skill_that_runs_and_fails_answers_success_false_with_skill_error(
-        transport: str, tmp_path: Path) -> None:
+        transport: str, tmp_path: Path, ws_url: str) -> None:
     skills = write_versioned_skills(tmp_path / "skills")
-    async with agent(transport, skills, ["skill"]) as client:
+    async with agent(transport, skills, ["skill"], ws_url) as client:
         events, response = await call(client, "shout", {"parts": "not a list"})
     assert response["error"] is None
     result = response["data"]
@@ -177,10 +191,10 @@ async def test_a_skill_that_runs_and_fails_answers_success_false_with_skill_erro
 @pytest.mark.asyncio
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_session_not_granted_skill_gets_capability_missing_and_chains_as_before(
-        transport: str, tmp_path: Path) -> None:
+        transport: str, tmp_path: Path, ws_url: str) -> None:
     skills = write_versioned_skills(tmp_path / "skills")
     nodes = [{"node_id": "s", "kind": "skill", "name": "shout", "input": {"parts": ["a"]}}]
-    async with agent(transport, skills, ["chains"]) as client:
+    async with agent(transport, skills, ["chains"], ws_url) as client:
         with pytest.raises(HostError) as discovering:
             await client.discover_skills()
         with pytest.raises(HostError) as calling:
@@ -198,10 +212,10 @@ async def test_a_session_not_granted_skill_gets_capability_missing_and_chains_as
 @pytest.mark.asyncio
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_session_asking_chains_and_skill_runs_skill_nodes_by_version(
-        transport: str, tmp_path: Path) -> None:
+        transport: str, tmp_path: Path, ws_url: str) -> None:
     skills = write_versioned_skills(tmp_path / "skills")
     nodes = [{"node_id": "s", "kind": "skill", "name": "shout@1", "input": {"parts": ["a"]}}]
-    async with agent(transport, skills, ["chains", "skill"]) as client:
+    async with agent(transport, skills, ["chains", "skill"], ws_url) as client:
         assert client.accepted_caps == ["chains", "skill"]
         messages = [m async for m in client.run_chain(nodes, "s")]
     response = messages[-1]

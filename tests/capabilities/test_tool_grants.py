@@ -5,7 +5,7 @@ configuration that declares them."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from a2e_host.config import load_config
 from tests.support.sdk import assert_sdk_accepts
 from tests.support.skills import write_versioned_skills
 from tests.support.tools import TOOL_CAPS, call_events, call_req, list_req
-from tests.support.ws import call, receive, reply, serving
+from tests.support.ws import SERVE, call, receive, reply, serving, shared_serving
 
 ALL_TOOLS = ["add", "big", "concat", "count", "echo", "fail", "flaky", "progress", "sleep",
              "upper"]
@@ -28,10 +28,12 @@ ALICE_HINT = ("use a granted tool (tool/list/req lists them), or have an operato
               "restart the host")
 
 
-@asynccontextmanager
-async def host() -> AsyncIterator[str]:
-    async with serving(env=ENV) as (url, _):
-        yield url
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    """One host for the module's cases on the conformance tools with :data:`ENV`'s tokens
+    and grants; each case makes sessions of its own."""
+    with shared_serving(SERVE, **ENV) as served:
+        yield served
 
 
 @asynccontextmanager
@@ -56,48 +58,50 @@ def denied_problem(node_id: str, field: str = "name") -> dict[str, Any]:
 
 
 @pytest.mark.asyncio
-async def test_a_granted_principal_is_shown_and_listed_only_its_tools_others_every_tool() -> None:
-    async with host() as url:
-        async with session(url, "tok-a") as (ws, meta):
-            assert (meta["tool_count"], meta["tools"], meta["toolkits"]) == (
-                2, ["echo", "upper"], ["conformance"])
-            listing = await call(ws, list_req("l1"))
-            assert_sdk_accepts(listing)
-            assert [t["name"] for t in listing["tools"]] == ["echo", "upper"]
-            searched = await call(ws, list_req("l2", query="add"))
-            assert searched["tools"] == []
-        async with session(url, "tok-b") as (ws, meta):
-            assert (meta["tool_count"], meta["tools"]) == (10, ALL_TOOLS)
-            listing = await call(ws, list_req("l1"))
-            assert [t["name"] for t in listing["tools"]] == ALL_TOOLS
-            searched = await call(ws, list_req("l2", query="add"))
-            assert [t["name"] for t in searched["tools"]] == ["add"]
+async def test_a_granted_principal_is_shown_and_listed_only_its_tools_others_every_tool(
+    url: str,
+) -> None:
+    async with session(url, "tok-a") as (ws, meta):
+        assert (meta["tool_count"], meta["tools"], meta["toolkits"]) == (
+            2, ["echo", "upper"], ["conformance"])
+        listing = await call(ws, list_req("l1"))
+        assert_sdk_accepts(listing)
+        assert [t["name"] for t in listing["tools"]] == ["echo", "upper"]
+        searched = await call(ws, list_req("l2", query="add"))
+        assert searched["tools"] == []
+    async with session(url, "tok-b") as (ws, meta):
+        assert (meta["tool_count"], meta["tools"]) == (10, ALL_TOOLS)
+        listing = await call(ws, list_req("l1"))
+        assert [t["name"] for t in listing["tools"]] == ALL_TOOLS
+        searched = await call(ws, list_req("l2", query="add"))
+        assert [t["name"] for t in searched["tools"]] == ["add"]
 
 
 @pytest.mark.asyncio
-async def test_calling_a_tool_outside_the_grant_is_tool_denied_naming_the_grant() -> None:
-    async with host() as url:
-        async with session(url, "tok-a") as (ws, _):
-            denied = await call(ws, call_req("c1", "add", {"a": 1, "b": 2}))
-            assert_sdk_accepts(denied)
-            assert (denied["type"], denied["req_id"], denied["code"]) == (
-                "error", "c1", "tool_denied")
-            assert denied["message"] == f"tool/call/req: {ALICE_DENIED}; {ALICE_HINT}"
-            assert denied["detail"] == {"tool": "add"}
-            unknown = await call(ws, call_req("c2", "nope", {}))
-            assert (unknown["code"], unknown["detail"]["tool"]) == ("unknown_tool", "nope")
-            await ws.send(json.dumps(call_req("c3", "upper", {"text": "hi"})))
-            events, resp = await call_events(lambda: receive(ws), "c3")
-            assert (events, resp["data"]["success"], resp["data"]["data"]) == (
-                [], True, {"text": "HI"})
-        async with session(url, "tok-b") as (ws, _):
-            await ws.send(json.dumps(call_req("c1", "add", {"a": 1, "b": 2})))
-            _, resp = await call_events(lambda: receive(ws), "c1")
-            assert (resp["data"]["success"], resp["data"]["data"]) == (True, {"sum": 3})
+async def test_calling_a_tool_outside_the_grant_is_tool_denied_naming_the_grant(url: str) -> None:
+    async with session(url, "tok-a") as (ws, _):
+        denied = await call(ws, call_req("c1", "add", {"a": 1, "b": 2}))
+        assert_sdk_accepts(denied)
+        assert (denied["type"], denied["req_id"], denied["code"]) == (
+            "error", "c1", "tool_denied")
+        assert denied["message"] == f"tool/call/req: {ALICE_DENIED}; {ALICE_HINT}"
+        assert denied["detail"] == {"tool": "add"}
+        unknown = await call(ws, call_req("c2", "nope", {}))
+        assert (unknown["code"], unknown["detail"]["tool"]) == ("unknown_tool", "nope")
+        await ws.send(json.dumps(call_req("c3", "upper", {"text": "hi"})))
+        events, resp = await call_events(lambda: receive(ws), "c3")
+        assert (events, resp["data"]["success"], resp["data"]["data"]) == (
+            [], True, {"text": "HI"})
+    async with session(url, "tok-b") as (ws, _):
+        await ws.send(json.dumps(call_req("c1", "add", {"a": 1, "b": 2})))
+        _, resp = await call_events(lambda: receive(ws), "c1")
+        assert (resp["data"]["success"], resp["data"]["data"]) == (True, {"sum": 3})
 
 
 @pytest.mark.asyncio
-async def test_a_chain_naming_an_ungranted_tool_is_refused_at_validation_node_by_node() -> None:
+async def test_a_chain_naming_an_ungranted_tool_is_refused_at_validation_node_by_node(
+    url: str,
+) -> None:
     nodes = [
         {"node_id": "a", "kind": "tool", "name": "add", "input": {"a": 1, "b": 2},
          "next": "m"},
@@ -107,19 +111,18 @@ async def test_a_chain_naming_an_ungranted_tool_is_refused_at_validation_node_by
         {"node_id": "f", "kind": "tool", "name": "echo", "input": {"a": 1, "b": 2},
          "fallback": "add"},
     ]
-    async with host() as url:
-        async with session(url, "tok-a") as (ws, _):
-            await ws.send(json.dumps(add_chain("r1", *nodes)))
-            resp = await reply(ws)
-            assert (resp["type"], resp["req_id"], resp["success"]) == ("chain/resp", "r1", False)
-            error = resp["error"]
-            assert (error["code"], error["node_id"]) == ("chain_invalid", "a")
-            assert error["details"]["errors"] == [
-                denied_problem("a"), denied_problem("t"), denied_problem("f", "fallback")]
-        async with session(url, "tok-b") as (ws, _):
-            await ws.send(json.dumps(add_chain("r1", *nodes)))
-            resp = await reply(ws)
-            assert (resp["req_id"], resp["success"], resp["error"]) == ("r1", True, None)
+    async with session(url, "tok-a") as (ws, _):
+        await ws.send(json.dumps(add_chain("r1", *nodes)))
+        resp = await reply(ws)
+        assert (resp["type"], resp["req_id"], resp["success"]) == ("chain/resp", "r1", False)
+        error = resp["error"]
+        assert (error["code"], error["node_id"]) == ("chain_invalid", "a")
+        assert error["details"]["errors"] == [
+            denied_problem("a"), denied_problem("t"), denied_problem("f", "fallback")]
+    async with session(url, "tok-b") as (ws, _):
+        await ws.send(json.dumps(add_chain("r1", *nodes)))
+        resp = await reply(ws)
+        assert (resp["req_id"], resp["success"], resp["error"]) == ("r1", True, None)
 
 
 def test_tool_grants_load_from_the_auth_table_and_the_environment(tmp_path: Path) -> None:

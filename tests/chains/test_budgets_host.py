@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -30,9 +30,17 @@ from tests.support.process import (
 )
 from tests.support.requests import chain, tool
 from tests.support.stdio import STDIO, stdio_process
-from tests.support.ws import serving
+from tests.support.ws import SERVE, serving, shared_serving
 
 MIB = 2**20
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    """One ``a2e-host serve --tools conformance`` for the cases that need no other setting:
+    each talks to it on connections of its own."""
+    with shared_serving(SERVE) as served:
+        yield served
 
 
 # ── helpers: a real host, its memory, its sessions ──────────────────────────────
@@ -279,7 +287,7 @@ async def test_an_expression_nested_too_deeply_gets_a_chain_resp_not_a_bare_erro
 
 
 @pytest.mark.asyncio
-async def test_another_sessions_ping_is_answered_while_a_big_chain_validates() -> None:
+async def test_another_sessions_ping_is_answered_while_a_big_chain_validates(url: str) -> None:
     """issue 12.3: validating a big chain ran on the event loop: every other session
     waited for it. It now runs in a worker thread. The chain is made slow to validate
     (20,000 distinct expressions) and invalid at its last node, so only validation runs."""
@@ -290,8 +298,7 @@ async def test_another_sessions_ping_is_answered_while_a_big_chain_validates() -
     ]
     nodes[-1]["name"] = "no_such_tool"
     request = chain("big", nodes, streaming=False)
-    async with serving() as (url, _), connect(url, max_size=2**25) as busy, \
-            connect(url) as quiet:
+    async with connect(url, max_size=2**25) as busy, connect(url) as quiet:
         big_session, probe_session = ws_session(busy), ws_session(quiet)
         await big_session.hello()
         await probe_session.hello()
@@ -373,8 +380,8 @@ async def test_a_cancel_in_the_same_stdio_write_as_its_request_cancels_it() -> N
 
 
 @pytest.mark.asyncio
-async def test_a_cancel_in_the_same_websocket_burst_as_its_request_cancels_it() -> None:
-    async with serving() as (url, _), connect(url) as ws:
+async def test_a_cancel_in_the_same_websocket_burst_as_its_request_cancels_it(url: str) -> None:
+    async with connect(url) as ws:
         session = ws_session(ws)
         await session.hello()
         events, resp = await cancel_right_behind(session)
@@ -439,14 +446,14 @@ async def test_the_client_and_run_leave_timeout_to_the_sessions_max_timeout(
 
 
 @pytest.mark.asyncio
-async def test_payload_opt_ins_are_advertised_and_cut_outputs_from_events_and_response() -> (
-    None
-):
+async def test_payload_opt_ins_are_advertised_and_cut_outputs_from_events_and_response(
+    url: str,
+) -> None:
     nodes = [{"node_id": "m", "kind": "map", "items_path": "input.xs", "map_node": "t",
               "next_node": "n"},
              tool("t", "upper", input_map={"text": "item"}),
              tool("n", "count", input_map={"items": "m.output"})]
-    async with serving() as (url, _), connect(url) as ws:
+    async with connect(url) as ws:
         session = ws_session(ws)
         hello = await session.hello()
         full_events, full = await session.run(chain("full", nodes,

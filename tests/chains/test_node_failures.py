@@ -5,12 +5,22 @@ the response alone, failed or not."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from tests.support.requests import chain, error_of, mapping, tool
-from tests.support.stdio import stdio_host
+from tests.support.stdio import Client, shared_stdio_host
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
+    """One stdio host for the module: each failure below must leave its session serving
+    the next request, so the cases run one after another on the same session."""
+    async with shared_stdio_host(tmp_path_factory.mktemp("host")) as shared:
+        yield shared
 
 RUNTIME_FAILURES: list[tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]] = [
     # node, initial_input, words the error message must contain
@@ -33,13 +43,13 @@ RUNTIME_FAILURES: list[tuple[dict[str, Any], dict[str, Any], tuple[str, ...]]] =
 
 
 @pytest.mark.parametrize(("node", "initial_input", "words"), RUNTIME_FAILURES)
-@pytest.mark.asyncio
+@pytest.mark.asyncio(loop_scope="module")
 async def test_a_failing_tool_or_expression_is_chain_node_error_naming_node_and_cause(
-    node: dict[str, Any], initial_input: dict[str, Any], words: tuple[str, ...]
+    node: dict[str, Any], initial_input: dict[str, Any], words: tuple[str, ...],
+    client: Client,
 ) -> None:
-    async with stdio_host() as client:
-        events, resp = await client.run(chain("r", [node], initial_input=initial_input))
-        await client.assert_alive("after")
+    events, resp = await client.run(chain("r", [node], initial_input=initial_input))
+    await client.assert_alive("after")
     err = error_of(resp)
     assert (err["code"], err["node_id"], resp["nodes_run"]) == ("chain_node_error", "a", 1), err
     assert "Traceback" not in err["message"]
@@ -48,23 +58,22 @@ async def test_a_failing_tool_or_expression_is_chain_node_error_naming_node_and_
     assert [(e["node_id"], e["phase"]) for e in events] == [("a", "start"), ("a", "error")]
 
 
-@pytest.mark.asyncio
-async def test_map_item_failure_names_its_index_and_skip_leaves_a_null() -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_map_item_failure_names_its_index_and_skip_leaves_a_null(client: Client) -> None:
     items = {"xs": ["a", "b", 3, "d"]}
-    async with stdio_host() as client:
-        _, aborted = await client.run(chain(
-            "abort", mapping("input.xs", tool("t", "upper", input_map={"text": "item"})),
-            initial_input=items, streaming=False,
-        ))
-        _, skipped = await client.run(chain(
-            "skip",
-            mapping("input.xs", tool("t", "upper", input_map={"text": "item"}, on_error="skip")),
-            initial_input=items, streaming=False,
-        ))
-        _, not_list = await client.run(chain(
-            "obj", mapping("input.xs", tool("t", "echo")), initial_input={"xs": {"k": 1}},
-            streaming=False,
-        ))
+    _, aborted = await client.run(chain(
+        "abort", mapping("input.xs", tool("t", "upper", input_map={"text": "item"})),
+        initial_input=items, streaming=False,
+    ))
+    _, skipped = await client.run(chain(
+        "skip",
+        mapping("input.xs", tool("t", "upper", input_map={"text": "item"}, on_error="skip")),
+        initial_input=items, streaming=False,
+    ))
+    _, not_list = await client.run(chain(
+        "obj", mapping("input.xs", tool("t", "echo")), initial_input={"xs": {"k": 1}},
+        streaming=False,
+    ))
     err = error_of(aborted)
     assert (err["code"], err["node_id"], err["details"]["index"]) == ("chain_node_error", "m", 2)
     assert skipped["success"] and skipped["final_output"] == [
@@ -74,16 +83,17 @@ async def test_map_item_failure_names_its_index_and_skip_leaves_a_null() -> None
     assert err["node_id"] == "m" and "not a list" in err["message"], err
 
 
-@pytest.mark.asyncio
-async def test_streaming_false_sends_only_the_response_even_on_failure() -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_streaming_false_sends_only_the_response_even_on_failure(
+    client: Client,
+) -> None:
     nodes = [tool("a", "echo", input={"v": 1}, next_node="b"),
              tool("b", "fail", input={"message": "no"}, on_error="skip", next_node="c"),
              tool("c", "add", input={"a": 1, "b": 2})]
-    async with stdio_host() as client:
-        events, ok = await client.run(chain("quiet", nodes, streaming=False))
-        events_bad, bad = await client.run(
-            chain("quiet2", [tool("a", "fail", input={"message": "x"})], streaming=False)
-        )
+    events, ok = await client.run(chain("quiet", nodes, streaming=False))
+    events_bad, bad = await client.run(
+        chain("quiet2", [tool("a", "fail", input={"message": "x"})], streaming=False)
+    )
     assert (events, events_bad) == ([], [])
     assert ok["success"] and ok["outputs"] == {"a": {"v": 1}, "c": {"sum": 3}}, ok
     assert error_of(bad)["code"] == "chain_node_error"

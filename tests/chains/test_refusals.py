@@ -5,57 +5,66 @@ asked."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
+import pytest_asyncio
 
 from tests.support.requests import chain, error_of, mapping, tool
-from tests.support.stdio import stdio_host
+from tests.support.stdio import Client, shared_stdio_host, stdio_host
 
 
-@pytest.mark.asyncio
-async def test_self_loop_and_two_node_cycle_are_chain_cycle_with_the_path() -> None:
-    async with stdio_host() as client:
-        events, resp = await client.run(chain("self", [tool("a", "echo", next_node="a")]))
-        err = error_of(resp)
-        assert (err["code"], err["node_id"], resp["nodes_run"], events) == (
-            "chain_cycle", "a", 0, []
-        )
-        assert "a → a" in err["message"], err
-        nodes = [tool("a", "echo", next_node="b"), tool("b", "echo", input_map={"x": "a.output"})]
-        nodes.append(tool("c", "echo", next_node="a"))
-        nodes[1]["next_node"] = "a"
-        events, resp = await client.run(chain("ring", nodes, "c"))
-        err = error_of(resp)
-        assert err["code"] == "chain_cycle" and events == [], err
-        cycles = [p for p in err["details"]["errors"] if p["code"] == "chain_cycle"]
-        assert cycles and set(cycles[0]["path"]) == {"a", "b"}, cycles
-        await client.assert_alive("after")
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
+    """One stdio host for the module's default-session cases: a refusal leaves its session
+    serving the next request, so they run one after another on the same session."""
+    async with shared_stdio_host(tmp_path_factory.mktemp("host")) as shared:
+        yield shared
 
 
-@pytest.mark.asyncio
-async def test_10001_nodes_is_chain_limit_naming_max_nodes_at_host_scope() -> None:
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_self_loop_and_two_node_cycle_are_chain_cycle_with_the_path(client: Client) -> None:
+    events, resp = await client.run(chain("self", [tool("a", "echo", next_node="a")]))
+    err = error_of(resp)
+    assert (err["code"], err["node_id"], resp["nodes_run"], events) == (
+        "chain_cycle", "a", 0, []
+    )
+    assert "a → a" in err["message"], err
+    nodes = [tool("a", "echo", next_node="b"), tool("b", "echo", input_map={"x": "a.output"})]
+    nodes.append(tool("c", "echo", next_node="a"))
+    nodes[1]["next_node"] = "a"
+    events, resp = await client.run(chain("ring", nodes, "c"))
+    err = error_of(resp)
+    assert err["code"] == "chain_cycle" and events == [], err
+    cycles = [p for p in err["details"]["errors"] if p["code"] == "chain_cycle"]
+    assert cycles and set(cycles[0]["path"]) == {"a", "b"}, cycles
+    await client.assert_alive("after")
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_10001_nodes_is_chain_limit_naming_max_nodes_at_host_scope(client: Client) -> None:
     nodes = [tool(f"n{i}", "echo", next_node=f"n{i + 1}" if i < 10_000 else "")
              for i in range(10_001)]
-    async with stdio_host() as client:
-        events, resp = await client.run(chain("many", nodes, streaming=True))
-        err = error_of(resp)
-        assert (err["code"], resp["nodes_run"], events) == ("chain_limit", 0, [])
-        limit = [p for p in err["details"]["errors"] if p["code"] == "chain_limit"]
-        assert limit and {k: limit[0][k] for k in ("ceiling", "scope", "limit", "requested")} == {
-            "ceiling": "max_nodes", "scope": "host", "limit": 10_000, "requested": 10_001,
-        }, limit
-        await client.assert_alive("after")
+    events, resp = await client.run(chain("many", nodes, streaming=True))
+    err = error_of(resp)
+    assert (err["code"], resp["nodes_run"], events) == ("chain_limit", 0, [])
+    limit = [p for p in err["details"]["errors"] if p["code"] == "chain_limit"]
+    assert limit and {k: limit[0][k] for k in ("ceiling", "scope", "limit", "requested")} == {
+        "ceiling": "max_nodes", "scope": "host", "limit": 10_000, "requested": 10_001,
+    }, limit
+    await client.assert_alive("after")
 
 
-@pytest.mark.asyncio
-async def test_map_over_100001_items_is_chain_limit_at_host_scope() -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_map_over_100001_items_is_chain_limit_at_host_scope(client: Client) -> None:
     """PROTOCOL.md §6: no session or request lowered max_map_items, so the refusing scope
     is ``host`` (and on a tie the broader scope is named)."""
     nodes = mapping("input.xs", tool("t", "echo", input_map={"i": "index"}))
-    async with stdio_host() as client:
-        _, resp = await client.run(
-            chain("huge", nodes, initial_input={"xs": list(range(100_001))}, streaming=False)
-        )
-        await client.assert_alive("after")
+    _, resp = await client.run(
+        chain("huge", nodes, initial_input={"xs": list(range(100_001))}, streaming=False)
+    )
+    await client.assert_alive("after")
     err = error_of(resp)
     assert (err["code"], err["node_id"]) == ("chain_limit", "m"), err
     assert {k: err["details"][k] for k in ("ceiling", "limit", "requested")} == {
@@ -101,14 +110,15 @@ async def test_big_output_over_a_session_lowered_max_output_bytes_is_chain_limit
     assert error_of(echoed)["details"]["requested"] == 5008
 
 
-@pytest.mark.asyncio
-async def test_big_output_over_the_host_max_output_bytes_names_the_host_scope() -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_big_output_over_the_host_max_output_bytes_names_the_host_scope(
+    client: Client,
+) -> None:
     """PROTOCOL.md §6: only the host set max_output_bytes (8 MiB), so ``scope`` is ``host``."""
-    async with stdio_host() as client:
-        _, resp = await client.run(
-            chain("big", [tool("a", "big", input={"bytes": 9 * 2**20})], streaming=False)
-        )
-        await client.assert_alive("after")
+    _, resp = await client.run(
+        chain("big", [tool("a", "big", input={"bytes": 9 * 2**20})], streaming=False)
+    )
+    await client.assert_alive("after")
     err = error_of(resp)
     assert (err["code"], err["details"]["limit"]) == ("chain_limit", 8 * 2**20), err
     assert err["details"]["scope"] == "host", (

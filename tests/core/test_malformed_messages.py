@@ -6,12 +6,23 @@ round-trips with U+2028/U+2029 escaped; and the host keeps answering afterwards.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
+import pytest_asyncio
 
 from tests.support.requests import chain, tool
-from tests.support.stdio import stdio_host
+from tests.support.stdio import Client, shared_stdio_host
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
+    """One stdio host for the module: no malformed message ends its session, so the cases
+    run one after another on the same session."""
+    async with shared_stdio_host(tmp_path_factory.mktemp("host")) as shared:
+        yield shared
+
 
 MALFORMED: list[tuple[bytes, str, str, str | None]] = [
     # raw line, expected code, expected req_id, expected detail.path
@@ -43,38 +54,40 @@ def nested_request(req_id: str, depth: int) -> bytes:
     return head.replace('"@@"', '{"a":' * depth + "0" + "}" * depth).encode()
 
 
-@pytest.mark.asyncio
-async def test_malformed_lines_interleaved_with_chains_get_one_specific_error_each() -> None:
-    async with stdio_host() as client:
-        for n, (raw, code, req_id, path) in enumerate(MALFORMED):
-            await client.send(raw)
-            err = await client.reply()
-            assert (err["type"], err["code"], err["req_id"]) == ("error", code, req_id), (
-                f"line {raw[:60]!r}: expected {code} for {req_id!r}, got {err}"
-            )
-            assert err["message"], f"line {raw[:60]!r}: empty error message"
-            if path is not None:
-                assert err["detail"]["path"] == path, f"line {raw[:60]!r}: {err['detail']}"
-            _, resp = await client.run(
-                chain(f"ok{n}", [tool("a", "add", input={"a": n, "b": 1})], streaming=False)
-            )
-            assert resp["success"] and resp["final_output"] == {"sum": n + 1}, resp
-        for blank in (b"", b"   ", b'{"type":"ping","id":"crlf"}\r'):
-            await client.send(blank)
-        pong = await client.reply()
-        assert (pong["type"], pong["req_id"]) == ("pong", "crlf"), "blank lines must be ignored"
-        await client.assert_alive("end")
-
-
-@pytest.mark.asyncio
-async def test_5000_levels_of_initial_input_is_parse_error_and_200_levels_round_trip() -> None:
-    async with stdio_host() as client:
-        await client.send(nested_request("deep", 5_000))
+@pytest.mark.asyncio(loop_scope="module")
+async def test_malformed_lines_interleaved_with_chains_get_one_specific_error_each(
+    client: Client,
+) -> None:
+    for n, (raw, code, req_id, path) in enumerate(MALFORMED):
+        await client.send(raw)
         err = await client.reply()
-        assert (err["type"], err["code"]) == ("error", "parse_error"), err
-        assert "nested" in err["message"], err
-        _, resp = await client.run(json.loads(nested_request("ok", 200)))
-        await client.assert_alive("after")
+        assert (err["type"], err["code"], err["req_id"]) == ("error", code, req_id), (
+            f"line {raw[:60]!r}: expected {code} for {req_id!r}, got {err}"
+        )
+        assert err["message"], f"line {raw[:60]!r}: empty error message"
+        if path is not None:
+            assert err["detail"]["path"] == path, f"line {raw[:60]!r}: {err['detail']}"
+        _, resp = await client.run(
+            chain(f"ok{n}", [tool("a", "add", input={"a": n, "b": 1})], streaming=False)
+        )
+        assert resp["success"] and resp["final_output"] == {"sum": n + 1}, resp
+    for blank in (b"", b"   ", b'{"type":"ping","id":"crlf"}\r'):
+        await client.send(blank)
+    pong = await client.reply()
+    assert (pong["type"], pong["req_id"]) == ("pong", "crlf"), "blank lines must be ignored"
+    await client.assert_alive("end")
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_5000_levels_of_initial_input_is_parse_error_and_200_levels_round_trip(
+    client: Client,
+) -> None:
+    await client.send(nested_request("deep", 5_000))
+    err = await client.reply()
+    assert (err["type"], err["code"]) == ("error", "parse_error"), err
+    assert "nested" in err["message"], err
+    _, resp = await client.run(json.loads(nested_request("ok", 200)))
+    await client.assert_alive("after")
     value = resp["final_output"]["d"]
     depth = 0
     while isinstance(value, dict):
@@ -82,8 +95,8 @@ async def test_5000_levels_of_initial_input_is_parse_error_and_200_levels_round_
     assert (resp["success"], depth, value) == (True, 200, 0)
 
 
-@pytest.mark.asyncio
-async def test_host_message_types_from_the_agent_are_invalid_message() -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_host_message_types_from_the_agent_are_invalid_message(client: Client) -> None:
     sent = [
         {"type": "chain/resp", "id": "r1", "req_id": "x", "success": True},
         {"type": "chain/event", "id": "e1", "req_id": "x", "phase": "done"},
@@ -91,28 +104,26 @@ async def test_host_message_types_from_the_agent_are_invalid_message() -> None:
         {"type": "handshake/resp", "id": "h1"},
         {"type": "error", "id": "x1", "code": "busy", "message": "m"},
     ]
-    async with stdio_host() as client:
-        for message in sent:
-            await client.send(message)
-            err = await client.reply()
-            assert (err["type"], err["code"], err["req_id"]) == (
-                "error", "invalid_message", message["id"]
-            ), err
-            assert f"'{message['type']}'" in err["message"]
-        await client.assert_alive("after")
+    for message in sent:
+        await client.send(message)
+        err = await client.reply()
+        assert (err["type"], err["code"], err["req_id"]) == (
+            "error", "invalid_message", message["id"]
+        ), err
+        assert f"'{message['type']}'" in err["message"]
+    await client.assert_alive("after")
 
 
-@pytest.mark.asyncio
-async def test_non_ascii_and_u2028_node_ids_and_outputs_round_trip_escaped() -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_non_ascii_and_u2028_node_ids_and_outputs_round_trip_escaped(client: Client) -> None:
     node_id = "n\u2028é中😀"
     text = "a\u2028b\u2029cé😀"
-    async with stdio_host() as client:
-        await client.send(chain("u", [tool(node_id, "echo", input={"t": text})]))
-        raw = []
-        while not raw or b'"chain/resp"' not in raw[-1]:
-            assert client.host.stdout is not None
-            with anyio.fail_after(15):
-                raw.append(await client.host.stdout.receive_until(b"\n", 2**20))
+    await client.send(chain("u", [tool(node_id, "echo", input={"t": text})]))
+    raw = []
+    while not raw or b'"chain/resp"' not in raw[-1]:
+        assert client.host.stdout is not None
+        with anyio.fail_after(15):
+            raw.append(await client.host.stdout.receive_until(b"\n", 2**20))
     assert all(b"\xe2\x80\xa8" not in line and b"\xe2\x80\xa9" not in line for line in raw)
     messages = [json.loads(line) for line in raw]
     assert [(m.get("node_id"), m.get("phase")) for m in messages[:-1]] == [

@@ -10,6 +10,7 @@ removing one without removing its entry.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 
 from tests.support import REPO
@@ -24,12 +25,21 @@ HOST_FRAMEWORK = (
 where ``ChainFailure`` is made, next to the wire ``error``)."""
 
 
+@functools.cache
+def _parsed(root: str) -> tuple[tuple[str, str, ast.Module], ...]:
+    """Every module under ``root`` (path, text, tree), parsed once for all the checks (the
+    trees are only read)."""
+    path = REPO / root
+    found = []
+    for file in sorted([path] if path.is_file() else path.rglob("*.py")):
+        text = file.read_text(encoding="utf-8")
+        found.append((file.relative_to(REPO).as_posix(), text, ast.parse(text, str(file))))
+    return tuple(found)
+
+
 def modules(*roots: str) -> Iterator[tuple[str, str, ast.Module]]:
     for root in roots:
-        path = REPO / root
-        for file in sorted([path] if path.is_file() else path.rglob("*.py")):
-            text = file.read_text(encoding="utf-8")
-            yield file.relative_to(REPO).as_posix(), text, ast.parse(text, str(file))
+        yield from _parsed(root)
 
 
 def segment(text: str, node: ast.AST) -> str:

@@ -4,13 +4,16 @@ stopped the way an agent stops it, by closing its stdin."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
 
-from tests.support.process import CLI, HostProcess, open_host
+from tests.support import REPO
+from tests.support.process import CLI, HostProcess, host_env, open_host
 
 STDIO = [*CLI, "stdio", "--tools", "conformance"]
 
@@ -94,3 +97,33 @@ async def stdio_host(
     ``limits``, yield; then EOF, as :func:`stdio_process` ends it."""
     async with stdio_process(argv or STDIO) as host:
         yield Client(host, await handshake(host, caps, **limits))
+
+
+@asynccontextmanager
+async def shared_stdio_host(
+    folder: Path, *, argv: list[str] | None = None, caps: tuple[str, ...] = ("chains",)
+) -> AsyncIterator[Client]:
+    """:func:`stdio_host` for a module-scoped fixture, one host for the module's tests (each
+    sends its own requests and reads their replies): no task spans the yield, so it may
+    be entered and left in different tasks of the module's event loop; stderr goes to
+    ``folder/stderr`` instead of a pipe read by a task. Ends as :func:`stdio_process`
+    does: stdin closed, only whole JSON objects after, exit 0 without a traceback."""
+    log = folder / "stderr"
+    with log.open("wb") as stderr:
+        process = await anyio.open_process(
+            argv or STDIO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+            cwd=REPO, env=host_env(),
+        )
+    host = HostProcess(process)
+    try:
+        yield Client(host, await handshake(host, caps))
+    finally:
+        assert process.stdin is not None
+        await process.stdin.aclose()
+        rest = await host.read_rest()
+        code = await host.wait()
+    errors = log.read_bytes()
+    for line in rest.splitlines():
+        assert isinstance(json.loads(line), dict), f"stdout line is not a message: {line!r}"
+    assert code == 0, errors[-2000:]
+    assert b"Traceback" not in errors, errors[-4000:].decode("utf-8", "replace")

@@ -18,7 +18,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from tests.support import REPO
-from tests.support.process import CLI, WAIT, HostProcess, open_host
+from tests.support.process import CLI, WAIT, HostProcess, host_env, open_host
 from tests.support.requests import chain
 
 SERVE = [*CLI, "serve", "--port", "0", "--tools", "conformance"]
@@ -94,6 +94,50 @@ def serving_sync(argv: list[str], start_timeout: float = 30.0) -> Iterator[str]:
         pumping.join(timeout=15)
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+@contextmanager
+def shared_serving(argv: list[str], **env: str) -> Iterator[str]:
+    """For a module-scoped fixture: one host (``argv``, a WebSocket host on a free loopback
+    port, with :func:`~tests.support.process.host_env` + ``env``) that a module's tests
+    reach each on connections of their own. Yield its URL once it listens; then SIGTERM
+    it: it must exit 0 without a traceback, as :func:`serving_argv` checks."""
+    proc = subprocess.Popen(
+        argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, env=host_env(**env),
+    )
+    lines: queue.Queue[bytes] = queue.Queue()
+    said: list[bytes] = []
+
+    def pump() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            lines.put(line)
+
+    pumping = threading.Thread(target=pump, daemon=True)
+    pumping.start()
+    try:
+        url = ""
+        while not url:
+            line = lines.get(timeout=2 * WAIT)
+            if match := re.search(LISTENING, line.decode("utf-8", "replace")):
+                url = match.group(1)
+        yield url
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait(timeout=WAIT)
+        pumping.join(timeout=WAIT)
+        assert proc.stderr is not None
+        proc.stderr.close()
+    stderr = b"".join(said)
+    assert code == 0, stderr[-2000:]
+    assert b"Traceback" not in stderr, stderr[-4000:].decode("utf-8", "replace")
 
 
 # ── one client's side ───────────────────────────────────────────────────────────

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -15,27 +16,34 @@ from websockets.exceptions import InvalidStatus
 from tests.support.fakes import FAKE
 from tests.support.process import CLI, WAIT, open_host
 from tests.support.requests import HANDSHAKE
-from tests.support.ws import call, receive, wait_closed
+from tests.support.ws import call, receive, shared_serving, wait_closed
 from tests.support.ws import serving_argv as serving
 
 FAKE_SERVE = [*FAKE, "serve", json.dumps({"port": 0, "max_parallel": 32})]
 CLI_ARGS = ("--port", "0")
 
 
-@pytest.mark.asyncio
-async def test_subprotocol_is_selected_when_offered_and_optional() -> None:
-    async with serving(CLI, *CLI_ARGS) as (url, _):
-        async with connect(url, subprotocols=["a2e.v1"]) as ws:  # type: ignore[list-item]
-            assert ws.subprotocol == "a2e.v1"
-            assert (await call(ws, {"type": "ping", "id": "p"}))["type"] == "pong"
-        async with connect(url) as ws:
-            assert ws.subprotocol is None
-            assert (await call(ws, {"type": "ping", "id": "q"}))["req_id"] == "q"
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    """One ``a2e-host serve --port 0`` for the cases that need no other setting: each
+    talks to it on connections of its own."""
+    with shared_serving([*CLI, "serve", *CLI_ARGS]) as served:
+        yield served
 
 
 @pytest.mark.asyncio
-async def test_binary_frame_is_invalid_message_and_the_connection_stays() -> None:
-    async with serving(CLI, *CLI_ARGS) as (url, _), connect(url) as ws:
+async def test_subprotocol_is_selected_when_offered_and_optional(url: str) -> None:
+    async with connect(url, subprotocols=["a2e.v1"]) as ws:  # type: ignore[list-item]
+        assert ws.subprotocol == "a2e.v1"
+        assert (await call(ws, {"type": "ping", "id": "p"}))["type"] == "pong"
+    async with connect(url) as ws:
+        assert ws.subprotocol is None
+        assert (await call(ws, {"type": "ping", "id": "q"}))["req_id"] == "q"
+
+
+@pytest.mark.asyncio
+async def test_binary_frame_is_invalid_message_and_the_connection_stays(url: str) -> None:
+    async with connect(url) as ws:
         await ws.send(b'{"type": "ping", "id": "b"}')
         err = await receive(ws)
         assert (err["type"], err["code"]) == ("error", "invalid_message")
@@ -79,19 +87,18 @@ async def test_wrong_token_is_auth_failed_then_closed_and_bearer_header_works() 
 
 
 @pytest.mark.asyncio
-async def test_fifty_clients_times_twenty_pings_each_get_exactly_one_answer() -> None:
-    async with serving(CLI, *CLI_ARGS) as (url, _):
-        answered: dict[int, list[str]] = {}
+async def test_fifty_clients_times_twenty_pings_each_get_exactly_one_answer(url: str) -> None:
+    answered: dict[int, list[str]] = {}
 
-        async def client(n: int) -> None:
-            async with connect(url) as ws:
-                for i in range(20):
-                    await ws.send(json.dumps({"type": "ping", "id": f"{n}-{i}"}))
-                answered[n] = [(await receive(ws))["req_id"] for _ in range(20)]
+    async def client(n: int) -> None:
+        async with connect(url) as ws:
+            for i in range(20):
+                await ws.send(json.dumps({"type": "ping", "id": f"{n}-{i}"}))
+            answered[n] = [(await receive(ws))["req_id"] for _ in range(20)]
 
-        async with anyio.create_task_group() as tg:
-            for n in range(50):
-                tg.start_soon(client, n)
+    async with anyio.create_task_group() as tg:
+        for n in range(50):
+            tg.start_soon(client, n)
     assert answered == {n: [f"{n}-{i}" for i in range(20)] for n in range(50)}
 
 
