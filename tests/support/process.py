@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,10 @@ class HostProcess:
         )
         await self.process.stdin.send(data)
 
-    async def receive(self) -> dict[str, Any]:
-        """The next stdout line, which must be one JSON object."""
+    async def receive(self, wait: float = WAIT) -> dict[str, Any]:
+        """The next stdout line, which must be one JSON object (within ``wait`` seconds)."""
         assert self.stdout is not None
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(wait):
             line = await self.stdout.receive_until(b"\n", 64 * 2**20)
         message = json.loads(line)
         assert isinstance(message, dict), line[:200]
@@ -78,6 +79,18 @@ class HostProcess:
     async def wait(self) -> int:
         with anyio.fail_after(WAIT):
             return await self.process.wait()
+
+
+def signal_unless_reaped(process: Process, signum: int) -> None:
+    """Send ``signum`` to ``process`` unless its exit was already seen. Not
+    ``process.send_signal`` (nor ``terminate``/``kill``): those poll the child first
+    (``waitpid`` with ``WNOHANG``), and when it has just exited that poll reaps it ahead
+    of asyncio's child watcher, which then reports exit status 255 ("Unknown child
+    process pid"). ``os.kill`` leaves the reaping to the watcher; a child that exited
+    and is not reaped yet is a zombie, which a signal cannot harm."""
+    if process.returncode is None:
+        with suppress(ProcessLookupError):
+            os.kill(process.pid, signum)
 
 
 def host_env(**extra: str) -> dict[str, str]:

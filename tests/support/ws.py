@@ -18,7 +18,7 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from tests.support import REPO
-from tests.support.process import CLI, WAIT, HostProcess, open_host
+from tests.support.process import CLI, WAIT, HostProcess, open_host, signal_unless_reaped
 from tests.support.requests import chain
 
 SERVE = [*CLI, "serve", "--port", "0", "--tools", "conformance"]
@@ -41,8 +41,8 @@ async def serving_argv(
                 found = await host.wait_stderr(LISTENING)
             yield found.group(1), host
         finally:
-            if host.process.returncode is None:  # a test may have stopped it already
-                host.process.send_signal(signal.SIGTERM)
+            # a test may have stopped it already: it may be exiting right now
+            signal_unless_reaped(host.process, signal.SIGTERM)
             code = await host.wait()
             tg.cancel_scope.cancel()
     assert code == 0, host.stderr[-2000:]
