@@ -18,7 +18,14 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from tests.support import REPO
-from tests.support.process import CLI, WAIT, HostProcess, open_host, signal_unless_reaped
+from tests.support.process import (
+    CLI,
+    STARTUP,
+    WAIT,
+    HostProcess,
+    open_host,
+    signal_unless_reaped,
+)
 from tests.support.requests import chain
 
 SERVE = [*CLI, "serve", "--port", "0", "--tools", "conformance"]
@@ -37,7 +44,7 @@ async def serving_argv(
         host = await open_host([*argv, "serve", *flags] if argv is CLI else argv, **env)
         tg.start_soon(host.collect_stderr)
         try:
-            with anyio.fail_after(WAIT):
+            with anyio.fail_after(STARTUP):
                 found = await host.wait_stderr(LISTENING)
             yield found.group(1), host
         finally:

@@ -13,7 +13,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from tests.support.fakes import FAKE
-from tests.support.process import CLI, WAIT, open_host, signal_unless_reaped
+from tests.support.process import CLI, STARTUP, WAIT, open_host, signal_unless_reaped
 from tests.support.requests import HANDSHAKE
 from tests.support.ws import call, receive, wait_closed
 from tests.support.ws import serving_argv as serving
@@ -167,7 +167,7 @@ async def test_sigterm_lets_work_finish_then_closes_with_going_away() -> None:
     async with anyio.create_task_group() as tg:
         host = await open_host(FAKE_SERVE)
         tg.start_soon(host.collect_stderr)
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(STARTUP):
             found = await host.wait_stderr(r"a2e-host listening on (ws://127\.0\.0\.1:\d+)")
         async with connect(found.group(1)) as ws:
             assert (await call(ws, HANDSHAKE))["ok"]
@@ -191,7 +191,7 @@ async def test_sigterm_repeated_until_the_host_exits_still_ends_with_status_0() 
     async with anyio.create_task_group() as tg:
         host = await open_host([*CLI, "serve", *CLI_ARGS])
         tg.start_soon(host.collect_stderr)
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(STARTUP):
             await host.wait_stderr(r"a2e-host listening on ")
         sent = 0
         with anyio.fail_after(WAIT):
