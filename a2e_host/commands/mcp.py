@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hmac
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable, Collection
@@ -226,14 +225,11 @@ async def _with_host(host: Any, serve: Any) -> None:
 
 
 async def _stop_on_signals(stop: _Stop) -> None:
-    from .serve import ignore_late_sigterm
+    from .signals import stop_signals
 
-    try:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                stop()
-    finally:
-        ignore_late_sigterm()
+    with stop_signals() as signals:
+        async for _ in signals:
+            stop()
 
 
 async def _active_skills(client: Any) -> list[tuple[str, str, dict[str, Any]]]:

@@ -35,10 +35,11 @@ from ..store import StoreError
 from ..telemetry.endpoints import HostEndpoints
 from ..telemetry.setup import configure_telemetry
 from .common import load_command_config
+from .signals import stop_signals
 
 Plugins = Iterable[Plugin | type[Plugin]] | None
 
-__all__ = ["ignore_late_sigterm", "serve_main", "stdio_main"]
+__all__ = ["serve_main", "stdio_main"]
 
 
 def _setup(
@@ -64,27 +65,14 @@ def _host(config: HostConfig, plugins: Plugins) -> Host:
 
 
 async def _stop_on_signals(host: Host) -> None:
-    try:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            received = 0
-            async for signum in signals:
-                received += 1
-                grace = host.config.shutdown_grace if received == 1 else 0.0
-                host.log.info("signal received; stopping",
-                              signal=signal.Signals(signum).name, grace=grace)
-                host.shutdown(grace)
-    finally:
-        ignore_late_sigterm()
-
-
-def ignore_late_sigterm() -> None:
-    """Ignore SIGTERM from here on. Called once the host has stopped serving and is
-    closing (the store's last batch, child processes): the signal receiver is gone by
-    then and the default action would kill the process with status -15 mid-close when a
-    supervisor repeats its SIGTERM. SIGINT keeps its default so that Ctrl-C still
-    interrupts a close that hangs."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with stop_signals() as signals:
+        received = 0
+        async for signum in signals:
+            received += 1
+            grace = host.config.shutdown_grace if received == 1 else 0.0
+            host.log.info("signal received; stopping",
+                          signal=signal.Signals(signum).name, grace=grace)
+            host.shutdown(grace)
 
 
 def serve_main(

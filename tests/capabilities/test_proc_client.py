@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from a2e_host.client import Client, HostError, SpawnRefused, serve_ws, spawn_stdio
+from tests.support.process import STARTUP
 from tests.support.procs import PROC_FLAGS, alive, gone, kill_if_alive
 
 pytestmark = pytest.mark.timeout(90)
@@ -22,7 +23,8 @@ async def client_over(transport: str) -> AsyncIterator[Client]:
     limits = {"proc_limit": 2}
     if transport == "stdio":
         async with spawn_stdio([*HOST, "stdio", *PROC_FLAGS], agent_caps=["proc"],
-                               limits=limits, stderr="capture") as client:
+                               limits=limits, stderr="capture",
+                               handshake_timeout=STARTUP) as client:
             yield client
     else:
         async with serve_ws(PROC_FLAGS, agent_caps=["proc"], limits=limits,

@@ -18,7 +18,7 @@ import pytest
 from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.chains.skill_messages import SkillCallResponse, SkillEvent
 from a2e_host.client import HostError, connect_ws, spawn_stdio
-from tests.support.process import CLI
+from tests.support.process import CLI, STARTUP
 from tests.support.sdk import assert_sdk_accepts
 from tests.support.skills import write_versioned_skills
 from tests.support.ws import shared_serving
@@ -44,7 +44,8 @@ async def agent(transport: str, skills: Path, caps: list[str], ws_url: str = ""
     flags = ["--tools", "conformance", "--skills", str(skills)]
     with anyio.fail_after(60):
         if transport == "stdio":
-            async with spawn_stdio([*CLI, "stdio", *flags], agent_caps=caps) as client:
+            async with spawn_stdio([*CLI, "stdio", *flags], agent_caps=caps,
+                                   handshake_timeout=STARTUP) as client:
                 yield client
         else:
             async with connect_ws(ws_url, agent_caps=caps) as client:

@@ -21,6 +21,7 @@ from a2e_host.client import spawn_stdio
 from tests.support import REPO
 from tests.support.process import (
     CLI,
+    STARTUP,
     WAIT,
     HostProcess,
     current_rss,
@@ -428,7 +429,8 @@ async def test_the_client_and_run_leave_timeout_to_the_sessions_max_timeout(
     nodes = [tool("a", "add", input={"a": 1, "b": 2})]
     with anyio.fail_after(WAIT * 2):
         async with spawn_stdio([*STDIO], limits={"max_timeout": 60}, env=host_env(),
-                               cwd=str(REPO), stderr="capture") as client:
+                               cwd=str(REPO), stderr="capture",
+                               handshake_timeout=STARTUP) as client:
             messages = [m async for m in client.run_chain(nodes, "a")]
     response = messages[-1]
     assert isinstance(response, ChainResponse) and response.success, response.error

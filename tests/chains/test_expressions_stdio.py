@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.support.process import open_host
+from tests.support.process import WAIT, open_host
 from tests.support.requests import chain, error_of, tool
 from tests.support.stdio import STDIO, Client
 
@@ -145,7 +145,14 @@ async def test_a_long_expression_with_default_ceilings_is_refused_as_chain_limit
     request = chain("long", [tool("x", "echo", input_map={"n": LONG_FILTER})],
                     initial_input={"items": list(range(1_000_000))}, timeout=60)
     async with host() as client:
-        _, resp = await client.run(request)
+        await client.send(request)
+        # a million steps take seconds of CPU, many more on a busy machine: each message
+        # may take up to the chain's own timeout (then the code says timeout, not this)
+        messages = [await client.host.receive(wait=60 + WAIT)]
+        while messages[-1]["type"] == "chain/event":
+            messages.append(await client.host.receive(wait=60 + WAIT))
+        resp = messages[-1]
+        assert resp.get("req_id") == "long", resp
         error = error_of(resp)
         assert (error["code"], error["details"]["ceiling"]) == (
             "chain_limit", "max_expression_steps"), error

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.support.process import CLI, WAIT, open_host
+from tests.support.process import CLI, STARTUP, WAIT, open_host
 from tests.support.requests import chain, error_of
 from tests.support.stdio import Client, handshake, stdio_process
 from tests.support.ws import receive
@@ -148,7 +148,7 @@ async def test_client_disconnect_kills_the_proc_group_grandchild_included(
             [*CLI, "serve", "--port", "0", *PROC_FLAGS, "--root", str(tmp_path)]
         )
         tg.start_soon(host.collect_stderr)
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(STARTUP):
             found = await host.wait_stderr(r"a2e-host listening on (ws://127\.0\.0\.1:\d+)")
         ws = await connect(found.group(1))
         await ws.send(json.dumps({"type": "handshake/req", "id": "h", "agent_caps": CAPS}))

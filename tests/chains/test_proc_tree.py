@@ -19,7 +19,7 @@ from websockets.asyncio.client import connect
 from a2e_host.chains.proc import ProcPolicy, run_proc
 from a2e_host.config import HostConfig
 from a2e_host.exceptions import NodeError, NodeTimeout
-from tests.support.process import CLI, WAIT, open_host
+from tests.support.process import CLI, STARTUP, WAIT, open_host
 from tests.support.ws import receive
 
 
@@ -136,7 +136,7 @@ async def test_a_setsid_grandchild_dies_when_the_client_disconnects(tmp_path: Pa
             [*CLI, "serve", "--port", "0", "--allow-proc", "sh", "--root", str(tmp_path)]
         )
         tg.start_soon(host.collect_stderr)
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(STARTUP):
             found = await host.wait_stderr(r"a2e-host listening on (ws://127\.0\.0\.1:\d+)")
         ws = await connect(found.group(1))
         await ws.send(json.dumps(

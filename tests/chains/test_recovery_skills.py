@@ -11,7 +11,7 @@ import pytest
 
 from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.client import spawn_stdio
-from tests.support.process import CLI
+from tests.support.process import CLI, STARTUP
 
 SLOW = """\
 name: slow
@@ -34,7 +34,8 @@ async def test_a_skill_over_its_timeout_cancels_its_sub_chain_and_fails_alone(
         {"node_id": "after", "kind": "tool", "name": "echo", "input_map": {"s": "s.status"}},
     ]
     with anyio.fail_after(30):
-        async with spawn_stdio(argv, stderr="capture", agent_caps=("chains", "skill")) as client:
+        async with spawn_stdio(argv, stderr="capture", agent_caps=("chains", "skill"),
+                               handshake_timeout=STARTUP) as client:
             messages = [m async for m in client.run_chain(nodes, "s")]
     events = [m for m in messages if isinstance(m, ChainEvent)]
     response = messages[-1]

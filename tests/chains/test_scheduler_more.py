@@ -64,7 +64,9 @@ async def test_tasks_alive_are_bounded_by_the_concurrency_limits_not_the_items()
         return args["x"]
 
     before = len(asyncio.all_tasks())
-    run = await run_plan(plan, yielding_echo, limits=Limits(max_map_concurrency=16))
+    # 5,000 items are seconds of CPU on a busy 2-core machine: more than the 5 s a
+    # chain that should end at once gets
+    run = await run_plan(plan, yielding_echo, limits=Limits(max_map_concurrency=16), wait=60)
     assert run.response.outputs["m"] == items
     # the chain's own tasks (driver, a worker) plus at most 16 item workers
     assert most - before <= 16 + 3, f"{most - before} tasks alive for a 5,000-item map"

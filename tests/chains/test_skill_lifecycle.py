@@ -22,7 +22,7 @@ from a2e_host.client import connect_memory, spawn_stdio
 from a2e_host.config import HostConfig
 from a2e_host.runtime.host import Host
 from a2e_host.tools import tool
-from tests.support.process import CLI
+from tests.support.process import CLI, STARTUP
 from tests.support.skills import write_versioned_skills
 
 
@@ -216,7 +216,8 @@ async def test_a_declared_skill_may_name_another_skill_by_version(tmp_path: Path
     argv = [*CLI, "stdio", "--tools", "conformance", "--skills", str(skills)]
     nodes = [{"node_id": "o", "kind": "skill", "name": "outer", "input": {"parts": ["x"]}}]
     with anyio.fail_after(30):
-        async with spawn_stdio(argv, agent_caps=["chains", "skill"]) as c:
+        async with spawn_stdio(argv, agent_caps=["chains", "skill"],
+                               handshake_timeout=STARTUP) as c:
             messages = [m async for m in c.run_chain(nodes, "o")]
     response = messages[-1]
     assert isinstance(response, ChainResponse) and response.final_output == {"text": "X"}

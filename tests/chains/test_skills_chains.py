@@ -10,7 +10,7 @@ import pytest
 
 from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.client import spawn_stdio
-from tests.support.process import CLI
+from tests.support.process import CLI, STARTUP
 
 SHOUT = """\
 name: shout
@@ -34,7 +34,7 @@ nodes:
 async def run(skills: Path, nodes: list[dict[str, Any]], entry: str, **kw: Any) -> list[Any]:
     argv = [*CLI, "stdio", "--tools", "conformance", "--skills", str(skills)]
     with anyio.fail_after(30):
-        async with spawn_stdio(argv, stderr="capture", **kw) as client:
+        async with spawn_stdio(argv, stderr="capture", **kw, handshake_timeout=STARTUP) as client:
             return [m async for m in client.run_chain(nodes, entry)]
 
 
@@ -129,7 +129,7 @@ async def test_the_outer_deadline_bounds_a_skill_and_its_inner_nodes_say_so(
     (tmp_path / "nap.yaml").write_text(NAP, encoding="utf-8")
     argv = [*CLI, "stdio", "--tools", "conformance", "--skills", str(tmp_path)]
     with anyio.fail_after(30):
-        async with spawn_stdio(argv, stderr="capture") as client:
+        async with spawn_stdio(argv, stderr="capture", handshake_timeout=STARTUP) as client:
             started = anyio.current_time()
             messages = [m async for m in client.run_chain(
                 [{"node_id": "s", "kind": "skill", "name": "nap"}], "s", timeout=1)]

@@ -13,7 +13,7 @@ import pytest
 
 from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.client import spawn_stdio
-from tests.support.process import CLI
+from tests.support.process import CLI, STARTUP
 
 LEVELS, COPIES = 6, 4  # 1,365 skill nodes and 1,024 leaves below one top node
 
@@ -50,7 +50,7 @@ async def test_a_skill_fan_out_runs_within_the_requests_concurrency(tmp_path: Pa
     argv = [*CLI, "stdio", "--tools", "conformance", "--skills", str(tmp_path)]
     with anyio.fail_after(120):
         async with spawn_stdio(argv, stderr="capture", agent_caps=("chains", "skill"),
-                               limits={"max_concurrency": 4}) as client:
+                               limits={"max_concurrency": 4}, handshake_timeout=STARTUP) as client:
             messages = [m async for m in client.run_chain(
                 [{"node_id": "top", "kind": "skill", "name": "s0"}], "top")]
     response = messages[-1]

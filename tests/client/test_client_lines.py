@@ -13,6 +13,7 @@ from a2e_host.client.errors import unwrap_group
 from a2e_host.client.lines import LineReader
 from a2e_host.framing import LineTooLong
 from a2e_host.messages import ErrorMessage
+from tests.support.process import STARTUP
 
 
 class Chunks:
@@ -98,7 +99,7 @@ def test_an_error_outside_a_group_passes_unchanged() -> None:
 async def test_a_host_line_over_the_clients_cap_ends_the_connection_naming_the_fix() -> None:
     with pytest.raises(ConnectionLost) as info:
         async with spawn_stdio(["a2e-host", "stdio"], agent_caps=["chains"],
-                               stderr="capture", max_line_bytes=64):
+                               stderr="capture", max_line_bytes=64, handshake_timeout=STARTUP):
             pass  # the handshake/resp alone is longer than 64 bytes
     text = str(info.value)
     assert "the host sent a message this client cannot read" in text
@@ -108,7 +109,8 @@ async def test_a_host_line_over_the_clients_cap_ends_the_connection_naming_the_f
 @pytest.mark.asyncio
 async def test_a_spawned_hosts_log_lines_are_captured_one_per_line() -> None:
     async with spawn_stdio(["a2e-host", "stdio", "--log-level", "info", "--log-format", "json"],
-                           agent_caps=["chains"], stderr="capture") as client:
+                           agent_caps=["chains"], stderr="capture",
+                           handshake_timeout=STARTUP) as client:
         await client.ping()
         stream = client.transport
     events = [json.loads(line)["event"] for line in stream.stderr_lines]  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ import pytest
 
 from a2e_host.chains.messages import ChainEvent
 from a2e_host.client import HandshakeFailed, spawn_stdio
+from tests.support.process import STARTUP
 
 pytestmark = pytest.mark.asyncio
 
@@ -20,7 +21,8 @@ async def test_spawned_host_runs_a_chain_and_answers_ping() -> None:
         {"node_id": "up", "kind": "tool", "name": "upper", "input_map": {"text": "input.word"}},
     ]
     with anyio.fail_after(60):
-        async with spawn_stdio(STDIO, agent_caps=["chains"], stderr="capture") as client:
+        async with spawn_stdio(STDIO, agent_caps=["chains"], stderr="capture",
+                               handshake_timeout=STARTUP) as client:
             phases = []
             async for message in client.run_chain(nodes, "up", initial_input={"word": "ndjson"}):
                 if isinstance(message, ChainEvent):
@@ -38,6 +40,7 @@ async def test_spawned_host_runs_a_chain_and_answers_ping() -> None:
 
 async def test_spawned_host_refusing_the_handshake_is_reported() -> None:
     with anyio.fail_after(60), pytest.raises(HandshakeFailed) as caught:
-        async with spawn_stdio(STDIO, agent_caps=["nothing-served"], stderr="capture"):
+        async with spawn_stdio(STDIO, agent_caps=["nothing-served"], stderr="capture",
+                               handshake_timeout=STARTUP):
             raise AssertionError("the handshake should have failed")
     assert caught.value.reason == "no_caps"

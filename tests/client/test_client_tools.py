@@ -10,6 +10,7 @@ import pytest
 from a2e_host.client import HostError, serve_ws, spawn_stdio
 from a2e_host.client.tools import ToolCall
 from a2e_host.tools.messages import ToolCallResponse, ToolEvent
+from tests.support.process import STARTUP
 
 STDIO = (sys.executable, "-m", "a2e_host", "stdio", "--tools", "conformance")
 
@@ -35,7 +36,7 @@ async def check(client: object) -> None:
 
 @pytest.mark.asyncio
 async def test_the_client_lists_and_calls_tools_over_stdio() -> None:
-    async with spawn_stdio(STDIO, stderr="capture") as client:
+    async with spawn_stdio(STDIO, stderr="capture", handshake_timeout=STARTUP) as client:
         assert "tools" in client.accepted_caps
         await check(client)
 

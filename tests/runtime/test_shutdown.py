@@ -12,7 +12,7 @@ import anyio
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.support.process import WAIT, open_host
+from tests.support.process import STARTUP, open_host
 from tests.support.requests import HANDSHAKE, sleeper
 from tests.support.stdio import STDIO
 from tests.support.ws import SERVE, hello, receive, reply, wait_closed, wait_started
@@ -48,7 +48,7 @@ async def test_ws_shutdown_timeout_1_cancels_a_30s_sleep_then_closes_1000() -> N
     async with anyio.create_task_group() as tg:
         host = await open_host(SERVE)
         tg.start_soon(host.collect_stderr)
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(STARTUP):
             found = await host.wait_stderr(r"a2e-host listening on (ws://127\.0\.0\.1:\d+)")
         async with connect(found.group(1)) as ws, connect(found.group(1)) as other:
             await hello(ws)
@@ -82,7 +82,7 @@ async def test_sigterm_to_serve_with_a_streaming_map_in_flight_sends_all_then_10
     async with anyio.create_task_group() as tg:
         host = await open_host(SERVE)
         tg.start_soon(host.collect_stderr)
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(STARTUP):
             found = await host.wait_stderr(r"a2e-host listening on (ws://127\.0\.0\.1:\d+)")
         async with connect(found.group(1)) as ws, connect(found.group(1)) as idle:
             await hello(ws)

@@ -149,9 +149,10 @@ async def run_plan(
     during: Callable[[ChainRunner], Awaitable[None]] | None = None,
     watch: Callable[[Message], None] | None = None,
     check: bool = True,
+    wait: float = WAIT,
 ) -> Run:
-    """Run ``plan`` to its response; ``during(runner)`` runs alongside (e.g. to cancel),
-    ``watch`` sees each message as it is emitted."""
+    """Run ``plan`` to its response (within ``wait`` seconds); ``during(runner)`` runs
+    alongside (e.g. to cancel), ``watch`` sees each message as it is emitted."""
     sent: list[Message] = []
     response_at: list[float] = []
 
@@ -163,7 +164,7 @@ async def run_plan(
             response_at.append(time.monotonic())
 
     runner = ChainRunner(plan, executors={"tool": tool}, limits=limits or Limits(), emit=emit)
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(wait):
         async with anyio.create_task_group() as tg:
             if during is not None:
                 tg.start_soon(during, runner)

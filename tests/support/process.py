@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,10 @@ from tests.support import REPO
 
 CLI = [sys.executable, "-m", "a2e_host"]
 WAIT = 15.0  # seconds: the bound on every wait for a host process
+STARTUP = 60.0
+"""Seconds a host process gets to start (until it listens, or writes its first line):
+its imports are most of a second of CPU, which a busy 2-core machine stretches past
+:data:`WAIT`. A bound on nothing the tests assert."""
 
 
 class HostProcess:
@@ -31,6 +36,7 @@ class HostProcess:
         self.stderr = bytearray()
         self._stderr_grew = anyio.Event()
         self.stdout = BufferedByteReceiveStream(process.stdout) if process.stdout else None
+        self._answered = False  # whether a line came on stdout yet
 
     async def collect_stderr(self) -> None:
         assert self.process.stderr is not None
@@ -54,11 +60,13 @@ class HostProcess:
         )
         await self.process.stdin.send(data)
 
-    async def receive(self) -> dict[str, Any]:
-        """The next stdout line, which must be one JSON object."""
+    async def receive(self, wait: float = WAIT) -> dict[str, Any]:
+        """The next stdout line, which must be one JSON object (within ``wait`` seconds;
+        the first line, which waits for the host to start, within :data:`STARTUP`)."""
         assert self.stdout is not None
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(wait if self._answered else max(wait, STARTUP)):
             line = await self.stdout.receive_until(b"\n", 64 * 2**20)
+        self._answered = True
         message = json.loads(line)
         assert isinstance(message, dict), line[:200]
         return message
@@ -78,6 +86,18 @@ class HostProcess:
     async def wait(self) -> int:
         with anyio.fail_after(WAIT):
             return await self.process.wait()
+
+
+def signal_unless_reaped(process: Process, signum: int) -> None:
+    """Send ``signum`` to ``process`` unless its exit was already seen. Not
+    ``process.send_signal`` (nor ``terminate``/``kill``): those poll the child first
+    (``waitpid`` with ``WNOHANG``), and when it has just exited that poll reaps it ahead
+    of asyncio's child watcher, which then reports exit status 255 ("Unknown child
+    process pid"). ``os.kill`` leaves the reaping to the watcher; a child that exited
+    and is not reaped yet is a zombie, which a signal cannot harm."""
+    if process.returncode is None:
+        with suppress(ProcessLookupError):
+            os.kill(process.pid, signum)
 
 
 def host_env(**extra: str) -> dict[str, str]:

@@ -18,7 +18,15 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from tests.support import REPO
-from tests.support.process import CLI, WAIT, HostProcess, host_env, open_host
+from tests.support.process import (
+    CLI,
+    STARTUP,
+    WAIT,
+    HostProcess,
+    host_env,
+    open_host,
+    signal_unless_reaped,
+)
 from tests.support.requests import chain
 
 SERVE = [*CLI, "serve", "--port", "0", "--tools", "conformance"]
@@ -37,12 +45,12 @@ async def serving_argv(
         host = await open_host([*argv, "serve", *flags] if argv is CLI else argv, **env)
         tg.start_soon(host.collect_stderr)
         try:
-            with anyio.fail_after(WAIT):
+            with anyio.fail_after(STARTUP):
                 found = await host.wait_stderr(LISTENING)
             yield found.group(1), host
         finally:
-            if host.process.returncode is None:  # a test may have stopped it already
-                host.process.send_signal(signal.SIGTERM)
+            # a test may have stopped it already: it may be exiting right now
+            signal_unless_reaped(host.process, signal.SIGTERM)
             code = await host.wait()
             tg.cancel_scope.cancel()
     assert code == 0, host.stderr[-2000:]

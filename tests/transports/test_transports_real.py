@@ -16,6 +16,7 @@ import pytest
 
 from a2e_host.chains.messages import ChainEvent, ChainResponse
 from a2e_host.client import Client, connect_ws, spawn_stdio
+from tests.support.process import STARTUP
 from tests.support.ws import serving_sync
 
 PY = sys.executable
@@ -63,7 +64,8 @@ async def test_a_blocking_tool_does_not_delay_a_ping_on_the_same_connection(
     fifo = tmp_path / "release"
     os.mkfifo(fifo)
     with anyio.fail_after(60):
-        async with spawn_stdio([*EXTRA, "stdio"], stderr="capture") as client:
+        async with spawn_stdio([*EXTRA, "stdio"], stderr="capture",
+                               handshake_timeout=STARTUP) as client:
             run = client.run_chain(
                 [{"node_id": "b", "kind": "tool", "name": "block", "input": {"until": str(fifo)}}],
                 "b",
@@ -117,7 +119,7 @@ async def slow_and_fast(client: Client) -> None:
 async def test_slow_and_fast_chains_on_one_stdio_connection() -> None:
     argv = [PY, "-m", "a2e_host", "stdio", "--tools", "conformance"]
     with anyio.fail_after(30):
-        async with spawn_stdio(argv, stderr="capture") as client:
+        async with spawn_stdio(argv, stderr="capture", handshake_timeout=STARTUP) as client:
             await slow_and_fast(client)
 
 
