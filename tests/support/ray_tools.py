@@ -40,26 +40,34 @@ from a2e_host.tools import Tool, ToolPack, context, load_tools, tool
 REMOTE_TOOLS = ("nap", "raytest.crash_*")
 
 
+def _write_whole(path: str, text: str) -> None:
+    """Write ``path`` so that a reader polling for it sees all of ``text`` or no file
+    (``write_text`` creates the file empty first: a poller could read ``""``)."""
+    partial = f"{path}.partial"
+    Path(partial).write_text(text)
+    os.replace(partial, path)
+
+
 def square(x: int) -> dict[str, int]:
     return {"square": x * x, "pid": os.getpid()}
 
 
 def nap(started: str, ended: str, interrupted: str, seconds: float, step: float) -> dict[str, bool]:
-    Path(started).write_text(str(os.getpid()))
+    _write_whole(started, str(os.getpid()))
     try:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             time.sleep(step)
     except KeyboardInterrupt:
-        Path(interrupted).write_text("1")
+        _write_whole(interrupted, "1")
         raise
-    Path(ended).write_text("1")
+    _write_whole(ended, "1")
     return {"slept": True}
 
 
 def crash_once(marker: str, value: int) -> dict[str, Any]:
     if not os.path.exists(marker):
-        Path(marker).write_text(str(os.getpid()))
+        _write_whole(marker, str(os.getpid()))
         os._exit(1)
     ctx = context()
     assert ctx is not None and ctx.deadline is not None
