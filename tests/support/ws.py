@@ -67,41 +67,68 @@ async def serving(
         yield served
 
 
+class _Listening:
+    """A host process started by :func:`_listening`: its URL, what it wrote to stderr,
+    and its exit status once stopped."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.url = ""
+        self.said: list[bytes] = []
+        self.code: int | None = None
+
+    @property
+    def stderr(self) -> bytes:
+        return b"".join(self.said)
+
+
 @contextmanager
-def serving_sync(argv: list[str], start_timeout: float = 30.0) -> Iterator[str]:
-    """For code without an event loop: start ``argv`` (a WebSocket host on a free loopback
-    port) in the repository, yield its URL once it listens (within ``start_timeout``
-    seconds), then terminate it (killed if it has not gone 15 s later)."""
+def _listening(argv: list[str], env: dict[str, str] | None, start_timeout: float
+               ) -> Iterator[_Listening]:
+    """Start ``argv`` (a WebSocket host on a free loopback port) in the repository, its
+    stderr pumped by a thread; yield once it says it listens (within ``start_timeout``
+    seconds); then SIGTERM it (killed if it has not gone :data:`WAIT` seconds later)."""
     proc = subprocess.Popen(
         argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, env=env,
     )
-    lines: queue.Queue[str] = queue.Queue()
+    host = _Listening(proc)
+    lines: queue.Queue[bytes] = queue.Queue()
 
     def pump() -> None:
         assert proc.stderr is not None
         for line in proc.stderr:
+            host.said.append(line)
             lines.put(line)
 
     pumping = threading.Thread(target=pump, daemon=True)
     pumping.start()
     try:
-        url = ""
-        while not url:
+        while not host.url:
             line = lines.get(timeout=start_timeout)
-            if match := re.search(r"listening on (ws://\S+)", line):
-                url = match.group(1)
-        yield url
+            if match := re.search(LISTENING, line.decode("utf-8", "replace")):
+                host.url = match.group(1)
+        yield host
     finally:
-        proc.terminate()
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=15)
+            host.code = proc.wait(timeout=WAIT)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(timeout=15)
-        pumping.join(timeout=15)
+            host.code = proc.wait(timeout=WAIT)
+        pumping.join(timeout=WAIT)
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+@contextmanager
+def serving_sync(argv: list[str], start_timeout: float = 30.0) -> Iterator[str]:
+    """For code without an event loop: start ``argv`` (a WebSocket host on a free loopback
+    port) in the repository, yield its URL once it listens (within ``start_timeout``
+    seconds), then terminate it (killed if it has not gone :data:`WAIT` seconds later)."""
+    with _listening(argv, None, start_timeout) as host:
+        yield host.url
 
 
 @contextmanager
@@ -110,42 +137,10 @@ def shared_serving(argv: list[str], **env: str) -> Iterator[str]:
     port, with :func:`~tests.support.process.host_env` + ``env``) that a module's tests
     reach each on connections of their own. Yield its URL once it listens; then SIGTERM
     it: it must exit 0 without a traceback, as :func:`serving_argv` checks."""
-    proc = subprocess.Popen(
-        argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, env=host_env(**env),
-    )
-    lines: queue.Queue[bytes] = queue.Queue()
-    said: list[bytes] = []
-
-    def pump() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            said.append(line)
-            lines.put(line)
-
-    pumping = threading.Thread(target=pump, daemon=True)
-    pumping.start()
-    try:
-        url = ""
-        while not url:
-            line = lines.get(timeout=2 * WAIT)
-            if match := re.search(LISTENING, line.decode("utf-8", "replace")):
-                url = match.group(1)
-        yield url
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait(timeout=WAIT)
-        pumping.join(timeout=WAIT)
-        assert proc.stderr is not None
-        proc.stderr.close()
-    stderr = b"".join(said)
-    assert code == 0, stderr[-2000:]
-    assert b"Traceback" not in stderr, stderr[-4000:].decode("utf-8", "replace")
+    with _listening(argv, host_env(**env), 2 * WAIT) as host:
+        yield host.url
+    assert host.code == 0, host.stderr[-2000:]
+    assert b"Traceback" not in host.stderr, host.stderr[-4000:].decode("utf-8", "replace")
 
 
 # ── one client's side ───────────────────────────────────────────────────────────
