@@ -153,7 +153,20 @@ def frames(conn: sqlite3.Connection, run_id: str, after: int, limit: int) -> lis
     """The run's frames with ``seq > after``, at most ``limit``, in ``seq`` order: its
     ``events`` rows merged with the frames of its segments (a page may begin or end
     inside a segment; a segment is decoded whole, at most :data:`~._writer.SEGMENT_FRAMES`
-    frames)."""
+    frames). Read in one transaction, so from one snapshot: a batch the writer commits
+    between the two queries (a big frame's row, a segment after it) would otherwise show
+    its segment without the row, and the page would skip that ``seq``."""
+    if conn.in_transaction:
+        return _frames(conn, run_id, after, limit)
+    conn.execute("BEGIN")
+    try:
+        return _frames(conn, run_id, after, limit)
+    finally:
+        conn.execute("COMMIT")
+
+
+def _frames(conn: sqlite3.Connection, run_id: str, after: int, limit: int
+            ) -> list[StoredFrame]:
     key = conn.execute("SELECT id FROM runs WHERE run_id = ?", (run_id,)).fetchone()
     if key is None:
         return []
