@@ -6,13 +6,11 @@ PostgresRunStore`; the SQL is in :mod:`._pg_queries`.
 
 from __future__ import annotations
 
-import builtins
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from . import RunRecord, RunStatus, StoredFrame, StoreError
-from . import _pg_queries as q
+from . import StoreError
 
 __all__ = ["Reads"]
 
@@ -44,39 +42,3 @@ class Reads(ABC):
                 return await fn(conn)
         except psycopg.Error as exc:
             raise StoreError(f"reading the run store {self.path} failed: {exc}") from exc
-
-    async def get(self, run_id: str) -> RunRecord | None:
-        return await self._read(lambda conn: q.get(conn, run_id))
-
-    async def by_idempotency_key(self, principal: str, key: str) -> RunRecord | None:
-        return await self._read(lambda conn: q.by_idempotency_key(conn, principal, key))
-
-    async def list(
-        self,
-        *,
-        principal: str | None = None,
-        status: RunStatus | Sequence[RunStatus] | None = None,
-        cursor: str | None = None,
-        limit: int = 50,
-    ) -> tuple[builtins.list[RunRecord], str | None]:
-        statuses: builtins.list[str] | None
-        if status is None:
-            statuses = None
-        elif isinstance(status, RunStatus):
-            statuses = [status.value]
-        else:
-            statuses = [RunStatus(s).value for s in status]
-        return await self._read(lambda conn: q.list_runs(
-            conn, principal=principal, statuses=statuses, cursor=cursor, limit=limit))
-
-    async def frames(self, run_id: str, *, after: int = 0, limit: int = 1000
-                     ) -> builtins.list[StoredFrame]:
-        if limit <= 0:
-            raise ValueError(f"frames limit must be > 0, got {limit}")
-        if after >= q.MAX_SEQ:
-            return []
-        return await self._read(lambda conn: q.frames(conn, run_id, after,
-                                                      min(limit, q.MAX_SEQ)))
-
-    async def unfinished(self) -> builtins.list[RunRecord]:
-        return await self._read(q.unfinished)

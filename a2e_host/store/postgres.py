@@ -27,21 +27,19 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
-
-import msgspec
+from types import ModuleType
+from typing import Any, ClassVar, TypeVar
 
 from ..logs import get_logger
 from . import (
-    TERMINAL_STATUSES,
     CommitCallback,
     Durability,
     RunRecord,
-    RunStatus,
     StoredFrame,
     StoreError,
 )
 from . import _pg_queries as q
+from ._loop_side import LoopSide
 from ._pg_connect import CONNECT_OPTIONS, default_replica_id
 from ._pg_connect import where as _where
 from ._pg_notify import Listener
@@ -49,7 +47,7 @@ from ._pg_owner import Ownership, hold_replica_id
 from ._pg_reads import Reads
 from ._pg_schema import migrate, read_version
 from ._pg_writer import apply_cancel, apply_job, apply_segment, prepare, segments
-from ._writer import APPEND, CANCEL, CREATE, FINISH, JOB, MAX_BATCH
+from ._writer import APPEND, CANCEL, CREATE, JOB, MAX_BATCH
 
 __all__ = ["PostgresRunStore", "open_postgres_store", "open_store", "default_replica_id"]
 
@@ -145,7 +143,7 @@ open_store = open_postgres_store
 """This backend's opener, as :func:`a2e_host.store.open_store` finds it."""
 
 
-class PostgresRunStore(Ownership, Reads):
+class PostgresRunStore(Ownership, Reads, LoopSide):
     """The run store in a PostgreSQL database, shared by replicas. Make it with
     :func:`open_postgres_store`; call it from the event loop it was opened on.
 
@@ -155,6 +153,8 @@ class PostgresRunStore(Ownership, Reads):
         lease: seconds of silence after which a replica's runs are taken over.
         committed / pending / pending_bytes / error: as the SQLite store's.
     """
+
+    _queries: ClassVar[ModuleType] = q
 
     def __init__(self, where: str, url: str, pool: Any, *, owner: str, max_pending: int,
                  max_pending_bytes: int, lease: float, commit_delay: float,
@@ -201,15 +201,6 @@ class PostgresRunStore(Ownership, Reads):
 
     # ── state ───────────────────────────────────────────────────────────────
 
-    @property
-    def pending(self) -> int:
-        return self._ticket - self.committed
-
-    @property
-    def full(self) -> bool:
-        return (self._ticket - self.committed > self.max_pending
-                or self.pending_bytes > self.max_pending_bytes)
-
     def _refuse(self) -> StoreError:
         if self.error is not None:
             return StoreError(f"the run store {self.path} failed ({self.error}); nothing "
@@ -229,17 +220,6 @@ class PostgresRunStore(Ownership, Reads):
 
     # ── writes ──────────────────────────────────────────────────────────────
 
-    def _stamped(self, record: RunRecord) -> RunRecord:
-        now = time.time()
-        changes: dict[str, Any] = {}
-        if not record.owner:
-            changes["owner"] = self.owner
-        if not record.created:
-            changes["created"] = now
-        if not record.updated:
-            changes["updated"] = record.created or now
-        return msgspec.structs.replace(record, **changes) if changes else record
-
     def create(self, record: RunRecord) -> int:
         record = self._stamped(record)
         q.text_only(record.run_id, **q.text_fields(record))
@@ -251,16 +231,6 @@ class PostgresRunStore(Ownership, Reads):
         nbytes = len(data) if output is None else len(data) + len(output)
         return self._put(APPEND, nbytes, run_id, frame.seq, frame.node_id, frame.phase,
                          data, output)
-
-    def finish(self, run_id: str, status: RunStatus, response: bytes, last_seq: int) -> int:
-        if status not in TERMINAL_STATUSES:
-            raise ValueError(f"a run finishes with one of {sorted(TERMINAL_STATUSES)}, "
-                             f"not {status!r}")
-        return self._put(FINISH, len(response), run_id, str(status.value), response,
-                         last_seq, time.time())
-
-    def request_cancel(self, run_id: str) -> int:
-        return self._put(CANCEL, 0, run_id, time.time())
 
     async def _job(self, fn: Callable[[Any], Awaitable[T]]) -> T:
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()

@@ -20,7 +20,6 @@ backpressure and failure.
 from __future__ import annotations
 
 import asyncio
-import builtins
 import os
 import secrets
 import socket
@@ -28,27 +27,26 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, ClassVar, TypeVar
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
-import msgspec
 
 from ..logs import get_logger
 from . import (
-    TERMINAL_STATUSES,
     CommitCallback,
     Durability,
     RunRecord,
-    RunStatus,
     StoredFrame,
     StoreError,
 )
 from . import _queries as q
+from ._loop_side import LoopSide
 from ._schema import OwnerLock, connect_reader, connect_writer
-from ._writer import APPEND, CANCEL, CREATE, FINISH, JOB, Writer
+from ._writer import APPEND, CREATE, JOB, Writer
 
 __all__ = ["SQLiteRunStore", "open_sqlite_store", "open_store"]
 
@@ -120,7 +118,7 @@ open_store = open_sqlite_store
 """This backend's opener, as :func:`a2e_host.store.open_store` finds it."""
 
 
-class SQLiteRunStore:
+class SQLiteRunStore(LoopSide):
     """The run store in one SQLite file. Make it with :func:`open_sqlite_store`; call
     its writes from the event loop thread it was opened on.
 
@@ -133,6 +131,8 @@ class SQLiteRunStore:
         max_pending / max_pending_bytes: the ceilings of :attr:`full`.
         error: why the store broke, else None.
     """
+
+    _queries: ClassVar[ModuleType] = q
 
     def __init__(self, path: str, loop: asyncio.AbstractEventLoop,
                  reader: sqlite3.Connection, *, owner: str, max_pending: int,
@@ -168,15 +168,6 @@ class SQLiteRunStore:
         self._writer.start()
 
     # ── state ───────────────────────────────────────────────────────────────
-
-    @property
-    def pending(self) -> int:
-        return self._ticket - self.committed
-
-    @property
-    def full(self) -> bool:
-        return (self._ticket - self.committed > self.max_pending
-                or self.pending_bytes > self.max_pending_bytes)
 
     def _refuse(self) -> StoreError:
         if self.error is not None:
@@ -217,17 +208,6 @@ class SQLiteRunStore:
 
     # ── writes ──────────────────────────────────────────────────────────────
 
-    def _stamped(self, record: RunRecord) -> RunRecord:
-        now = time.time()
-        changes: dict[str, Any] = {}
-        if not record.owner:
-            changes["owner"] = self.owner
-        if not record.created:
-            changes["created"] = now
-        if not record.updated:
-            changes["updated"] = record.created or now
-        return msgspec_replace(record, changes)
-
     def create(self, record: RunRecord) -> int:
         record = self._stamped(record)
         return self._put(CREATE, len(record.request), q.record_row(record))
@@ -247,16 +227,6 @@ class SQLiteRunStore:
             self._kick(writer, queue)
         self.pending_bytes += nbytes
         return ticket
-
-    def finish(self, run_id: str, status: RunStatus, response: bytes, last_seq: int) -> int:
-        if status not in TERMINAL_STATUSES:
-            raise ValueError(f"a run finishes with one of {sorted(TERMINAL_STATUSES)}, "
-                             f"not {status!r}")
-        return self._put(FINISH, len(response), run_id, str(status.value), response,
-                         last_seq, time.time())
-
-    def request_cancel(self, run_id: str) -> int:
-        return self._put(CANCEL, 0, run_id, time.time())
 
     async def _job(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         future: asyncio.Future[T] = self._loop.create_future()
@@ -382,43 +352,6 @@ class SQLiteRunStore:
 
         return await anyio.to_thread.run_sync(locked, limiter=self._read_turn)
 
-    async def get(self, run_id: str) -> RunRecord | None:
-        return await self._read(lambda conn: q.get(conn, run_id))
-
-    async def by_idempotency_key(self, principal: str, key: str) -> RunRecord | None:
-        return await self._read(lambda conn: q.by_idempotency_key(conn, principal, key))
-
-    async def list(
-        self,
-        *,
-        principal: str | None = None,
-        status: RunStatus | Sequence[RunStatus] | None = None,
-        cursor: str | None = None,
-        limit: int = 50,
-    ) -> tuple[builtins.list[RunRecord], str | None]:
-        statuses: builtins.list[str] | None
-        if status is None:
-            statuses = None
-        elif isinstance(status, RunStatus):
-            statuses = [status.value]
-        else:
-            statuses = [RunStatus(s).value for s in status]
-        return await self._read(lambda conn: q.list_runs(
-            conn, principal=principal, statuses=statuses, cursor=cursor, limit=limit))
-
-    async def frames(self, run_id: str, *, after: int = 0, limit: int = 1000
-                     ) -> builtins.list[StoredFrame]:
-        if limit <= 0:
-            raise ValueError(f"frames limit must be > 0, got {limit}")
-        if after >= q.MAX_SEQ:  # no seq is stored past it (nor fits an SQLite integer)
-            return []
-        return await self._read(lambda conn: q.frames(conn, run_id, after, min(limit, q.MAX_SEQ)))
-
-    async def unfinished(self) -> builtins.list[RunRecord]:
-        return await self._read(q.unfinished)
-
-    # ── lifetime ────────────────────────────────────────────────────────────
-
     async def aclose(self) -> None:
         if self._state != _OPEN:
             return
@@ -447,9 +380,3 @@ class SQLiteRunStore:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-
-def msgspec_replace(record: RunRecord, changes: dict[str, Any]) -> RunRecord:
-    """``record`` with ``changes`` (itself when there are none)."""
-    if not changes:
-        return record
-    return msgspec.structs.replace(record, **changes)
