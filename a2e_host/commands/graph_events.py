@@ -36,10 +36,20 @@ from .run_trace import RunTrace
 from .store_access import printable
 
 __all__ = ["MAX_LINE_BYTES", "RUN_FORMATS", "EventsFileError", "draw_run",
-           "graph_events_main", "read_events"]
+           "graph_events_main", "read_events", "unknown_format"]
 
 RUN_FORMATS = ("mermaid", "dot", "html")
 """The formats a run is drawn in."""
+
+
+def unknown_format(format: str) -> bool:
+    """Whether ``format`` is not one of :data:`RUN_FORMATS` (then said on stderr, naming
+    the ones there are)."""
+    if format in RUN_FORMATS:
+        return False
+    print(f"a2e-host graph: unknown --format {format!r}; use one of: "
+          f"{', '.join(RUN_FORMATS)}", file=sys.stderr)
+    return True
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """The longest line an events file may hold (four times the default
@@ -67,9 +77,7 @@ def graph_events_main(chain: Path, events: Path, format: str) -> int:
     Returns:
         The exit code (see the module docstring).
     """
-    if format not in RUN_FORMATS:
-        print(f"a2e-host graph: unknown --format {format!r}; use one of: "
-              f"{', '.join(RUN_FORMATS)}", file=sys.stderr)
+    if unknown_format(format):
         return EXIT_USAGE
     try:
         request = read_chain_request(chain)

@@ -26,7 +26,7 @@ import anyio
 from ..chains.messages import ChainRequest, chain_codec
 from ..exceptions import A2EError
 from ..store import RunStatus
-from .graph_events import RUN_FORMATS, draw_run
+from .graph_events import draw_run, unknown_format
 from .run_trace import RunTrace
 from .store_access import (
     EXIT_USAGE,
@@ -54,9 +54,7 @@ def graph_run_main(run_id: str, format: str, *, store: str | None,
     Returns:
         The exit code (see the module docstring).
     """
-    if format not in RUN_FORMATS:
-        print(f"a2e-host graph: unknown --format {format!r}; use one of: "
-              f"{', '.join(RUN_FORMATS)}", file=sys.stderr)
+    if unknown_format(format):
         return EXIT_USAGE
     try:
         path = resolve_store(store, config_path)
