@@ -89,3 +89,24 @@ def hosts_share_compiled_bytecode(tmp_path_factory: pytest.TempPathFactory) -> I
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@pytest.fixture(autouse=True)
+def logging_as_it_was() -> Iterator[None]:
+    """Put the process's logging back after each test: a command run in-process
+    (``validate``, ``tools``) configures it to the stderr of the moment, which is the
+    test's capture, closed when the test ends; a later test's loggers (a store's writer
+    thread) would write there."""
+    import logging
+
+    import structlog
+
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+        root.handlers[:] = handlers
+        root.setLevel(level)
