@@ -127,7 +127,9 @@ async def run_attempt(
     size = 0
     try:
         if config.hold_start is not None and not resumed:
-            await config.hold_start(pnode)  # a durable run: its start stored first
+            held = config.hold_start(pnode)  # a durable run: its start stored first
+            if held is not None:
+                await held
         budget.count_nodes(1, shown, node_id)
         output, taken = await run.kind_runners.get(kind, execute)(run, shown, pnode, context)
         if pnode.template_index is None:  # a map counts its items' outputs as they arrive

@@ -83,9 +83,10 @@ class RunConfig:
             plan's starting state and consulted for map items and in-flight nodes
             (:mod:`~a2e_host.chains.resume`, PROTOCOL.md §5 Resume); None: a fresh run.
         hold_start: a durable run's wait between a node's ``start`` event and its
-            execution: returns at once for a node that may run again on resume, else once
-            that ``start`` is stored for good, so a crash cannot forget that the node ran
-            (PROTOCOL.md §5 Resume); raises to fail the node when it cannot be stored.
+            execution: None (no wait) for a node that may run again on resume, else an
+            awaitable done once that ``start`` is stored for good, so a crash cannot
+            forget that the node ran (PROTOCOL.md §5 Resume), which raises to fail the
+            node when it cannot be stored.
             None (a run that is not durable): no wait.
     """
 
@@ -101,7 +102,7 @@ class RunConfig:
     step_cache: StepCache | None = None
     run_key: str = ""
     resume: Resumption | None = None
-    hold_start: Callable[[PlanNode], Awaitable[None]] | None = None
+    hold_start: Callable[[PlanNode], Awaitable[None] | None] | None = None
 
 
 class RunState(Protocol):

@@ -168,7 +168,7 @@ class ChainRunner:
         checkpoint: Checkpoint | None = None,
         resume: Resumption | None = None,
         timeout_left: float | None = None,
-        hold_start: Callable[[PlanNode], Awaitable[None]] | None = None,
+        hold_start: Callable[[PlanNode], Awaitable[None] | None] | None = None,
     ) -> None:
         scoped = limits if isinstance(limits, SessionLimits) else SessionLimits(limits)
         config = RunConfig(

@@ -81,10 +81,14 @@ class Run:
         policy: what detaching does to it.
         log: its structlog logger.
         done: set once its task has ended.
+        host_stopping: the host is stopping: every run is being cancelled, none asked
+            by an agent (a durable run then stores nothing more, to be resumed by the
+            next host). An attribute, not a property: durable runs ask it per event.
     """
 
     __slots__ = ("key", "req_id", "capability", "name", "sink", "policy", "log", "done",
-                 "cancel_requested", "_scope", "_on_cancel", "_on_end", "_registry")
+                 "cancel_requested", "host_stopping", "_scope", "_on_cancel", "_on_end",
+                 "_registry")
 
     def __init__(
         self,
@@ -109,6 +113,7 @@ class Run:
         self.log = log
         self.done = anyio.Event()
         self.cancel_requested = False
+        self.host_stopping = False
         self._scope = anyio.CancelScope()
         self._on_cancel: Callable[[], None] | None = None
         self._on_end: Callable[[Run], None] | None = None
@@ -139,12 +144,6 @@ class Run:
     def abort(self) -> None:
         """Cancel the run's task (its shielded cleanup still runs)."""
         self._scope.cancel()
-
-    @property
-    def host_stopping(self) -> bool:
-        """The host is stopping: every run is being cancelled, none asked by an agent
-        (a durable run then stores nothing more, to be resumed by the next host)."""
-        return not self._registry.is_open
 
     # ── connections ─────────────────────────────────────────────────────────
 
@@ -279,6 +278,8 @@ class RunRegistry:
                         await self._guests_left.wait()
                 finally:
                     self._tg = None
+                    for run in self._alive:
+                        run.host_stopping = True
                     tg.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             # runs never raise (their exceptions become wire errors): what is here came

@@ -30,7 +30,6 @@ Life of one ``chain/req``, each step keeping "exactly one ``chain/resp``":
 from __future__ import annotations
 
 import time
-from functools import partial
 from typing import Any, ClassVar
 
 import anyio
@@ -254,7 +253,7 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
         def emit(message: Message) -> None:
             if live is None:
                 sink.send_nowait(message)
-            elif durable.host_stops(live):
+            elif live.handle.host_stopping and durable.host_stops(live):
                 return  # the host is stopping: the run stays as stored, to be resumed
             elif isinstance(message, ChainResponse):
                 durable.finished(live, message)  # stored with its status, then sent
@@ -302,9 +301,9 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 step_cache=self.step_cache,
                 run_key=run_id or f"{session.session_id}/{request.id}",
                 checkpoint=None if live is None else checkpoint_for(
-                    live.sink, partial(durable.host_stops, live)),
+                    live.sink, durable.stopping_of(live)),
                 hold_start=None if live is None else start_hold(
-                    live.sink, self.toolbox, partial(durable.host_stops, live)),
+                    live.sink, self.toolbox, durable.stopping_of(live)),
             )
             run.on_cancel(runner.cancel)  # at once when cancelled while it was planned
             log.info("chain started", nodes=len(plan.nodes))

@@ -29,9 +29,8 @@ store (:func:`checkpoint_for`), which is what step 2 reads.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import msgspec
@@ -99,26 +98,13 @@ def checkpoint_for(sink: DurableSink, stopping: Callable[[], bool]) -> Checkpoin
     return checkpoint
 
 
-class _Ready:
-    """An awaitable that is done already: what :func:`start_hold` returns for a node that
-    may run again (no coroutine made per node; a map's items ask once each)."""
-
-    __slots__ = ()
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return iter(())
-
-
-_READY = _Ready()
-
-
 def start_hold(sink: DurableSink, toolbox: Toolbox, stopping: Callable[[], bool]
-               ) -> Callable[[PlanNode], Awaitable[None]]:
+               ) -> Callable[[PlanNode], Awaitable[None] | None]:
     """A durable run's :attr:`~a2e_host.chains.run_state.RunConfig.hold_start`: a node
     that would not run again on resume (:func:`~a2e_host.chains.resume.may_rerun`: a
     tool not declared ``idempotent``, a process, a Python skill) executes only once its
     ``start`` is committed, so a ``kill -9`` cannot make a resume run it a second time
-    (PROTOCOL.md §5 Resume); any other node pays nothing (a done awaitable). Raises
+    (PROTOCOL.md §5 Resume); any other node pays nothing (None: no wait). Raises
     :class:`~a2e_host.store.StoreError` (the node fails, unrun) when the store broke or
     the host stops before the ``start`` was stored."""
     tools = toolbox.tools
@@ -143,11 +129,11 @@ def start_hold(sink: DurableSink, toolbox: Toolbox, stopping: Callable[[], bool]
         if stopping():
             raise StoreError("the host is stopping: the node is left for the resume")
 
-    def hold(pnode: PlanNode) -> Awaitable[None]:
+    def hold(pnode: PlanNode) -> Awaitable[None] | None:
         node = pnode.node
         rerun = decided.get((pnode.kind, node.name, node.resume))
         if rerun if rerun is not None else decide(pnode):
-            return _READY
+            return None
         return held()
 
     return hold
@@ -270,7 +256,7 @@ class ResumedChains:
             )
 
             def emit(m: Any) -> None:
-                if durable.host_stops(live):
+                if live.handle.host_stopping and durable.host_stops(live):
                     return  # the run stays as stored, for the next start to resume
                 if isinstance(m, ChainResponse):
                     durable.finished(live, m)
@@ -285,9 +271,9 @@ class ResumedChains:
                 log=log, tool_of=tools.get,
                 step_cache=self.step_cache,  # type: ignore[attr-defined]
                 run_key=record.run_id, resume=resume,
-                checkpoint=checkpoint_for(sink, partial(durable.host_stops, live)),
+                checkpoint=checkpoint_for(sink, durable.stopping_of(live)),
                 timeout_left=left,
-                hold_start=start_hold(sink, self.toolbox, partial(durable.host_stops, live)),
+                hold_start=start_hold(sink, self.toolbox, durable.stopping_of(live)),
             )
             run.on_cancel(runner.cancel)
             if record.cancel_requested:
