@@ -2,10 +2,12 @@
 
 Layer: runtime (anyio). A :class:`DurableSink` is the :class:`~a2e_host.runtime.runs.RunSink`
 of a durable run (DURABILITY.md §3.1 "Batching", §3.2). It never awaits the disk per
-event: :meth:`DurableSink.send_nowait` encodes the frame, hands it to the store
-(:meth:`~a2e_host.store.RunStore.append`, which only queues it) and keeps it in memory;
-when the store reports the batch holding it committed (a commit callback, on the loop),
-the sink sends it to the attached outbox. So a frame a client has seen is always on
+event: :meth:`DurableSink.send_nowait` encodes the frame and keeps it in memory; the
+frames a run emits in one loop tick go to the store as one write
+(:meth:`~a2e_host.store.RunStore.append_many`, which only queues it; the store calls
+the sink back for it, :meth:`~a2e_host.store.RunStore.defer`); when the store reports
+the batch holding them committed (a commit callback, on the loop), the sink sends them
+to the attached outbox. So a frame a client has seen is always on
 disk, and a host that crashes and resumes never reuses a ``seq`` a client saw.
 
 **Ordering.** Frames reach the outbox in ``seq`` order, none lost, none twice: the store
@@ -60,58 +62,19 @@ from ..errors import error_message_of, internal_error_message
 from ..exceptions import StoreUnavailable
 from ..logs import get_logger
 from ..messages import Message
-from ..store import RunStatus, RunStore, StoredFrame, StoreError
+from ..store import FrameItem, RunStatus, RunStore, StoreError
+from .replay import send_page
 from .runs import Append, FrameOutbox, RunSink
 
-__all__ = ["DurableSink", "replay_stored"]
+__all__ = ["DurableSink", "GROUP_FRAMES"]
+
+GROUP_FRAMES = 512
+"""Frames a run emits in one loop tick that the sink writes as one group at most: a
+run that emits many without yielding (a map's items whose tools return at once) has
+them committed while it goes on, not only when it stops at ``max_uncommitted``."""
 
 Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
 """``start_soon(fn)``: run ``fn()`` in a task that outlives the call."""
-
-
-async def replay_stored(
-    store: RunStore, run_id: str, outbox: FrameOutbox, *, after: int = 0,
-    until: int | None = None, page_size: int = 256,
-) -> int:
-    """Send a run's stored frames with ``after < seq <= until`` to ``outbox``, page by
-    page, waiting for the outbox between pages (a finished run's replay: ``chain/attach``
-    after its end). Sends the stored response too when the run is finished and ``until``
-    is None.
-
-    Args:
-        after: the last ``seq`` the client has (0: from the start).
-        until: the last ``seq`` to send; None: every stored frame.
-        page_size: frames read per store call.
-
-    Returns:
-        The last ``seq`` sent (``after`` when none).
-
-    Raises:
-        StoreError: the store failed, or its log has a gap (a ``seq`` missing).
-    """
-    sent = after
-    while until is None or sent < until:
-        limit = page_size if until is None else min(page_size, until - sent)
-        page = await store.frames(run_id, after=sent, limit=limit)
-        if not page:
-            break
-        sent = _send_page(page, sent, outbox, run_id)
-        await outbox.wait_writable()
-    if until is None:
-        record = await store.get(run_id)
-        if record is not None and record.response is not None:
-            outbox.send_frame_nowait(record.response)
-    return sent
-
-
-def _send_page(page: list[StoredFrame], sent: int, outbox: FrameOutbox, run_id: str) -> int:
-    for stored in page:
-        if stored.seq != sent + 1:
-            raise StoreError(f"the stored log of run {run_id!r} has a gap: seq {sent + 1} "
-                             f"is missing (next stored is {stored.seq})")
-        outbox.send_frame_nowait(stored.frame)
-        sent = stored.seq
-    return sent
 
 
 class DurableSink(RunSink):
@@ -144,7 +107,9 @@ class DurableSink(RunSink):
 
     __slots__ = ("store", "run_id", "req_id", "capability", "committed_position",
                  "delivered", "live", "max_uncommitted", "max_uncommitted_bytes",
-                 "page_size", "_frames", "_tickets", "_pending_bytes", "_unsubscribe", "_gen",
+                 "page_size", "_frames", "_tickets", "_ends", "_group", "_group_bytes",
+                 "_pending_bytes",
+                 "_unsubscribe", "_gen",
                  "_final", "_start_soon", "_on_store_error", "_failed", "_drained", "_waiters",
                  "_log")
 
@@ -177,13 +142,17 @@ class DurableSink(RunSink):
         self.max_uncommitted = max_uncommitted
         self.max_uncommitted_bytes = max_uncommitted_bytes
         self.page_size = page_size
-        # frames emitted and not yet committed, and the store's ticket of each: the first
-        # is at committed_position + 1 (positions are consecutive); two flat lists, not
-        # a tuple per frame, as this is paid on every event. Tickets increase, so a
-        # commit report finds the frames it covers by bisection and cuts them off in one
-        # slice (the writer often commits a prefix while the run emits more)
+        # frames emitted and not yet committed: the first is at committed_position + 1
+        # (positions are consecutive). The last ones, not yet given to the store, are
+        # in _group as (node_id, phase, frame, output); the others were written in
+        # groups, the store's ticket and last position of each in _tickets and _ends.
+        # Tickets increase, so a commit report finds the groups it covers by bisection
+        # and cuts their frames off in one slice
         self._frames: list[bytes] = []
+        self._group: list[FrameItem] = []
+        self._group_bytes = 0  # the group's frame and output bytes
         self._tickets: list[int] = []
+        self._ends: list[int] = []
         self._pending_bytes = 0
         self._unsubscribe: Callable[[], None] | None = None
         self._gen = 0
@@ -200,7 +169,7 @@ class DurableSink(RunSink):
     @property
     def uncommitted(self) -> int:
         """Frames emitted and not yet committed."""
-        return len(self._tickets)
+        return len(self._frames)
 
     # ── producing ───────────────────────────────────────────────────────────
 
@@ -223,25 +192,55 @@ class DurableSink(RunSink):
             self.append(position, frame)
         if self._failed:
             return
-        try:
-            if status is None:
-                ticket = self.store.append(self.run_id, StoredFrame(
-                    position, getattr(message, "node_id", "") or "",
-                    getattr(message, "phase", "") or "", frame, output))
-            else:
+        if status is None:
+            group = self._group
+            if not group:
+                self.store.defer(self._flush)
+            group.append((getattr(message, "node_id", "") or "",
+                          getattr(message, "phase", "") or "", frame, output))
+            self._group_bytes += len(frame) if output is None else len(frame) + len(output)
+            self._frames.append(frame)
+            self._pending_bytes += len(frame)
+            if len(group) >= GROUP_FRAMES:  # a run that emits on without yielding
+                self._flush(now=True)
+        else:
+            self._flush()  # the run's frames are queued before its end
+            if self._failed:
+                return
+            try:
                 ticket = self.store.finish(self.run_id, status, frame, position - 1)
-                self._final = position
-        except StoreError as exc:
-            self._store_failed(exc)
-            return
-        self._frames.append(frame)
-        self._tickets.append(ticket)
-        self._pending_bytes += len(frame)
+            except StoreError as exc:
+                self._store_failed(exc)
+                return
+            self._final = position
+            self._tickets.append(ticket)
+            self._ends.append(position)
+            self._frames.append(frame)
+            self._pending_bytes += len(frame)
         if self._unsubscribe is None:
             self._unsubscribe = self.store.on_commit(self._committed)
 
+    def _flush(self, *, now: bool = False) -> None:
+        """Give the store the frames emitted since the last flush, as one write (called
+        by the store, :meth:`~a2e_host.store.RunStore.defer`, before the run's end, and
+        when :data:`GROUP_FRAMES` are waiting: ``now``, the writer is woken at once, not
+        at the end of the loop tick, so it commits while the run goes on emitting)."""
+        group = self._group
+        if not group or self._failed:
+            return
+        self._group = []
+        nbytes, self._group_bytes = self._group_bytes, 0
+        first = len(self._frames) - len(group) + self.committed_position + 1
+        try:
+            ticket = self.store.append_many(self.run_id, first, group, nbytes, now=now)
+        except StoreError as exc:
+            self._store_failed(exc)
+            return
+        self._tickets.append(ticket)
+        self._ends.append(first + len(group) - 1)
+
     def _over(self) -> bool:
-        return (len(self._tickets) > self.max_uncommitted
+        return (len(self._frames) > self.max_uncommitted
                 or self._pending_bytes > self.max_uncommitted_bytes)
 
     async def wait_writable(self) -> None:
@@ -249,7 +248,7 @@ class DurableSink(RunSink):
         uncommitted frames are over their ceilings (at once when the store broke)."""
         outbox = self._outbox
         if ((outbox is None or not outbox.full) and not self.store.full
-                and len(self._tickets) <= self.max_uncommitted
+                and len(self._frames) <= self.max_uncommitted
                 and self._pending_bytes <= self.max_uncommitted_bytes):
             return  # the usual case, asked before every node: no loop, no call
         while not self._failed:
@@ -292,15 +291,20 @@ class DurableSink(RunSink):
             self._store_failed(error)
             return
         tickets, frames = self._tickets, self._frames
-        if tickets and tickets[-1] <= committed:  # all of them at once
+        if not tickets or tickets[0] > committed:
+            done: list[bytes] = []
+        elif tickets[-1] <= committed and not self._group:  # all of them at once
             done, self._frames = frames, []
             tickets.clear()
+            self._ends.clear()
             self._pending_bytes = 0
-        else:  # a prefix (or none): the frames emitted while the batch was written wait
+        else:  # a prefix: the frames emitted while the batch was written wait
             count = bisect_right(tickets, committed)
-            done = frames[:count]
-            del frames[:count]
+            cut = self._ends[count - 1] - self.committed_position
+            done = frames[:cut]
+            del frames[:cut]
             del tickets[:count]
+            del self._ends[:count]
             self._pending_bytes -= sum(map(len, done))
         if done:
             first = self.committed_position + 1
@@ -312,7 +316,7 @@ class DurableSink(RunSink):
                 for frame in done if skip <= 0 else done[skip:]:
                     send(frame)
                 self.delivered = self.committed_position
-        if not tickets:
+        if not self._frames:
             self._pending_bytes = 0
             unsubscribe, self._unsubscribe = self._unsubscribe, None
             if unsubscribe is not None:
@@ -352,11 +356,14 @@ class DurableSink(RunSink):
         self._failed = True
         if taken_over:
             self._log.warning("the run was taken over by another replica: its frames are "
-                              "no longer stored or sent here", lost=len(self._tickets))
+                              "no longer stored or sent here", lost=len(self._frames))
         else:
             self._log.error("the run store failed: the run's frames are no longer stored "
-                            "or sent", error=str(error), lost=len(self._tickets))
+                            "or sent", error=str(error), lost=len(self._frames))
         self._tickets.clear()
+        self._ends.clear()
+        self._group = []
+        self._group_bytes = 0
         self._frames.clear()
         self._pending_bytes = 0
         unsubscribe, self._unsubscribe = self._unsubscribe, None
@@ -469,7 +476,7 @@ class DurableSink(RunSink):
                     raise StoreError(f"the stored log of run {self.run_id!r} ends at seq "
                                      f"{self.delivered}, before the committed "
                                      f"{self.committed_position}")
-                self.delivered = _send_page(page, self.delivered, outbox, self.run_id)
+                self.delivered = send_page(page, self.delivered, outbox, self.run_id)
                 await outbox.wait_writable()
         except StoreError as exc:
             self._log.error("replaying the run's frames failed", error=str(exc))

@@ -55,6 +55,7 @@ from ..exceptions import A2EError
 
 __all__ = [
     "Durability",
+    "FrameItem",
     "RunRecord",
     "RunStatus",
     "RunStore",
@@ -162,6 +163,11 @@ class StoredFrame(msgspec.Struct, frozen=True):
     output: bytes | None = None
 
 
+FrameItem = tuple[str, str, bytes, "bytes | None"]
+"""One frame of :meth:`RunStore.append_many`: ``(node_id, phase, frame, output)``, the
+fields of a :class:`StoredFrame` but its ``seq`` (a plain tuple: one is made per event)."""
+
+
 class StoreError(A2EError):
     """The run store cannot do what was asked: it is closed, broken by an I/O error
     (see :attr:`RunStore.error`), or a write was refused (the message says which run
@@ -236,6 +242,35 @@ class RunStore(Protocol):
         Raises:
             StoreError: the store is closed or broken.
         """
+        ...
+
+    def append_many(self, run_id: str, first_seq: int, items: list[FrameItem],
+                    nbytes: int = -1, *, now: bool = False) -> int:
+        """Queue consecutive frames of a run as one write: ``items[i]`` is frame
+        ``first_seq + i`` (``(node_id, phase, frame, output)``), stored as
+        :meth:`append` stores each. The store keeps ``items`` (do not change it after).
+
+        Args:
+            nbytes: the frames' and outputs' bytes when the caller counted them (-1:
+                counted here).
+            now: start writing at once, not at the end of the loop tick (a big group
+                made by a producer that does not yield).
+
+        Returns:
+            The write's ticket (one for all of them).
+
+        Raises:
+            StoreError: the store is closed or broken.
+        """
+        ...
+
+    def defer(self, flush: Callable[[], object]) -> None:
+        """Call ``flush()`` on the loop soon, once: at the end of this loop tick
+        (SQLite), or when the writer task next takes its queue (PostgreSQL), and at the
+        latest at :meth:`flush` and close. How a producer of many
+        small writes (a durable run's events) makes one write per tick of them: it keeps
+        its frames, defers once, and appends them all with :meth:`append_many` when
+        called. Never raises; an exception of ``flush`` is logged."""
         ...
 
     def finish(self, run_id: str, status: RunStatus, response: bytes, last_seq: int) -> int:

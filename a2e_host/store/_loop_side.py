@@ -21,10 +21,16 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from . import TERMINAL_STATUSES, RunRecord, RunStatus, StoredFrame
+from . import TERMINAL_STATUSES, FrameItem, RunRecord, RunStatus, StoredFrame
 from ._writer import CANCEL, FINISH
 
-__all__ = ["LoopSide"]
+__all__ = ["LoopSide", "frame_bytes"]
+
+
+def frame_bytes(items: list[FrameItem]) -> int:
+    """The frame and output bytes of ``items`` (what a store's byte ceiling counts)."""
+    return sum(len(item[2]) if item[3] is None else len(item[2]) + len(item[3])
+               for item in items)
 
 
 class LoopSide(ABC):

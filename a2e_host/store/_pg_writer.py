@@ -159,16 +159,18 @@ async def apply_segment(conn: Any, ops: list[tuple[Any, ...]], owned: Owned, own
                 continue
             touched.add(run_id)
             if kind == APPEND:
-                _, _, _, _, seq, node_id, phase, frame, output = op
-                frame_hash = output_hash = None
-                if len(frame) > threshold:
-                    frame, frame_hash = _blob(frame, blobs)
-                if output is not None and len(output) > threshold:
-                    output, output_hash = _blob(output, blobs)
-                rows.append((held[0], seq, node_id, phase, frame, frame_hash, output,
-                             output_hash))
-                if seq > last.get(held[0], 0):
-                    last[held[0]] = seq
+                seq = op[4]
+                for node_id, phase, frame, output in op[5]:
+                    frame_hash = output_hash = None
+                    if len(frame) > threshold:
+                        frame, frame_hash = _blob(frame, blobs)
+                    if output is not None and len(output) > threshold:
+                        output, output_hash = _blob(output, blobs)
+                    rows.append((held[0], seq, node_id, phase, frame, frame_hash, output,
+                                 output_hash))
+                    seq += 1
+                if seq - 1 > last.get(held[0], 0):
+                    last[held[0]] = seq - 1
             elif kind == FINISH:
                 _, _, _, _, status, response, last_seq, now = op
                 finishes.append((held[0], status, response, last_seq, now))

@@ -28,13 +28,18 @@ from typing import Any
 
 import msgspec
 
+from ._checkpointer import BACKSTOP_PAGES, CHECKPOINT_BYTES, Checkpointer
+from ._schema import PAGE_SIZE
+
 __all__ = ["Writer", "APPEND", "CREATE", "FINISH", "CANCEL", "JOB", "MAX_BATCH",
            "SEGMENT_FRAMES"]
 
 APPEND, CREATE, FINISH, CANCEL, JOB = range(5)
 """Op kinds, the first item of each op tuple:
 
-- ``(APPEND, ticket, nbytes, run_id, seq, node_id, phase, frame, output)``
+- ``(APPEND, ticket, nbytes, run_id, first_seq, items)``: consecutive frames of one run,
+  ``items`` a list of ``(node_id, phase, frame, output)`` with ``seq`` ``first_seq``,
+  ``first_seq + 1``, …; ``nbytes`` their frame and output bytes
 - ``(CREATE, ticket, nbytes, row)`` with ``row`` the ``runs`` columns after ``id``
 - ``(FINISH, ticket, nbytes, run_id, status, response, last_seq, now)``
 - ``(CANCEL, ticket, 0, run_id, now)``
@@ -94,13 +99,26 @@ CANCEL_RUN = (
 
 _nbytes = operator.itemgetter(2)
 """An op's byte count (summed per batch in C, not a generator step per op)."""
-_kind = operator.itemgetter(0)
-_run_of = operator.itemgetter(3)
-_seq_of = operator.itemgetter(4)
-_items = operator.itemgetter(5, 6, 7, 8)
-"""An append op's ``(node_id, phase, frame, output)``: a frame's entry in its segment."""
 _encode = msgspec.msgpack.Encoder().encode
 """A segment's items → its ``frames`` bytes (one C call for the whole segment)."""
+
+def _small(items: list[tuple[Any, ...]], threshold: int) -> bool:
+    """Whether no frame nor output of ``items`` is over ``threshold`` bytes (none goes to
+    ``blobs``)."""
+    return all(len(item[2]) <= threshold and (item[3] is None or len(item[3]) <= threshold)
+               for item in items)
+
+
+def _segments(run: int, first: int, items: list[tuple[Any, ...]]
+              ) -> list[tuple[int, int, int, bytes]]:
+    """The :data:`INSERT_SEGMENT` rows of frames ``first``, ``first + 1``, … of ``run``
+    (``items``): :data:`SEGMENT_FRAMES` a row at most."""
+    count = len(items)
+    if count <= SEGMENT_FRAMES:
+        return [(run, first, first + count - 1, _encode(items))]
+    return [(run, first + at, first + min(at + SEGMENT_FRAMES, count) - 1,
+             _encode(items[at:at + SEGMENT_FRAMES])) for at in range(0, count, SEGMENT_FRAMES)]
+
 
 Report = Callable[[int, int, list[tuple[Any, bool, Any]], BaseException | None], None]
 """``report(committed_ticket, committed_bytes, job_results, error)``: called by the
@@ -117,10 +135,12 @@ class Writer:
         log: a structlog logger.
         blob_threshold: frames and outputs of more bytes go to ``blobs``.
         commit_delay: seconds to wait after the first op of a batch for more to join.
+        path: the database file: its WAL is checkpointed by a thread of its own
+            (:mod:`._checkpointer`); None: by the writer's commits, as SQLite does.
     """
 
     def __init__(self, conn: sqlite3.Connection, report: Report, log: Any, *,
-                 blob_threshold: int, commit_delay: float) -> None:
+                 blob_threshold: int, commit_delay: float, path: str | None = None) -> None:
         self.cond = threading.Condition(threading.Lock())
         self.queue: deque[tuple[Any, ...]] = deque()  # appended by the loop without a lock
         self.max_batch = MAX_BATCH
@@ -140,8 +160,21 @@ class Writer:
         self._unknown: set[str] = set()  # run_ids of dropped frames in this batch
         self._begun = False  # the batch's transaction is open
         self._duplicates = 0  # frames of this batch stored already (logged once)
+        self._path = path
+        self._checkpointer: Checkpointer | None = None
+        self._unchecked = 0  # bytes committed since the last checkpoint was asked
+
+    def _error(self, event: str, **fields: Any) -> None:
+        """Log an error; a failing logger must not end the thread (writes would hang)."""
+        try:
+            self._log.error(event, **fields)
+        except Exception:  # noqa: BLE001 — the write goes on; the log line is lost
+            pass
 
     def start(self) -> None:
+        if self._path is not None:
+            self._conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
+            self._checkpointer = Checkpointer(self._path, self._log)
         self._thread.start()
 
     def join(self) -> None:
@@ -211,8 +244,8 @@ class Writer:
                             conn.execute("ROLLBACK")
                         except sqlite3.Error:
                             pass
-                    self._log.error("the run store failed; no more writes are stored",
-                                    exc_info=exc)
+                    self._error("the run store failed; no more writes are stored",
+                                exc_info=exc)
                     with self.cond:
                         dropped = list(self.queue)
                         self.queue.clear()
@@ -220,8 +253,16 @@ class Writer:
                     jobs = [(op[4], False, exc) for op in batch + dropped if op[0] == JOB]
                     self._report(0, 0, jobs, exc)
                     return
-                self._report(batch[-1][1], sum(map(_nbytes, batch)), results, None)
+                nbytes = sum(map(_nbytes, batch))
+                self._report(batch[-1][1], nbytes, results, None)
+                if self._checkpointer is not None:
+                    self._unchecked += nbytes + PAGE_SIZE  # a commit writes a page or more
+                    if self._unchecked >= CHECKPOINT_BYTES:
+                        self._unchecked = 0
+                        self._checkpointer.request()
         finally:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
             conn.close()
 
     @staticmethod
@@ -264,7 +305,6 @@ class Writer:
         blobs: list[tuple[bytes, bytes]] = []
         building: dict[str, list[Any]] = {}  # run_id → [run, first_seq, items]
         built: list[list[Any]] = []  # closed segments
-        threshold = self._threshold
         self._unknown.clear()
         self._begun = False
         self._duplicates = 0
@@ -276,47 +316,15 @@ class Writer:
                     entry = self._key(run_id, op[4])
                     if entry is None:
                         continue
-                seq = op[4]
-                frame = op[7]
-                output = op[8]
-                # nbytes (op[2]) is len(frame) + len(output): under the threshold, both are
-                small = op[2] <= threshold or (
-                    len(frame) <= threshold and (output is None or len(output) <= threshold))
-                if seq == entry[1] + 1 and small:  # the next frame: into the run's segment
-                    entry[1] = seq
-                    segment = building.get(run_id)
-                    if segment is None:
-                        building[run_id] = [entry[0], seq, [op[5:9]]]
-                    else:
-                        items = segment[2]
-                        items.append(op[5:9])  # node_id, phase, frame, output
-                        if len(items) >= SEGMENT_FRAMES:
-                            built.append(building.pop(run_id))
-                    continue
-                segment = building.pop(run_id, None)
-                if segment is not None:
-                    built.append(segment)
-                if seq > entry[1]:  # after a gap, or a frame for blobs
-                    entry[1] = seq
-                    if small:
-                        building[run_id] = [entry[0], seq, [op[5:9]]]
-                    else:
-                        rows.append(self._row(entry[0], op, blobs))
-                    continue
-                # at or below the run's last stored seq: stored already, or out of order
-                self._write(rows, blobs, building, built)
-                if self._stored(entry[0], seq):
-                    self._duplicates += 1
-                else:
-                    rows.append(self._row(entry[0], op, blobs))
+                self._gather(entry, run_id, op, rows, blobs, building, built)
                 continue
             self._write(rows, blobs, building, built)
             kind = op[0]
             if kind == CREATE:
                 cursor = conn.execute(INSERT_RUN, op[3])
                 if cursor.rowcount == 0:
-                    self._log.error("a run was not stored: its run_id, or its principal's "
-                                    "idempotency key, is taken", run_id=op[3][0])
+                    self._error("a run was not stored: its run_id, or its principal's "
+                                "idempotency key, is taken", run_id=op[3][0])
                 elif cursor.lastrowid is not None:
                     keys[op[3][0]] = [cursor.lastrowid, NO_SEQ]
             elif kind == FINISH:
@@ -327,43 +335,41 @@ class Writer:
                 conn.execute(CANCEL_RUN, (op[4], op[3]))
             else:
                 results.append(self._job(op[3], op[4]))
-        if not self._begun and not rows and not built and len(building) == 1:
+        if (not self._begun and not rows and not built and len(building) == 1
+                and len(next(iter(building.values()))[2]) <= SEGMENT_FRAMES):
             for run, first, items in building.values():  # one statement: autocommit
-                conn.execute(INSERT_SEGMENT, (run, first, first + len(items) - 1,
-                                              _encode(items)))
+                conn.execute(INSERT_SEGMENT, _segments(run, first, items)[0])
         elif rows or built or building:
             self._write(rows, blobs, building, built)
         if self._begun:
             conn.execute("COMMIT")
         if self._duplicates:
-            self._log.error("frames were not stored twice: their (run, seq) is stored "
-                            "already", duplicates=self._duplicates)
+            self._error("frames were not stored twice: their (run, seq) is stored "
+                        "already", duplicates=self._duplicates)
         return results
 
     def _apply_run(self, batch: list[tuple[Any, ...]]) -> bool:
         """Commit a batch that is only the next frames of one known run, none for blobs
-        (a busy run's usual batch), checked and gathered by C loops (``map`` over
-        item getters), with no interpreter step per frame: its segments (one
-        statement in autocommit mode when one segment). False (nothing done) for any
-        other batch."""
+        (a busy run's usual batch: a group of frames per loop tick), with no step per
+        frame: its segments (one statement in autocommit mode when one segment). False
+        (nothing done) for any other batch."""
         first = batch[0]
         if first[0] != APPEND:
             return False
-        run_id, start = first[3], first[4]
+        run_id = first[3]
         entry = self._keys.get(run_id)
-        if entry is None or start != entry[1] + 1:
+        if entry is None:
             return False
-        count = len(batch)
-        if (any(map(_kind, batch))  # APPEND is 0: any other op is truthy
-                or list(map(_run_of, batch)).count(run_id) != count
-                or list(map(_seq_of, batch)) != list(range(start, start + count))
-                or max(map(_nbytes, batch)) > self._threshold):
-            return False
-        items = list(map(_items, batch))
-        run = entry[0]
-        segments = [(run, start + at, start + min(at + SEGMENT_FRAMES, count) - 1,
-                     _encode(items[at:at + SEGMENT_FRAMES]))
-                    for at in range(0, count, SEGMENT_FRAMES)]
+        start = expected = entry[1] + 1
+        threshold = self._threshold
+        items: list[Any] = []
+        for op in batch:
+            if (op[0] != APPEND or op[3] != run_id or op[4] != expected
+                    or (op[2] > threshold and not _small(op[5], threshold))):
+                return False
+            items += op[5]
+            expected += len(op[5])
+        segments = _segments(entry[0], start, items)
         conn = self._conn
         if len(segments) == 1:
             conn.execute(INSERT_SEGMENT, segments[0])
@@ -371,20 +377,66 @@ class Writer:
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(INSERT_SEGMENT, segments)
             conn.execute("COMMIT")
-        entry[1] = start + count - 1
+        entry[1] = expected - 1
         return True
 
-    def _row(self, run: int, op: tuple[Any, ...], blobs: list[tuple[bytes, bytes]]
-             ) -> tuple[Any, ...]:
-        """The :data:`INSERT_EVENT` row of an append op (its big frame and output, if
-        any, queued for ``blobs``)."""
-        frame, output = op[7], op[8]
+    def _gather(self, entry: list[int], run_id: str, op: tuple[Any, ...],
+                rows: list[tuple[Any, ...]], blobs: list[tuple[bytes, bytes]],
+                building: dict[str, list[Any]], built: list[list[Any]]) -> None:
+        """Gather the frames of one append op (``entry``: its run's ``[runs.id, last
+        stored seq]``) into the run's segment, or as ``events`` rows (see :meth:`_apply`)."""
+        threshold = self._threshold
+        seq, items = op[4], op[5]
+        if seq == entry[1] + 1 and (op[2] <= threshold or _small(items, threshold)):
+            # the next frames, none for blobs: into the run's segment at once
+            entry[1] = seq + len(items) - 1
+            segment = building.get(run_id)
+            if segment is None:
+                building[run_id] = [entry[0], seq, list(items)]
+            else:
+                segment[2] += items
+            return
+        for item in items:
+            frame, output = item[2], item[3]
+            # nbytes is len(frame) + len(output): under the threshold, both are
+            small = len(frame) <= threshold and (output is None or len(output) <= threshold)
+            if seq == entry[1] + 1 and small:  # the next frame: into the run's segment
+                entry[1] = seq
+                segment = building.get(run_id)
+                if segment is None:
+                    building[run_id] = [entry[0], seq, [item]]
+                else:
+                    segment[2].append(item)
+            else:
+                segment = building.pop(run_id, None)
+                if segment is not None:
+                    built.append(segment)
+                if seq > entry[1]:  # after a gap, or a frame for blobs
+                    entry[1] = seq
+                    if small:
+                        building[run_id] = [entry[0], seq, [item]]
+                    else:
+                        rows.append(self._row(entry[0], seq, item, blobs))
+                else:
+                    # at or below the run's last stored seq: stored already, or out of order
+                    self._write(rows, blobs, building, built)
+                    if self._stored(entry[0], seq):
+                        self._duplicates += 1
+                    else:
+                        rows.append(self._row(entry[0], seq, item, blobs))
+            seq += 1
+
+    def _row(self, run: int, seq: int, item: tuple[Any, ...],
+             blobs: list[tuple[bytes, bytes]]) -> tuple[Any, ...]:
+        """The :data:`INSERT_EVENT` row of frame ``seq``, ``item`` its ``(node_id, phase,
+        frame, output)`` (its big frame and output, if any, queued for ``blobs``)."""
+        frame, output = item[2], item[3]
         frame_hash = output_hash = None
         if len(frame) > self._threshold:
             frame, frame_hash = self._blob(frame, blobs)
         if output is not None and len(output) > self._threshold:
             output, output_hash = self._blob(output, blobs)
-        return (run, op[4], op[5], op[6], frame, frame_hash, output, output_hash)
+        return (run, seq, item[0], item[1], frame, frame_hash, output, output_hash)
 
     def _stored(self, run: int, seq: int) -> bool:
         """Whether ``seq`` of ``run`` is stored (in the open transaction)."""
@@ -410,8 +462,8 @@ class Writer:
         building.clear()
         if built:
             conn.executemany(INSERT_SEGMENT, [
-                (run, first, first + len(items) - 1, _encode(items))
-                for run, first, items in built])
+                segment for run, first, items in built
+                for segment in _segments(run, first, items)])
             built.clear()
         if rows:
             self._duplicates += len(rows) - conn.executemany(INSERT_EVENT, rows).rowcount
@@ -426,8 +478,8 @@ class Writer:
         if row is None:
             if run_id not in self._unknown:  # once per run and batch, not per frame
                 self._unknown.add(run_id)
-                self._log.error("frames of an unknown run were not stored; create the run "
-                                "before its frames", run_id=run_id, seq=seq)
+                self._error("frames of an unknown run were not stored; create the run "
+                            "before its frames", run_id=run_id, seq=seq)
             return None
         run = int(row[0])
         tail = conn.execute(RUN_TAIL, (run, NO_SEQ)).fetchone()[0]

@@ -34,12 +34,13 @@ from ..logs import get_logger
 from . import (
     CommitCallback,
     Durability,
+    FrameItem,
     RunRecord,
     StoredFrame,
     StoreError,
 )
 from . import _pg_queries as q
-from ._loop_side import LoopSide
+from ._loop_side import LoopSide, frame_bytes
 from ._pg_connect import CONNECT_OPTIONS, default_replica_id
 from ._pg_connect import where as _where
 from ._pg_notify import Listener
@@ -177,6 +178,7 @@ class PostgresRunStore(Ownership, Reads, LoopSide):
         self._hurry_ticket = 0
         self._queue: deque[tuple[Any, ...]] = deque()
         self._wake = asyncio.Event()
+        self._deferred: list[Callable[[], object]] = []  # see defer()
         self._changed = asyncio.Event()
         self._callbacks: dict[int, CommitCallback] = {}
         self._next_callback = 0
@@ -226,11 +228,33 @@ class PostgresRunStore(Ownership, Reads, LoopSide):
         return self._put(CREATE, len(record.request), q.record_row(record))
 
     def append(self, run_id: str, frame: StoredFrame) -> int:
-        output, data = frame.output, frame.frame
-        q.text_only(run_id, run_id=run_id, node_id=frame.node_id, phase=frame.phase)
-        nbytes = len(data) if output is None else len(data) + len(output)
-        return self._put(APPEND, nbytes, run_id, frame.seq, frame.node_id, frame.phase,
-                         data, output)
+        return self.append_many(run_id, frame.seq, [
+            (frame.node_id, frame.phase, frame.frame, frame.output)])
+
+    def append_many(self, run_id: str, first_seq: int, items: list[FrameItem],
+                    nbytes: int = -1, *, now: bool = False) -> int:
+        # ``now`` changes nothing here: the writer is a task of this loop, which runs
+        # when the producer yields
+        q.text_only(run_id, run_id=run_id)
+        for node_id, phase, _, _ in items:
+            q.text_only(run_id, node_id=node_id, phase=phase)
+        if nbytes < 0:
+            nbytes = frame_bytes(items)
+        return self._put(APPEND, nbytes, run_id, first_seq, items)
+
+    def defer(self, flush: Callable[[], object]) -> None:
+        # the writer task runs them on the loop before it takes the queue
+        self._deferred.append(flush)
+        self._wake.set()
+
+    def _run_deferred(self) -> None:
+        while self._deferred:
+            deferred, self._deferred = self._deferred, []
+            for flush in deferred:
+                try:
+                    flush()
+                except Exception as exc:
+                    self.log.error("a deferred store write failed", exc_info=exc)
 
     async def _job(self, fn: Callable[[Any], Awaitable[T]]) -> T:
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
@@ -277,11 +301,13 @@ class PostgresRunStore(Ownership, Reads, LoopSide):
 
     async def _take(self) -> list[tuple[Any, ...]] | None:
         queue = self._queue
+        self._run_deferred()
         while not queue:
             if self._state != _OPEN:
                 return None
             self._wake.clear()
             await self._wake.wait()
+            self._run_deferred()
         if self._delay > 0 and self._state == _OPEN and queue[0][1] > self._hurry_ticket:
             deadline = time.monotonic() + self._delay
             while (len(queue) < MAX_BATCH and self._state == _OPEN
@@ -294,6 +320,8 @@ class PostgresRunStore(Ownership, Reads, LoopSide):
                     await asyncio.wait_for(self._wake.wait(), left)
                 except TimeoutError:
                     break
+                finally:
+                    self._run_deferred()
         popleft = queue.popleft
         return [popleft() for _ in range(min(len(queue), MAX_BATCH))]
 
@@ -417,6 +445,7 @@ class PostgresRunStore(Ownership, Reads, LoopSide):
     async def flush(self) -> None:
         if self._writer is None:
             raise self._refuse()
+        self._run_deferred()
         await self.wait_committed(self._ticket)
         self._check()
 
@@ -425,6 +454,8 @@ class PostgresRunStore(Ownership, Reads, LoopSide):
     async def aclose(self) -> None:
         if self._state != _OPEN:
             return
+        if self.error is None:
+            self._run_deferred()  # what was deferred is stored before the end
         self._state = _CLOSING
         try:
             writer = self._writer

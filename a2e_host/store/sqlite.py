@@ -39,12 +39,13 @@ from ..logs import get_logger
 from . import (
     CommitCallback,
     Durability,
+    FrameItem,
     RunRecord,
     StoredFrame,
     StoreError,
 )
 from . import _queries as q
-from ._loop_side import LoopSide
+from ._loop_side import LoopSide, frame_bytes
 from ._schema import OwnerLock, connect_reader, connect_writer
 from ._writer import APPEND, CREATE, JOB, Writer
 
@@ -160,11 +161,12 @@ class SQLiteRunStore(LoopSide):
         self._jobs: dict[int, asyncio.Future[Any]] = {}
         self._job_count = 0
         self._wake_due = False  # a wake of the idle writer is scheduled on the loop
+        self._deferred: list[Callable[[], object]] = []  # see defer()
 
     def _start_writer(self, conn: sqlite3.Connection, *, blob_threshold: int,
                       commit_delay: float) -> None:
         self._writer = Writer(conn, self._report, self.log, blob_threshold=blob_threshold,
-                              commit_delay=commit_delay)
+                              commit_delay=commit_delay, path=self.path)
         self._writer.start()
 
     # ── state ───────────────────────────────────────────────────────────────
@@ -201,6 +203,8 @@ class SQLiteRunStore(LoopSide):
             writer.wake()
 
     def _wake(self) -> None:
+        if self._deferred:
+            self._run_deferred()  # their puts schedule no second wake: one is due
         self._wake_due = False
         writer = self._writer
         if writer is not None and writer.idle:
@@ -213,20 +217,36 @@ class SQLiteRunStore(LoopSide):
         return self._put(CREATE, len(record.request), q.record_row(record))
 
     def append(self, run_id: str, frame: StoredFrame) -> int:
-        # _put inlined: this is paid on every event of every durable run
+        return self.append_many(run_id, frame.seq, [
+            (frame.node_id, frame.phase, frame.frame, frame.output)])
+
+    def append_many(self, run_id: str, first_seq: int, items: list[FrameItem],
+                    nbytes: int = -1, *, now: bool = False) -> int:
+        if nbytes < 0:
+            nbytes = frame_bytes(items)
+        ticket = self._put(APPEND, nbytes, run_id, first_seq, items)
         writer = self._writer
-        if writer is None or self._state != _OPEN or self.error is not None:
-            raise self._refuse()
-        output, data = frame.output, frame.frame
-        nbytes = len(data) if output is None else len(data) + len(output)
-        self._ticket = ticket = self._ticket + 1
-        queue = writer.queue
-        queue.append((APPEND, ticket, nbytes, run_id, frame.seq, frame.node_id, frame.phase,
-                      data, output))
-        if writer.idle or writer.delaying:
-            self._kick(writer, queue)
-        self.pending_bytes += nbytes
+        if now and writer is not None and writer.idle:
+            writer.wake()
         return ticket
+
+    def defer(self, flush: Callable[[], object]) -> None:
+        # at the end of this tick, whatever the writer does: one that looks busy may be
+        # about to wait, and it cannot see (nor run) what is deferred on the loop
+        self._deferred.append(flush)
+        if not self._wake_due:
+            self._wake_due = True
+            self._loop.call_soon(self._wake)
+
+    def _run_deferred(self) -> None:
+        """Call the deferred flushes (their appends join the queue)."""
+        while self._deferred:
+            deferred, self._deferred = self._deferred, []
+            for flush in deferred:
+                try:
+                    flush()
+                except Exception as exc:
+                    self.log.error("a deferred store write failed", exc_info=exc)
 
     async def _job(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         future: asyncio.Future[T] = self._loop.create_future()
@@ -333,6 +353,7 @@ class SQLiteRunStore(LoopSide):
     async def flush(self) -> None:
         if self._writer is None:
             raise self._refuse()
+        self._run_deferred()
         await self.wait_committed(self._ticket)
         self._check()
 
@@ -355,6 +376,8 @@ class SQLiteRunStore(LoopSide):
     async def aclose(self) -> None:
         if self._state != _OPEN:
             return
+        if self.error is None:
+            self._run_deferred()  # what was deferred is stored before the end
         self._state = _CLOSING
         writer = self._writer
         try:

@@ -16,7 +16,8 @@ import structlog
 
 from a2e_host.chains.messages import ChainEvent, ChainResponse, chain_codec
 from a2e_host.codec import encode_message
-from a2e_host.runtime.durable import DurableSink, replay_stored
+from a2e_host.runtime.durable import DurableSink
+from a2e_host.runtime.replay import replay_stored
 from a2e_host.runtime.runs import Run, RunRegistry
 from a2e_host.store import RunStatus, RunStore, StoredFrame, open_store
 from a2e_host.store.sqlite import open_sqlite_store

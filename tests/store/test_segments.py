@@ -60,8 +60,9 @@ async def test_a_batch_longer_than_a_segment_is_split_and_read_back_whole(
         store.create(record("r"))
         if created_before:
             await store.flush()
-        for seq in range(1, count + 1):
-            store.append("r", frame("r", seq))
+        # one write, so the batch cannot be cut by when the writer thread runs
+        store.append_many("r", 1, [(f.node_id, f.phase, f.frame, f.output)
+                                   for f in (frame("r", seq) for seq in range(1, count + 1))])
         await store.flush()
         got = await store.frames("r", after=SEGMENT_FRAMES - 2, limit=5)
         everything = await store.frames("r", limit=count + 10)
