@@ -150,7 +150,7 @@ class DurableSink(RunSink):
         # and cuts their frames off in one slice
         self._frames: list[bytes] = []
         self._group: list[FrameItem] = []
-        self._group_bytes = 0  # the group's frame and output bytes
+        self._group_bytes = 0  # the group's output bytes (its frames' are counted at flush)
         self._tickets: list[int] = []
         self._ends: list[int] = []
         self._pending_bytes = 0
@@ -193,14 +193,19 @@ class DurableSink(RunSink):
         if self._failed:
             return
         if status is None:
+            # paid on every event of a durable run: no call that can be spared
             group = self._group
             if not group:
                 self.store.defer(self._flush)
-            group.append((getattr(message, "node_id", "") or "",
-                          getattr(message, "phase", "") or "", frame, output))
-            self._group_bytes += len(frame) if output is None else len(frame) + len(output)
+            event: Any = message
+            try:
+                group.append((event.node_id or "", event.phase or "", frame, output))
+            except AttributeError:  # a frame about no node
+                group.append(("", "", frame, output))
             self._frames.append(frame)
             self._pending_bytes += len(frame)
+            if output is not None:
+                self._group_bytes += len(output)
             if len(group) >= GROUP_FRAMES:  # a run that emits on without yielding
                 self._flush(now=True)
         else:
@@ -229,15 +234,17 @@ class DurableSink(RunSink):
         if not group or self._failed:
             return
         self._group = []
-        nbytes, self._group_bytes = self._group_bytes, 0
-        first = len(self._frames) - len(group) + self.committed_position + 1
+        count = len(group)
+        nbytes = self._group_bytes + sum(map(len, self._frames[-count:]))
+        self._group_bytes = 0
+        first = len(self._frames) - count + self.committed_position + 1
         try:
             ticket = self.store.append_many(self.run_id, first, group, nbytes, now=now)
         except StoreError as exc:
             self._store_failed(exc)
             return
         self._tickets.append(ticket)
-        self._ends.append(first + len(group) - 1)
+        self._ends.append(first + count - 1)
 
     def _over(self) -> bool:
         return (len(self._frames) > self.max_uncommitted

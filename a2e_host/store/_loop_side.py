@@ -59,10 +59,14 @@ class LoopSide(ABC):
     def pending(self) -> int:
         return self._ticket - self.committed
 
-    @property
-    def full(self) -> bool:
-        return (self._ticket - self.committed > self.max_pending
-                or self.pending_bytes > self.max_pending_bytes)
+    full: bool
+    """Writes or their bytes queued over a ceiling: an attribute, kept by
+    :meth:`_count_pending` (asked before every node of a durable run)."""
+
+    def _count_pending(self) -> None:
+        """Set :attr:`full` after a write was queued or a batch committed."""
+        self.full = (self._ticket - self.committed > self.max_pending
+                     or self.pending_bytes > self.max_pending_bytes)
 
     # ── writes ──────────────────────────────────────────────────────────────
 

@@ -167,6 +167,7 @@ class PostgresRunStore(Ownership, Reads, LoopSide):
         self.max_pending_bytes = max_pending_bytes
         self.committed = 0
         self.pending_bytes = 0
+        self.full = False
         self.error: BaseException | None = None
         self.log = get_logger().bind(store=where, replica=owner)
         self._url = url
@@ -217,6 +218,7 @@ class PostgresRunStore(Ownership, Reads, LoopSide):
         self._ticket = ticket = self._ticket + 1
         self._queue.append((op_kind, ticket, nbytes, *args))
         self.pending_bytes += nbytes
+        self._count_pending()
         self._wake.set()
         return ticket
 
@@ -373,6 +375,7 @@ class PostgresRunStore(Ownership, Reads, LoopSide):
                          lost: list[str]) -> None:
         self.committed = ticket
         self.pending_bytes -= nbytes
+        self._count_pending()
         for token, ok, result in jobs:
             waiting = self._jobs.get(token)
             if waiting is not None and not waiting.done():

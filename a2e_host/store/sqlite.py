@@ -144,6 +144,7 @@ class SQLiteRunStore(LoopSide):
         self.max_pending_bytes = max_pending_bytes
         self.committed = 0
         self.pending_bytes = 0
+        self.full = False
         self.error: BaseException | None = None
         self.log = get_logger().bind(store=path)
         self._loop = loop
@@ -189,6 +190,7 @@ class SQLiteRunStore(LoopSide):
         if writer.idle or writer.delaying:
             self._kick(writer, queue)
         self.pending_bytes += nbytes
+        self._count_pending()
         return ticket
 
     def _kick(self, writer: Writer, queue: deque[tuple[Any, ...]]) -> None:
@@ -295,6 +297,7 @@ class SQLiteRunStore(LoopSide):
         else:
             self.committed = ticket
             self.pending_bytes -= nbytes
+            self._count_pending()
             for token, ok, result in jobs:
                 waiting = self._jobs.get(token)
                 if waiting is not None and not waiting.done():

@@ -30,6 +30,7 @@ Life of one ``chain/req``, each step keeping "exactly one ``chain/resp``":
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any, ClassVar
 
 import anyio
@@ -301,7 +302,7 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 step_cache=self.step_cache,
                 run_key=run_id or f"{session.session_id}/{request.id}",
                 checkpoint=None if live is None else checkpoint_for(
-                    live.sink, durable.stopping_of(live)),
+                    live.sink, live.handle, partial(durable.host_stops, live)),
                 hold_start=None if live is None else start_hold(
                     live.sink, self.toolbox, durable.stopping_of(live)),
             )

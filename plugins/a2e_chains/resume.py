@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -79,21 +80,23 @@ log could not be read, its store failed, the resumed body raised): it ends ``int
 rather than staying ``running`` to fail again at every start."""
 
 
-def checkpoint_for(sink: DurableSink, stopping: Callable[[], bool]) -> Checkpoint:
+def checkpoint_for(sink: DurableSink, run: RunHandle, stops: Callable[[], bool]
+                   ) -> Checkpoint:
     """A durable run's :data:`~a2e_host.chains.events.Checkpoint`: each terminal event
     goes to the store with its node's failure, or its output when the event carries none
     (``event_outputs: false``); an output the event carries is stored once, in it. Nothing
-    goes anywhere once ``stopping()`` (the host stops: the run stays as stored, to be
-    resumed; ``DurableRuns.host_stops``)."""
+    goes anywhere once the host stops ``run`` (``run.host_stopping`` and ``stops()``,
+    ``DurableRuns.host_stops``: the run stays as stored, to be resumed)."""
+    send = sink.send_nowait
 
     def checkpoint(event: ChainEvent, phase: str, output: Any,
                    failure: ChainFailure | None) -> None:
-        if stopping():
+        if run.host_stopping and stops():
             return
-        kept = None
-        if phase == "error" or (event.output is None and output is not None):
-            kept = checkpoint_of(phase, output, failure)
-        sink.send_nowait(event, output=kept)
+        if phase == "error" or (output is not None and event.output is None):
+            send(event, output=checkpoint_of(phase, output, failure))
+        else:
+            send(event)
 
     return checkpoint
 
@@ -271,7 +274,7 @@ class ResumedChains:
                 log=log, tool_of=tools.get,
                 step_cache=self.step_cache,  # type: ignore[attr-defined]
                 run_key=record.run_id, resume=resume,
-                checkpoint=checkpoint_for(sink, durable.stopping_of(live)),
+                checkpoint=checkpoint_for(sink, live.handle, partial(durable.host_stops, live)),
                 timeout_left=left,
                 hold_start=start_hold(sink, self.toolbox, durable.stopping_of(live)),
             )
