@@ -102,11 +102,17 @@ _nbytes = operator.itemgetter(2)
 _encode = msgspec.msgpack.Encoder().encode
 """A segment's items → its ``frames`` bytes (one C call for the whole segment)."""
 
+_frame_of = operator.itemgetter(2)
+_output_of = operator.itemgetter(3)
+
+
 def _small(items: list[tuple[Any, ...]], threshold: int) -> bool:
     """Whether no frame nor output of ``items`` is over ``threshold`` bytes (none goes to
-    ``blobs``)."""
-    return all(len(item[2]) <= threshold and (item[3] is None or len(item[3]) <= threshold)
-               for item in items)
+    ``blobs``): C loops over the items (``map``), no interpreter step per frame."""
+    if max(map(len, map(_frame_of, items))) > threshold:
+        return False
+    outputs = list(filter(None, map(_output_of, items)))
+    return not outputs or max(map(len, outputs)) <= threshold
 
 
 def _segments(run: int, first: int, items: list[tuple[Any, ...]]
@@ -361,14 +367,16 @@ class Writer:
         if entry is None:
             return False
         start = expected = entry[1] + 1
+        for op in batch:  # cheap checks first: a batch ending the run fails here
+            if op[0] != APPEND or op[3] != run_id or op[4] != expected:
+                return False
+            expected += len(op[5])
         threshold = self._threshold
         items: list[Any] = []
         for op in batch:
-            if (op[0] != APPEND or op[3] != run_id or op[4] != expected
-                    or (op[2] > threshold and not _small(op[5], threshold))):
+            if op[2] > threshold and not _small(op[5], threshold):
                 return False
             items += op[5]
-            expected += len(op[5])
         segments = _segments(entry[0], start, items)
         conn = self._conn
         if len(segments) == 1:
