@@ -26,10 +26,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from ._checkpointer import BACKSTOP_PAGES, CHECKPOINT_BYTES, Checkpointer
 from ._schema import PAGE_SIZE
+from ._segment_rows import INSERT_SEGMENT, SEGMENT_FRAMES, none_for_blobs, segment_rows
 
 __all__ = ["Writer", "APPEND", "CREATE", "FINISH", "CANCEL", "JOB", "MAX_BATCH",
            "SEGMENT_FRAMES"]
@@ -56,13 +55,6 @@ INSERT_EVENT = (
 )
 """A frame stored as a row of its own: its frame or output is over the blob threshold,
 or it was appended at or below its run's last stored ``seq`` (and is not stored)."""
-INSERT_SEGMENT = "INSERT INTO segments(run, first_seq, last_seq, frames) VALUES (?, ?, ?, ?)"
-"""Consecutive frames of one run as one row: ``frames`` is the msgpack array of one
-``[node_id, phase, frame, output]`` array per frame, in ``seq`` order. One row, one index
-entry and one step of the SQLite VM for a batch's frames of a run, where a row per frame
-cost the writer 4–6 µs per event (DECISIONS.md "Run store shape")."""
-SEGMENT_FRAMES = 1024
-"""Frames one segment holds at most: a read decodes a whole segment to page inside it."""
 NO_SEQ = -(2**63)
 """The last stored ``seq`` of a run with no frame stored."""
 RUN_KEY = "SELECT id FROM runs WHERE run_id = ?"
@@ -99,33 +91,6 @@ CANCEL_RUN = (
 
 _nbytes = operator.itemgetter(2)
 """An op's byte count (summed per batch in C, not a generator step per op)."""
-_encode = msgspec.msgpack.Encoder().encode
-"""A segment's items → its ``frames`` bytes (one C call for the whole segment)."""
-
-_frame_of = operator.itemgetter(2)
-_output_of = operator.itemgetter(3)
-
-
-def _small(items: list[tuple[Any, ...]], threshold: int) -> bool:
-    """Whether no frame nor output of ``items`` is over ``threshold`` bytes (none goes to
-    ``blobs``): C loops over the items (``map``), no interpreter step per frame."""
-    if max(map(len, map(_frame_of, items))) > threshold:
-        return False
-    outputs = list(filter(None, map(_output_of, items)))
-    return not outputs or max(map(len, outputs)) <= threshold
-
-
-def _segments(run: int, first: int, items: list[tuple[Any, ...]]
-              ) -> list[tuple[int, int, int, bytes]]:
-    """The :data:`INSERT_SEGMENT` rows of frames ``first``, ``first + 1``, … of ``run``
-    (``items``): :data:`SEGMENT_FRAMES` a row at most."""
-    count = len(items)
-    if count <= SEGMENT_FRAMES:
-        return [(run, first, first + count - 1, _encode(items))]
-    return [(run, first + at, first + min(at + SEGMENT_FRAMES, count) - 1,
-             _encode(items[at:at + SEGMENT_FRAMES])) for at in range(0, count, SEGMENT_FRAMES)]
-
-
 Report = Callable[[int, int, list[tuple[Any, bool, Any]], BaseException | None], None]
 """``report(committed_ticket, committed_bytes, job_results, error)``: called by the
 thread after each commit (``error`` None) or once when it breaks (``error`` set;
@@ -344,7 +309,7 @@ class Writer:
         if (not self._begun and not rows and not built and len(building) == 1
                 and len(next(iter(building.values()))[2]) <= SEGMENT_FRAMES):
             for run, first, items in building.values():  # one statement: autocommit
-                conn.execute(INSERT_SEGMENT, _segments(run, first, items)[0])
+                conn.execute(INSERT_SEGMENT, segment_rows(run, first, items)[0])
         elif rows or built or building:
             self._write(rows, blobs, building, built)
         if self._begun:
@@ -374,10 +339,10 @@ class Writer:
         threshold = self._threshold
         items: list[Any] = []
         for op in batch:
-            if op[2] > threshold and not _small(op[5], threshold):
+            if op[2] > threshold and not none_for_blobs(op[5], threshold):
                 return False
             items += op[5]
-        segments = _segments(entry[0], start, items)
+        segments = segment_rows(entry[0], start, items)
         conn = self._conn
         if len(segments) == 1:
             conn.execute(INSERT_SEGMENT, segments[0])
@@ -395,7 +360,7 @@ class Writer:
         stored seq]``) into the run's segment, or as ``events`` rows (see :meth:`_apply`)."""
         threshold = self._threshold
         seq, items = op[4], op[5]
-        if seq == entry[1] + 1 and (op[2] <= threshold or _small(items, threshold)):
+        if seq == entry[1] + 1 and (op[2] <= threshold or none_for_blobs(items, threshold)):
             # the next frames, none for blobs: into the run's segment at once
             entry[1] = seq + len(items) - 1
             segment = building.get(run_id)
@@ -471,7 +436,7 @@ class Writer:
         if built:
             conn.executemany(INSERT_SEGMENT, [
                 segment for run, first, items in built
-                for segment in _segments(run, first, items)])
+                for segment in segment_rows(run, first, items)])
             built.clear()
         if rows:
             self._duplicates += len(rows) - conn.executemany(INSERT_EVENT, rows).rowcount
