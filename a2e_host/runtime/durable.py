@@ -108,10 +108,8 @@ class DurableSink(RunSink):
     __slots__ = ("store", "run_id", "req_id", "capability", "committed_position",
                  "delivered", "live", "max_uncommitted", "max_uncommitted_bytes",
                  "page_size", "_frames", "_tickets", "_ends", "_group", "_group_bytes",
-                 "_pending_bytes",
-                 "_unsubscribe", "_gen",
-                 "_final", "_start_soon", "_on_store_error", "_failed", "_drained", "_waiters",
-                 "_log")
+                 "_pending_bytes", "_unsubscribe", "_gen", "_final", "_start_soon",
+                 "_on_store_error", "_failed", "_drained", "_waiters", "_log")
 
     def __init__(
         self,

@@ -63,6 +63,20 @@ class LoopSide(ABC):
     """Writes or their bytes queued over a ceiling: an attribute, kept by
     :meth:`_count_pending` (asked before every node of a durable run)."""
 
+    _deferred: list[Callable[[], object]]
+    """The flushes :meth:`~a2e_host.store.RunStore.defer` was given, not yet called."""
+    log: Any
+
+    def _run_deferred(self) -> None:
+        """Call the deferred flushes (on the loop; their appends join the queue)."""
+        while self._deferred:
+            deferred, self._deferred = self._deferred, []
+            for flush in deferred:
+                try:
+                    flush()
+                except Exception as exc:  # noqa: BLE001 — one producer's bug, logged
+                    self.log.error("a deferred store write failed", exc_info=exc)
+
     def _count_pending(self) -> None:
         """Set :attr:`full` after a write was queued or a batch committed."""
         self.full = (self._ticket - self.committed > self.max_pending

@@ -249,15 +249,6 @@ class PostgresRunStore(Ownership, Reads, LoopSide):
         self._deferred.append(flush)
         self._wake.set()
 
-    def _run_deferred(self) -> None:
-        while self._deferred:
-            deferred, self._deferred = self._deferred, []
-            for flush in deferred:
-                try:
-                    flush()
-                except Exception as exc:
-                    self.log.error("a deferred store write failed", exc_info=exc)
-
     async def _job(self, fn: Callable[[Any], Awaitable[T]]) -> T:
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._job_count += 1

@@ -240,16 +240,6 @@ class SQLiteRunStore(LoopSide):
             self._wake_due = True
             self._loop.call_soon(self._wake)
 
-    def _run_deferred(self) -> None:
-        """Call the deferred flushes (their appends join the queue)."""
-        while self._deferred:
-            deferred, self._deferred = self._deferred, []
-            for flush in deferred:
-                try:
-                    flush()
-                except Exception as exc:
-                    self.log.error("a deferred store write failed", exc_info=exc)
-
     async def _job(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         future: asyncio.Future[T] = self._loop.create_future()
         # a number never used twice: a cancelled caller's job still commits, and its
