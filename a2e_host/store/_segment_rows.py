@@ -31,6 +31,8 @@ _output_of = operator.itemgetter(3)
 def none_for_blobs(items: list[tuple[Any, ...]], threshold: int) -> bool:
     """Whether no frame nor output of ``items`` is over ``threshold`` bytes (none goes to
     ``blobs``): C loops over the items (``map``), no interpreter step per frame."""
+    if not items:
+        return True
     if max(map(len, map(_frame_of, items))) > threshold:
         return False
     outputs = list(filter(None, map(_output_of, items)))
@@ -42,6 +44,8 @@ def segment_rows(run: int, first: int, items: list[tuple[Any, ...]]
     """The :data:`INSERT_SEGMENT` rows of frames ``first``, ``first + 1``, … of ``run``
     (``items``): :data:`SEGMENT_FRAMES` a row at most."""
     count = len(items)
+    if not count:  # an append of no frames writes no row
+        return []
     if count <= SEGMENT_FRAMES:
         return [(run, first, first + count - 1, _encode(items))]
     return [(run, first + at, first + min(at + SEGMENT_FRAMES, count) - 1,

@@ -344,6 +344,8 @@ class Writer:
             items += op[5]
         segments = segment_rows(entry[0], start, items)
         conn = self._conn
+        if not segments:  # appends of no frames
+            return True
         if len(segments) == 1:
             conn.execute(INSERT_SEGMENT, segments[0])
         else:
@@ -360,6 +362,8 @@ class Writer:
         stored seq]``) into the run's segment, or as ``events`` rows (see :meth:`_apply`)."""
         threshold = self._threshold
         seq, items = op[4], op[5]
+        if not items:  # an append of no frames: nothing to gather
+            return
         if seq == entry[1] + 1 and (op[2] <= threshold or none_for_blobs(items, threshold)):
             # the next frames, none for blobs: into the run's segment at once
             entry[1] = seq + len(items) - 1

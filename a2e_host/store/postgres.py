@@ -245,9 +245,16 @@ class PostgresRunStore(Ownership, Reads, LoopSide):
         return self._put(APPEND, nbytes, run_id, first_seq, items)
 
     def defer(self, flush: Callable[[], object]) -> None:
-        # the writer task runs them on the loop before it takes the queue
+        # the writer task runs them on the loop before it takes the queue; once it is
+        # gone (the store broke or is closing) nobody would: run them from the loop, so
+        # their appends are refused and their producers told
         self._deferred.append(flush)
-        self._wake.set()
+        writer = self._writer
+        if (writer is None or writer.done() or self._state != _OPEN
+                or self.error is not None):
+            asyncio.get_running_loop().call_soon(self._run_deferred)
+        else:
+            self._wake.set()
 
     async def _job(self, fn: Callable[[Any], Awaitable[T]]) -> T:
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()

@@ -205,9 +205,11 @@ class SQLiteRunStore(LoopSide):
             writer.wake()
 
     def _wake(self) -> None:
-        if self._deferred:
-            self._run_deferred()  # their puts schedule no second wake: one is due
-        self._wake_due = False
+        try:
+            if self._deferred:
+                self._run_deferred()  # their puts schedule no second wake: one is due
+        finally:
+            self._wake_due = False
         writer = self._writer
         if writer is not None and writer.idle:
             writer.wake()
