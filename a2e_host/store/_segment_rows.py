@@ -11,7 +11,8 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["INSERT_SEGMENT", "SEGMENT_FRAMES", "none_for_blobs", "segment_rows"]
+__all__ = ["INSERT_SEGMENT", "ROWS_PER_STATEMENT", "SEGMENT_FRAMES", "insert_segments",
+           "none_for_blobs", "segment_rows"]
 
 INSERT_SEGMENT = "INSERT INTO segments(run, first_seq, last_seq, frames) VALUES (?, ?, ?, ?)"
 """Consecutive frames of one run as one row: ``frames`` is the msgpack array of one
@@ -20,6 +21,10 @@ entry and one step of the SQLite VM for a batch's frames of a run, where a row p
 cost the writer 4–6 µs per event (DECISIONS.md "Run store shape")."""
 SEGMENT_FRAMES = 1024
 """Frames one segment holds at most: a read decodes a whole segment to page inside it."""
+
+ROWS_PER_STATEMENT = 64
+"""Segment rows one ``INSERT`` carries at most (:func:`insert_segments`)."""
+_INSERTS: dict[int, str] = {}  # rows → the INSERT statement of that many rows
 
 _encode = msgspec.msgpack.Encoder().encode
 """A segment's items → its ``frames`` bytes (one C call for the whole segment)."""
@@ -50,3 +55,20 @@ def segment_rows(run: int, first: int, items: list[tuple[Any, ...]]
         return [(run, first, first + count - 1, _encode(items))]
     return [(run, first + at, first + min(at + SEGMENT_FRAMES, count) - 1,
              _encode(items[at:at + SEGMENT_FRAMES])) for at in range(0, count, SEGMENT_FRAMES)]
+
+
+def insert_segments(conn: Any, segments: list[tuple[int, int, int, bytes]]) -> None:
+    """Insert ``segments`` (:func:`segment_rows`) with one multi-row ``INSERT`` per
+    :data:`ROWS_PER_STATEMENT`: one call into SQLite, so one release and one re-take of
+    the interpreter lock, where a statement per row made the writer thread take the lock
+    back from the busy event loop once per row (each a forced switch of the loop).
+    Atomic only inside a transaction the caller opened: in autocommit mode each
+    statement is its own."""
+    for at in range(0, len(segments), ROWS_PER_STATEMENT):
+        chunk = segments[at:at + ROWS_PER_STATEMENT]
+        sql = _INSERTS.get(len(chunk))
+        if sql is None:
+            sql = _INSERTS[len(chunk)] = (
+                INSERT_SEGMENT.split(" VALUES ")[0] + " VALUES "
+                + ", ".join(["(?, ?, ?, ?)"] * len(chunk)))
+        conn.execute(sql, [value for row in chunk for value in row])

@@ -28,7 +28,13 @@ from typing import Any
 
 from ._checkpointer import BACKSTOP_PAGES, CHECKPOINT_BYTES, Checkpointer
 from ._schema import PAGE_SIZE
-from ._segment_rows import INSERT_SEGMENT, SEGMENT_FRAMES, none_for_blobs, segment_rows
+from ._segment_rows import (
+    ROWS_PER_STATEMENT,
+    SEGMENT_FRAMES,
+    insert_segments,
+    none_for_blobs,
+    segment_rows,
+)
 
 __all__ = ["Writer", "APPEND", "CREATE", "FINISH", "CANCEL", "JOB", "MAX_BATCH",
            "SEGMENT_FRAMES"]
@@ -307,9 +313,10 @@ class Writer:
             else:
                 results.append(self._job(op[3], op[4]))
         if (not self._begun and not rows and not built and len(building) == 1
-                and len(next(iter(building.values()))[2]) <= SEGMENT_FRAMES):
+                and len(next(iter(building.values()))[2])
+                <= SEGMENT_FRAMES * ROWS_PER_STATEMENT):
             for run, first, items in building.values():  # one statement: autocommit
-                conn.execute(INSERT_SEGMENT, segment_rows(run, first, items)[0])
+                insert_segments(conn, segment_rows(run, first, items))
         elif rows or built or building:
             self._write(rows, blobs, building, built)
         if self._begun:
@@ -346,11 +353,11 @@ class Writer:
         conn = self._conn
         if not segments:  # appends of no frames
             return True
-        if len(segments) == 1:
-            conn.execute(INSERT_SEGMENT, segments[0])
+        if len(segments) <= ROWS_PER_STATEMENT:
+            insert_segments(conn, segments)  # one statement: autocommit
         else:
             conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(INSERT_SEGMENT, segments)
+            insert_segments(conn, segments)
             conn.execute("COMMIT")
         entry[1] = expected - 1
         return True
@@ -438,9 +445,8 @@ class Writer:
         built += building.values()
         building.clear()
         if built:
-            conn.executemany(INSERT_SEGMENT, [
-                segment for run, first, items in built
-                for segment in segment_rows(run, first, items)])
+            insert_segments(conn, [segment for run, first, items in built
+                                   for segment in segment_rows(run, first, items)])
             built.clear()
         if rows:
             self._duplicates += len(rows) - conn.executemany(INSERT_EVENT, rows).rowcount
