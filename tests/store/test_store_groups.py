@@ -84,3 +84,33 @@ async def test_a_deferred_write_is_made_by_the_end_of_the_tick_without_a_flush(
         finally:
             await store.aclose()
     assert [f.seq for f in got] == [1, 2]
+
+
+@pytest.mark.asyncio
+async def test_many_segments_of_one_batch_go_in_multi_row_inserts_and_read_back_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # two rows per INSERT, so a batch of a few segments takes several statements (in
+    # one transaction): the fast path (one run) and the general path (two runs)
+    from a2e_host.store import _segment_rows, _writer
+
+    monkeypatch.setattr(_segment_rows, "ROWS_PER_STATEMENT", 2)
+    monkeypatch.setattr(_writer, "ROWS_PER_STATEMENT", 2)
+    count = 5 * _segment_rows.SEGMENT_FRAMES + 3
+    frames = {run: [frame(run, seq) for seq in range(1, count + 1)] for run in ("a", "b")}
+    with anyio.fail_after(WAIT):
+        store = await open_store(str(tmp_path / "runs.db"))
+        try:
+            store.create(record("a"))
+            store.create(record("b"))
+            await store.flush()
+            store.append_many("a", 1, _items(frames["a"]))  # alone in its batch
+            await store.flush()
+            store.append_many("b", 1, _items(frames["b"][:count // 2]))
+            store.append_many("a", count + 1, _items([frame("a", count + 1)]))
+            store.append_many("b", count // 2 + 1, _items(frames["b"][count // 2:]))
+            await store.flush()
+            got = {run: await store.frames(run, limit=count + 10) for run in ("a", "b")}
+        finally:
+            await store.aclose()
+    assert got["a"] == [*frames["a"], frame("a", count + 1)]
+    assert got["b"] == frames["b"]
