@@ -329,8 +329,8 @@ class Writer:
     def _apply_run(self, batch: list[tuple[Any, ...]]) -> bool:
         """Commit a batch that is only the next frames of one known run, none for blobs
         (a busy run's usual batch: a group of frames per loop tick), with no step per
-        frame: its segments (one statement in autocommit mode when one segment). False
-        (nothing done) for any other batch."""
+        frame: its segments (one multi-row statement in autocommit mode, when they fit
+        one). False (nothing done) for any other batch."""
         first = batch[0]
         if first[0] != APPEND:
             return False
@@ -382,7 +382,6 @@ class Writer:
             return
         for item in items:
             frame, output = item[2], item[3]
-            # nbytes is len(frame) + len(output): under the threshold, both are
             small = len(frame) <= threshold and (output is None or len(output) <= threshold)
             if seq == entry[1] + 1 and small:  # the next frame: into the run's segment
                 entry[1] = seq
