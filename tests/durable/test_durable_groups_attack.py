@@ -11,14 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-import psycopg
 import pytest
 
 from a2e_host.chains.messages import ChainEvent, chain_codec
 from a2e_host.runtime.durable import DurableSink
 from a2e_host.store import RunStore, StoreError, open_store
 from a2e_host.store.sqlite import open_sqlite_store
-from tests.support.postgres import require_cluster
+from tests.support.postgres import cut_connections, require_cluster
 from tests.support.store import RecordingOutbox, record
 
 WAIT = 10  # seconds: the bound on every wait
@@ -28,21 +27,24 @@ def _event(seq: int) -> ChainEvent:
     return ChainEvent(req_id="q1", seq=seq, node_id=f"n{seq}", phase="start")
 
 
-def _cut_connections(url: str) -> int:
-    """Terminate every other connection to the test's database (a database restart)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()")
-        row = cur.fetchone()
-        return int(row[0]) if row else 0
-
-
 async def _open(backend: str, tmp_path: Any) -> tuple[RunStore, str]:
     if backend == "sqlite":
         return await open_sqlite_store(str(tmp_path / "runs.db")), ""
     url = require_cluster().database("groups_attack")
     return await open_store(url, owner="A", lease=1.5), url
+
+
+async def _one_frame_committed(store: RunStore, failures: list[BaseException]
+                               ) -> tuple[DurableSink, RecordingOutbox]:
+    """Run ``run1`` with an attached sink whose first frame is committed."""
+    store.create(record("run1"))
+    sink = DurableSink(store, "run1", req_id="q1", on_store_error=failures.append)
+    outbox = RecordingOutbox()
+    sink.attach(outbox)
+    sink.send_nowait(_event(1))
+    with anyio.fail_after(WAIT):
+        await sink.committed()
+    return sink, outbox
 
 
 def _errors(outbox: RecordingOutbox) -> list[Any]:
@@ -57,13 +59,7 @@ async def test_a_frame_emitted_after_the_store_closed_fails_the_sink_not_hangs(
     store, _ = await _open(backend, tmp_path)
     failures: list[BaseException] = []
     try:
-        store.create(record("run1"))
-        sink = DurableSink(store, "run1", req_id="q1", on_store_error=failures.append)
-        outbox = RecordingOutbox()
-        sink.attach(outbox)
-        sink.send_nowait(_event(1))
-        with anyio.fail_after(WAIT):
-            await sink.committed()
+        sink, outbox = await _one_frame_committed(store, failures)
         assert sink.committed_position == 1
     finally:
         await store.aclose()
@@ -82,14 +78,9 @@ async def test_a_postgres_sink_emitting_after_its_store_broke_is_told_at_once(
     store, url = await _open("postgres", tmp_path)
     failures: list[BaseException] = []
     try:
-        store.create(record("run1"))
-        sink = DurableSink(store, "run1", req_id="q1", on_store_error=failures.append)
-        outbox = RecordingOutbox()
-        sink.attach(outbox)
-        sink.send_nowait(_event(1))
-        with anyio.fail_after(WAIT):
-            await sink.committed()  # all committed: the sink awaits no commit report
-        assert await anyio.to_thread.run_sync(_cut_connections, url) >= 1
+        # all committed: the sink awaits no commit report
+        sink, outbox = await _one_frame_committed(store, failures)
+        assert await anyio.to_thread.run_sync(cut_connections, url) >= 1
         store.create(record("other"))  # the writer finds the database gone: it breaks
         with anyio.fail_after(WAIT), pytest.raises(StoreError, match="failed"):
             await store.flush()

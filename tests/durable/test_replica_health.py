@@ -9,13 +9,12 @@ import urllib.error
 import urllib.request
 
 import anyio
-import psycopg
 import pytest
 
 from a2e_host.client import HostError, connect_ws
 from a2e_host.store import StoreError, open_store
 from a2e_host.store.postgres import PostgresRunStore
-from tests.support.postgres import require_cluster
+from tests.support.postgres import cut_connections, require_cluster
 from tests.support.process import WAIT
 from tests.support.replicas import replicas
 from tests.support.store import frame, record
@@ -24,17 +23,6 @@ from tests.support.store import frame, record
 @pytest.fixture
 def url() -> str:
     return require_cluster().database("health")
-
-
-def _cut_connections(url: str) -> int:
-    """Terminate every other connection to the cluster's database, as a database
-    restart would; returns how many."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute(
-            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()")
-        row = cur.fetchone()
-        return int(row[0]) if row else 0
 
 
 def _http_get(url: str) -> tuple[int, str]:
@@ -68,7 +56,7 @@ async def test_a_store_whose_connections_were_cut_says_why_it_is_not_ready(url: 
     assert isinstance(store, PostgresRunStore)
     try:
         assert store.unready() is None
-        assert await anyio.to_thread.run_sync(_cut_connections, url) >= 2
+        assert await anyio.to_thread.run_sync(cut_connections, url) >= 2
         store.create(record("r"))
         store.append("r", frame("r", 1))
         with pytest.raises(StoreError, match="failed"):
@@ -87,7 +75,7 @@ async def test_a_replica_whose_store_failed_is_not_ready_fails_its_runs_clearly_
     async with replicas(url, "A", lease=10.0) as hosts:
         http = "http" + hosts["A"].url[2:] + "/readyz"
         assert await anyio.to_thread.run_sync(_http_get, http) == (200, "ready\n")
-        await anyio.to_thread.run_sync(_cut_connections, url)
+        await anyio.to_thread.run_sync(cut_connections, url)
         with anyio.fail_after(WAIT * 2):
             async with connect_ws(hosts["A"].url, agent_caps=["chains"]) as session:
                 nodes = [{"node_id": "e", "kind": "tool", "name": "echo", "input": {"v": 1}}]

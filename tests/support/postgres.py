@@ -178,3 +178,16 @@ def require_cluster() -> Cluster:
     if cluster is None:
         pytest.skip("PostgreSQL's initdb/pg_ctl are not installed on this machine")
     return cluster
+
+
+def cut_connections(url: str) -> int:
+    """Terminate every other connection to ``url``'s database, as a database restart
+    would; returns how many."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        row = cur.fetchone()
+        return int(row[0]) if row else 0
