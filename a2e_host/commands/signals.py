@@ -11,7 +11,6 @@ its default back, so Ctrl-C still interrupts a close that hangs.
 from __future__ import annotations
 
 import asyncio
-import math
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -20,7 +19,11 @@ from types import FrameType
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-__all__ = ["stop_signals"]
+__all__ = ["SIGNALS_KEPT", "stop_signals"]
+
+SIGNALS_KEPT = 16
+"""Signals waiting to be read at most; later ones are dropped until the command reads
+(each signal only repeats a stop already asked)."""
 
 
 @contextmanager
@@ -39,10 +42,11 @@ def stop_signals() -> Iterator[MemoryObjectReceiveStream[signal.Signals]]:
             thread.
     """
     loop = asyncio.get_running_loop()
-    send, receive = anyio.create_memory_object_stream[signal.Signals](math.inf)
+    # bounded: a signal sent faster than the command reads them is one it already has
+    send, receive = anyio.create_memory_object_stream[signal.Signals](SIGNALS_KEPT)
 
     def deliver(signum: signal.Signals) -> None:
-        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.WouldBlock):
             send.send_nowait(signum)
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:

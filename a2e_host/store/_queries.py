@@ -152,7 +152,7 @@ def list_runs(
 def frames(conn: sqlite3.Connection, run_id: str, after: int, limit: int) -> list[StoredFrame]:
     """The run's frames with ``seq > after``, at most ``limit``, in ``seq`` order: its
     ``events`` rows merged with the frames of its segments (a page may begin or end
-    inside a segment; a segment is decoded whole, at most :data:`~._writer.SEGMENT_FRAMES`
+    inside a segment; a segment is decoded whole, at most :data:`~._segment_rows.SEGMENT_FRAMES`
     frames). Read in one transaction, so from one snapshot: a batch the writer commits
     between the two queries (a big frame's row, a segment after it) would otherwise show
     its segment without the row, and the page would skip that ``seq``."""

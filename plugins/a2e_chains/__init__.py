@@ -304,7 +304,7 @@ class ChainPlugin(ResumedChains, DurableChains, Plugin):
                 checkpoint=None if live is None else checkpoint_for(
                     live.sink, live.handle, partial(durable.host_stops, live)),
                 hold_start=None if live is None else start_hold(
-                    live.sink, self.toolbox, durable.stopping_of(live)),
+                    live.sink, self.toolbox, live.handle, partial(durable.host_stops, live)),
             )
             run.on_cancel(runner.cancel)  # at once when cancelled while it was planned
             log.info("chain started", nodes=len(plan.nodes))

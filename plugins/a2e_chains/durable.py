@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -310,12 +309,6 @@ class DurableRuns:
             live.ended = True
             live.last_seq = live.sink.position
         return stops
-
-    def stopping_of(self, live: LiveRun) -> Callable[[], bool]:
-        """``stopping()``: :meth:`host_stops` of ``live``, asked per event (the
-        checkpoint's and the start hold's), by one attribute read while the host runs."""
-        handle, host_stops = live.handle, self.host_stops
-        return lambda: handle.host_stopping and host_stops(live)
 
     def finished(self, live: LiveRun, response: ChainResponse) -> None:
         """The run's ``chain/resp`` is being sent: stored as its response with its status

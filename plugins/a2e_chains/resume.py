@@ -101,15 +101,16 @@ def checkpoint_for(sink: DurableSink, run: RunHandle, stops: Callable[[], bool]
     return checkpoint
 
 
-def start_hold(sink: DurableSink, toolbox: Toolbox, stopping: Callable[[], bool]
-               ) -> Callable[[PlanNode], Awaitable[None] | None]:
+def start_hold(sink: DurableSink, toolbox: Toolbox, run: RunHandle,
+               stops: Callable[[], bool]) -> Callable[[PlanNode], Awaitable[None] | None]:
     """A durable run's :attr:`~a2e_host.chains.run_state.RunConfig.hold_start`: a node
     that would not run again on resume (:func:`~a2e_host.chains.resume.may_rerun`: a
     tool not declared ``idempotent``, a process, a Python skill) executes only once its
     ``start`` is committed, so a ``kill -9`` cannot make a resume run it a second time
     (PROTOCOL.md §5 Resume); any other node pays nothing (None: no wait). Raises
     :class:`~a2e_host.store.StoreError` (the node fails, unrun) when the store broke or
-    the host stops before the ``start`` was stored."""
+    the host stops ``run`` (as :func:`checkpoint_for` asks it) before the ``start`` was
+    stored."""
     tools = toolbox.tools
     declared = toolbox.skills.declared
     # (kind, name, resume) → whether such a node may run again: all may_rerun reads of
@@ -129,7 +130,7 @@ def start_hold(sink: DurableSink, toolbox: Toolbox, stopping: Callable[[], bool]
 
     async def held() -> None:
         await sink.committed()
-        if stopping():
+        if run.host_stopping and stops():
             raise StoreError("the host is stopping: the node is left for the resume")
 
     def hold(pnode: PlanNode) -> Awaitable[None] | None:
@@ -276,7 +277,8 @@ class ResumedChains:
                 run_key=record.run_id, resume=resume,
                 checkpoint=checkpoint_for(sink, live.handle, partial(durable.host_stops, live)),
                 timeout_left=left,
-                hold_start=start_hold(sink, self.toolbox, durable.stopping_of(live)),
+                hold_start=start_hold(sink, self.toolbox, live.handle,
+                                      partial(durable.host_stops, live)),
             )
             run.on_cancel(runner.cancel)
             if record.cancel_requested:
